@@ -1,0 +1,5 @@
+import sys
+
+from gateway_bot.cli import main
+
+sys.exit(main())

@@ -1,0 +1,98 @@
+"""The agent runner protocol and the typed events every backend's stream becomes.
+
+The core reacts to these events (progress, usage, session ids) without knowing which CLI
+produced them, so Gemini CLI or Codex can be added as another runner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from gateway_bot.sandbox.base import ExecutionContext, Sandbox
+from gateway_bot.state.event_log import EventLog
+
+
+@dataclass(frozen=True)
+class InitEvent:
+    session_id: str
+    model: str
+
+
+@dataclass(frozen=True)
+class ToolUseEvent:
+    tool: str
+    summary: str
+    """One line a human can read: the command, the file, the pattern."""
+
+
+@dataclass(frozen=True)
+class ToolResultEvent:
+    is_error: bool
+    summary: str
+
+
+@dataclass(frozen=True)
+class TextEvent:
+    text: str
+
+
+@dataclass(frozen=True)
+class ResultEvent:
+    is_error: bool
+    subtype: str
+    text: str
+    session_id: str | None
+    cost_usd: float
+    num_turns: int
+    duration_s: float
+    input_tokens: int
+    output_tokens: int
+
+
+AgentEvent = InitEvent | ToolUseEvent | ToolResultEvent | TextEvent | ResultEvent
+OnEvent = Callable[[AgentEvent], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class AgentRequest:
+    prompt: str
+    resume_session_id: str | None
+    model: str | None
+    timeout_s: float
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AgentOutcome:
+    result: ResultEvent | None
+    session_id: str | None
+    exit_code: int | None
+    stderr: str
+    timed_out: bool = False
+    unresumable: bool = False
+    """The stored session cannot be continued (too long, gone, rejected by the API)."""
+
+    @property
+    def succeeded(self) -> bool:
+        return not self.timed_out and self.result is not None and not self.result.is_error
+
+    def error_text(self) -> str:
+        if self.timed_out:
+            return "the agent ran past its time limit and was stopped"
+        if self.result is not None and self.result.is_error:
+            return self.result.text or self.result.subtype
+        detail = self.stderr.strip().splitlines()[-1:] or [f"exit code {self.exit_code}"]
+        return f"the agent failed: {detail[0]}"
+
+
+class AgentRunner(Protocol):
+    async def run(
+        self,
+        request: AgentRequest,
+        sandbox: Sandbox,
+        context: ExecutionContext,
+        event_log: EventLog,
+        on_event: OnEvent,
+    ) -> AgentOutcome: ...

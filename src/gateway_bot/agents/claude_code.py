@@ -1,0 +1,126 @@
+"""Claude Code CLI backend: one ``claude -p`` run per task, its stream turned into events.
+
+The prompt goes in on stdin; ``--resume`` continues the conversation's stored session. The
+CLI's own update checks, telemetry and error reports are switched off: the sandbox allows
+only the model API, and those calls would cost seconds of retries per run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import Sequence
+
+from gateway_bot.agents.base import (
+    AgentOutcome,
+    AgentRequest,
+    InitEvent,
+    OnEvent,
+    ResultEvent,
+)
+from gateway_bot.agents.claude_stream import parse_stream_line
+from gateway_bot.sandbox.base import ExecutionContext, Sandbox, SandboxProcess
+from gateway_bot.state.event_log import EventLog
+
+QUIET_ENV = {
+    "DISABLE_TELEMETRY": "1",
+    "DISABLE_AUTOUPDATER": "1",
+    "DISABLE_ERROR_REPORTING": "1",
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    "IS_SANDBOX": "1",
+}
+"""IS_SANDBOX lets --dangerously-skip-permissions run as root: the sandbox is the boundary."""
+
+BLOCKED_TOOLS = "AskUserQuestion,EnterPlanMode,ExitPlanMode"
+"""Interactive-only tools: nobody is at a terminal to answer them."""
+
+_UNRESUMABLE = re.compile(
+    r"prompt is too long|No conversation found with session ID|API Error: 4\d\d",
+    re.IGNORECASE,
+)
+
+
+class ClaudeCodeRunner:
+    def __init__(self, command: Sequence[str]) -> None:
+        self._command = list(command)
+
+    def build_argv(self, request: AgentRequest) -> list[str]:
+        argv = [
+            *self._command,
+            "-p",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--dangerously-skip-permissions",
+            "--disallowedTools",
+            BLOCKED_TOOLS,
+        ]
+        if request.resume_session_id:
+            argv += ["--resume", request.resume_session_id]
+        if request.model:
+            argv += ["--model", request.model]
+        return argv
+
+    async def run(
+        self,
+        request: AgentRequest,
+        sandbox: Sandbox,
+        context: ExecutionContext,
+        event_log: EventLog,
+        on_event: OnEvent,
+    ) -> AgentOutcome:
+        paths = sandbox.paths(context)
+        env = {**QUIET_ENV, "CLAUDE_CONFIG_DIR": f"{paths.home}/.claude", **request.env}
+        process = await sandbox.start(
+            context, self.build_argv(request), env, stdin_data=request.prompt.encode()
+        )
+        session_id: str | None = None
+        result: ResultEvent | None = None
+        timed_out = False
+        try:
+            async with asyncio.timeout(request.timeout_s):
+                async for raw_line in process.stdout:
+                    line = raw_line.decode("utf-8", "replace").strip()
+                    if not line:
+                        continue
+                    await event_log.append(line)
+                    for event in parse_stream_line(line):
+                        if isinstance(event, InitEvent):
+                            session_id = event.session_id
+                        elif isinstance(event, ResultEvent):
+                            result = event
+                            session_id = event.session_id or session_id
+                        await on_event(event)
+                exit_code: int | None = await process.wait()
+        except TimeoutError:
+            timed_out = True
+            exit_code = await _kill(process)
+        except BaseException:
+            await _kill(process)
+            raise
+        finally:
+            await event_log.end_run()
+        stderr = await process.read_stderr()
+        failure_text = (result.text if result and result.is_error else "") + "\n" + stderr
+        unresumable = bool(
+            request.resume_session_id
+            and not timed_out
+            and (result is None or result.is_error)
+            and _UNRESUMABLE.search(failure_text)
+        )
+        return AgentOutcome(
+            result=result,
+            session_id=session_id,
+            exit_code=exit_code,
+            stderr=stderr,
+            timed_out=timed_out,
+            unresumable=unresumable,
+        )
+
+
+async def _kill(process: SandboxProcess) -> int | None:
+    process.kill()
+    with contextlib.suppress(Exception):
+        return await asyncio.wait_for(process.wait(), timeout=10)
+    return None

@@ -1,0 +1,120 @@
+"""Claude Code's ``--output-format stream-json`` lines -> typed agent events.
+
+Pure functions over data so that the parser is tested on recorded lines, without a CLI.
+Unknown line types are ignored: the CLI adds new ones between versions.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from gateway_bot.agents.base import (
+    AgentEvent,
+    InitEvent,
+    ResultEvent,
+    TextEvent,
+    ToolResultEvent,
+    ToolUseEvent,
+)
+
+_SUMMARY_LIMIT = 120
+
+_TOOL_ARGUMENT = {
+    "Bash": "command",
+    "Read": "file_path",
+    "Write": "file_path",
+    "Edit": "file_path",
+    "MultiEdit": "file_path",
+    "NotebookEdit": "notebook_path",
+    "Glob": "pattern",
+    "Grep": "pattern",
+    "WebFetch": "url",
+    "WebSearch": "query",
+    "Task": "description",
+    "TodoWrite": "",
+}
+"""Which input field says, in one line, what a tool call does."""
+
+
+def parse_stream_line(line: str) -> list[AgentEvent]:
+    """Parse one line; a line that is not JSON or not an event yields nothing."""
+    try:
+        data = json.loads(line)
+    except json.JSONDecodeError:
+        return []
+    if not isinstance(data, dict):
+        return []
+    kind = data.get("type")
+    if kind == "system" and data.get("subtype") == "init":
+        return [
+            InitEvent(session_id=str(data.get("session_id", "")), model=str(data.get("model", "")))
+        ]
+    if kind == "assistant":
+        return [e for block in _content(data) if (e := _assistant_block(block)) is not None]
+    if kind == "user":
+        return [e for block in _content(data) if (e := _tool_result_block(block)) is not None]
+    if kind == "result":
+        return [_result(data)]
+    return []
+
+
+def summarize_tool_use(tool: str, tool_input: Any) -> str:
+    if not isinstance(tool_input, dict):
+        return tool
+    key = _TOOL_ARGUMENT.get(tool)
+    if key == "":
+        return tool
+    value = tool_input.get(key) if key else None
+    if value is None:
+        value = next((v for v in tool_input.values() if isinstance(v, str)), "")
+    return f"{tool}: {_one_line(str(value))}" if value else tool
+
+
+def _content(data: dict[str, Any]) -> list[Any]:
+    message = data.get("message")
+    if not isinstance(message, dict):
+        return []
+    content = message.get("content")
+    return content if isinstance(content, list) else []
+
+
+def _assistant_block(block: Any) -> AgentEvent | None:
+    if not isinstance(block, dict):
+        return None
+    if block.get("type") == "text" and block.get("text"):
+        return TextEvent(text=str(block["text"]))
+    if block.get("type") == "tool_use":
+        tool = str(block.get("name", "tool"))
+        return ToolUseEvent(tool=tool, summary=summarize_tool_use(tool, block.get("input")))
+    return None
+
+
+def _tool_result_block(block: Any) -> AgentEvent | None:
+    if not isinstance(block, dict) or block.get("type") != "tool_result":
+        return None
+    content = block.get("content")
+    if isinstance(content, list):
+        content = " ".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return ToolResultEvent(is_error=bool(block.get("is_error")), summary=_one_line(str(content)))
+
+
+def _result(data: dict[str, Any]) -> ResultEvent:
+    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    assert isinstance(usage, dict)
+    return ResultEvent(
+        is_error=bool(data.get("is_error")),
+        subtype=str(data.get("subtype", "")),
+        text=str(data.get("result", "") or ""),
+        session_id=str(data["session_id"]) if data.get("session_id") else None,
+        cost_usd=float(data.get("total_cost_usd") or 0.0),
+        num_turns=int(data.get("num_turns") or 0),
+        duration_s=float(data.get("duration_ms") or 0) / 1000.0,
+        input_tokens=int(usage.get("input_tokens") or 0),
+        output_tokens=int(usage.get("output_tokens") or 0),
+    )
+
+
+def _one_line(text: str) -> str:
+    first = " ".join(text.split())
+    return first if len(first) <= _SUMMARY_LIMIT else first[: _SUMMARY_LIMIT - 1] + "…"

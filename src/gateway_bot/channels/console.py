@@ -1,0 +1,144 @@
+"""The local console channel: stdin in, stdout out. The embedded default, no account needed.
+
+The person at the terminal is the local OS user and is trusted as such. Input is read on a
+daemon thread (a blocking readline cannot be cancelled, and a daemon thread does not hold
+up interpreter exit); each line becomes one message. End of input calls ``on_eof``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import TextIO
+
+from gateway_bot.core.channel import Submit
+from gateway_bot.core.messages import (
+    Card,
+    ChannelCapabilities,
+    ChannelHealth,
+    ChannelStatus,
+    InboundMessage,
+    JsonDict,
+    Progress,
+    RawMessage,
+    Reply,
+)
+
+CHANNEL = "console"
+
+
+class ConsoleListener:
+    def __init__(self, conversation: str, stdin: TextIO, on_eof: Callable[[], None]) -> None:
+        self._conversation = conversation
+        self._stdin = stdin
+        self._on_eof = on_eof
+        self._status = ChannelStatus(ChannelHealth.STARTING)
+        self._stopped = False
+
+    @property
+    def status(self) -> ChannelStatus:
+        return self._status
+
+    async def start(self, submit: Submit) -> None:
+        loop = asyncio.get_running_loop()
+        lines: asyncio.Queue[str | None] = asyncio.Queue()
+
+        def read_lines() -> None:
+            for line in self._stdin:
+                loop.call_soon_threadsafe(lines.put_nowait, line)
+            loop.call_soon_threadsafe(lines.put_nowait, None)
+
+        threading.Thread(target=read_lines, name="console-stdin", daemon=True).start()
+        self._pump = asyncio.create_task(self._pump_lines(lines, submit))
+        self._status = ChannelStatus(ChannelHealth.CONNECTED, "reading standard input")
+
+    async def _pump_lines(self, lines: asyncio.Queue[str | None], submit: Submit) -> None:
+        while (line := await lines.get()) is not None and not self._stopped:
+            await submit(
+                RawMessage(
+                    channel=CHANNEL,
+                    message_id=uuid.uuid4().hex,
+                    sender=getpass.getuser(),
+                    payload={"text": line.rstrip("\n"), "conversation": self._conversation},
+                    received_at=time.time(),
+                )
+            )
+        if not self._stopped:
+            self._status = ChannelStatus(ChannelHealth.FAILED, "end of input")
+            self._on_eof()
+
+    async def stop(self) -> None:
+        self._stopped = True
+
+
+class ConsoleAdapter:
+    name = CHANNEL
+    capabilities = ChannelCapabilities(progress_interval_s=0.0)
+
+    def __init__(
+        self,
+        conversation: str,
+        stdin: TextIO | None = None,
+        stdout: TextIO | None = None,
+        on_eof: Callable[[], None] = lambda: None,
+    ) -> None:
+        self._out = stdout or sys.stdout
+        self._listener = ConsoleListener(conversation, stdin or sys.stdin, on_eof)
+        self._steps_shown: dict[str, int] = {}
+
+    @property
+    def listener(self) -> ConsoleListener:
+        return self._listener
+
+    def say(self, text: str) -> None:
+        self._out.write(text + "\n")
+        self._out.flush()
+
+    async def authenticate_and_parse(self, raw: RawMessage) -> InboundMessage:
+        return InboundMessage(
+            channel=CHANNEL,
+            message_id=raw.message_id,
+            sender_id=f"console:{raw.sender}",
+            sender_name=raw.sender,
+            body=str(raw.payload["text"]),
+            conversation_key=str(raw.payload["conversation"]),
+            received_at=raw.received_at,
+            channel_context={"conversation": raw.payload["conversation"]},
+        )
+
+    async def save_attachments(self, message: InboundMessage, inbox_dir: str) -> list[str]:
+        return []
+
+    async def send_acknowledgement(self, context: JsonDict, task_id: str, text: str) -> None:
+        self.say(f"… {text} (task {task_id})")
+
+    async def send_progress(self, context: JsonDict, progress: Progress) -> None:
+        shown = self._steps_shown.get(progress.task_id, 0)
+        for step in progress.steps[shown:]:
+            self.say(f"  · {step}")
+        self._steps_shown[progress.task_id] = len(progress.steps)
+
+    async def send_reply(self, context: JsonDict, task_id: str, reply: Reply) -> None:
+        self._steps_shown.pop(task_id, None)
+        prefix = "error> " if reply.is_error else "agent> "
+        self.say(prefix + reply.text)
+        for path in reply.files:
+            self.say(f"  [file] {path}")
+        if reply.usage is not None:
+            self.say(f"  [{reply.usage.summary()}]")
+
+    async def send_error(self, context: JsonDict, text: str) -> None:
+        self.say(f"error> {text}")
+
+    async def send_rejection(self, context: JsonDict, text: str) -> None:
+        self.say(f"refused> {text}")
+
+    async def send_card(self, context: JsonDict, card: Card) -> str:
+        buttons = " / ".join(f"{b.label} ({b.action_id})" for b in card.buttons)
+        self.say(f"[{card.title}]\n{card.body}\n{buttons}")
+        return ""

@@ -1,0 +1,171 @@
+"""Command line: ``chat`` (the console), ``run`` (the daemon), ``check`` (validate a config).
+
+Exit codes: 0 done, 2 the config or the set-up is wrong (nothing was started).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from gateway_bot.channels.factory import create_adapters
+from gateway_bot.config.server import (
+    ChannelsSettings,
+    ConsoleChannelSettings,
+    ServerConfig,
+    build_server_config,
+    load_server_config,
+)
+from gateway_bot.config.yaml_tags import ConfigError
+from gateway_bot.daemon import Daemon, agent_environment, check_agent_setup
+
+EXIT_CONFIG = 2
+BUILT_IN = "(built-in default config)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="gateway-bot", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    chat = commands.add_parser("chat", help="talk to the agent from this terminal")
+    chat.add_argument("--config", type=Path, help="server config (default: built-in)")
+    chat.add_argument("--new", action="store_true", help="start a fresh conversation")
+    chat.add_argument("--conversation", default=None, help="console conversation name")
+    run = commands.add_parser("run", help="run the daemon with every configured channel")
+    run.add_argument("--config", type=Path, required=True)
+    check = commands.add_parser("check", help="validate a config and the agent set-up")
+    check.add_argument("--config", type=Path, required=True)
+    args = parser.parse_args(argv)
+
+    if args.command == "check":
+        return _check(args.config)
+    config = _load(args.config) if args.config else _built_in_config()
+    if config is None:
+        return EXIT_CONFIG
+    if args.command == "chat":
+        name = args.conversation or (
+            config.channels.console.conversation if config.channels.console else "default"
+        )
+        # chat talks through the console only, whatever else the config enables.
+        config.channels = ChannelsSettings(
+            console=ConsoleChannelSettings(enabled=True, conversation=name)
+        )
+    logging.basicConfig(
+        level=logging.WARNING if args.command == "chat" else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    config_dir = args.config.parent if args.config else None
+    agent_env = agent_environment(config, config_dir)
+    problem = check_agent_setup(config, agent_env)
+    if problem is not None:
+        print(problem.message, file=sys.stderr)
+        return EXIT_CONFIG
+    return asyncio.run(
+        _serve(
+            config, agent_env, chat=args.command == "chat", new=bool(getattr(args, "new", False))
+        )
+    )
+
+
+async def _serve(config: ServerConfig, agent_env: dict[str, str], *, chat: bool, new: bool) -> int:
+    holder: list[Daemon] = []
+    adapters = create_adapters(config, on_console_eof=lambda: holder[0].end_of_input.set())
+    if not adapters:
+        print("No channel is enabled in the config: nothing to listen to.", file=sys.stderr)
+        return EXIT_CONFIG
+    daemon = Daemon(config, adapters, agent_env)
+    holder.append(daemon)
+    await daemon.open()
+    if chat:
+        console = config.channels.console
+        assert console is not None
+        conversation = (
+            await daemon.service.start_new_conversation("console", console.conversation)
+            if new
+            else await daemon.store.active_conversation("console", console.conversation)
+        )
+        label = conversation.id if conversation else "new"
+        print(
+            f"gateway-bot console · conversation {console.conversation} ({label}) · "
+            f"repo {config.repo.url} · /help for commands, Ctrl-D to quit",
+            flush=True,
+        )
+    await daemon.run()
+    return 0
+
+
+def _check(path: Path) -> int:
+    config = _load(path)
+    if config is None:
+        return EXIT_CONFIG
+    problem = check_agent_setup(config, agent_environment(config, path.parent))
+    channels = [name for name, value in config.channels if value is not None]
+    print(
+        f"{path}: OK (state {config.state_dir}, repo {config.repo.url}, "
+        f"channels: {', '.join(channels) or 'none'})"
+    )
+    if problem is not None:
+        print(f"warning: {problem.message}")
+    return 0
+
+
+def _load(path: Path) -> ServerConfig | None:
+    try:
+        return load_server_config(path)
+    except ConfigError as exc:
+        _print_config_error(exc)
+        return None
+
+
+def _built_in_config() -> ServerConfig | None:
+    """The embedded default: console channel, SQLite state, the git repo we are in (or a
+    sample repo made on first use)."""
+    data: dict[str, Any] = {"channels": {"console": {}}}
+    try:
+        config = build_server_config({"repo": {"url": "."}, **data}, BUILT_IN)
+    except ConfigError as exc:
+        _print_config_error(exc)
+        return None
+    config.repo.url = str(_current_repo() or _sample_repo(config.state_dir))
+    return config
+
+
+def _current_repo() -> Path | None:
+    found = subprocess.run(
+        ["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=False
+    )
+    return Path(found.stdout.strip()) if found.returncode == 0 else None
+
+
+def _sample_repo(state_dir: Path) -> Path:
+    repo = state_dir / "sample-repo"
+    if (repo / ".git").exists():
+        return repo
+    repo.mkdir(parents=True, exist_ok=True)
+    (repo / "README.md").write_text(
+        "# Sample repo\n\nA scratch repository for gateway-bot's console. Ask the agent to "
+        "build something here.\n"
+    )
+    identity = ["-c", "user.name=gateway-bot", "-c", "user.email=gateway-bot@localhost"]
+    for step in (
+        ["init", "--quiet", "--initial-branch=main"],
+        ["add", "README.md"],
+        [*identity, "commit", "--quiet", "-m", "Sample repo"],
+    ):
+        subprocess.run(["git", "-C", str(repo), *step], check=True)
+    return repo
+
+
+def _print_config_error(exc: ConfigError) -> None:
+    print(f"{exc.source}: the config is not valid:", file=sys.stderr)
+    for problem in exc.problems:
+        print(f"  {problem}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

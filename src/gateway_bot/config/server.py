@@ -1,0 +1,172 @@
+"""The server config: one YAML file (plus environment overrides) for the whole daemon.
+
+Read through pydantic-settings so every value can also come from the environment
+(``GATEWAY_BOT_AGENT__MODEL=...`` overrides ``agent.model``); YAML values may use
+``!env NAME``, resolved from the process environment and the ``.env`` file beside the
+config. Every validation problem is reported with its key path and a hint, all at once.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from dotenv import dotenv_values
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from gateway_bot.config.yaml_tags import ConfigError, load_server_yaml
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RepoSettings(_Section):
+    url: str = Field(description="The git repository conversations work on (URL or local path).")
+    default_branch: str | None = Field(
+        default=None, description="Branch new workspaces start from; the remote HEAD if unset."
+    )
+
+
+class AgentSettings(_Section):
+    backend: Literal["claude_code"] = "claude_code"
+    command: list[str] = Field(default_factory=lambda: ["claude"], min_length=1)
+    model: str | None = None
+    timeout_seconds: PositiveFloat = 1800.0
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra environment for the agent (model endpoint, API key...).",
+    )
+
+
+class SandboxSettings(_Section):
+    kind: Literal["none"] = Field(
+        default="none",
+        description="'none' runs the agent on the host, unconfined. Loudly warned about.",
+    )
+
+
+class ExecutionSettings(_Section):
+    max_concurrent_tasks: PositiveInt = 3
+    max_pending_per_conversation: PositiveInt = 3
+    shutdown_timeout_seconds: float = Field(default=30.0, ge=0)
+
+
+class ConsoleChannelSettings(_Section):
+    enabled: bool = True
+    conversation: str = Field(default="default", min_length=1)
+
+
+class ChannelsSettings(_Section):
+    console: ConsoleChannelSettings | None = None
+
+
+class ServerConfig(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="GATEWAY_BOT_", env_nested_delimiter="__", extra="forbid"
+    )
+
+    state_dir: Path = Field(default_factory=lambda: _default_state_dir())
+    timezone: str = "UTC"
+    repo: RepoSettings
+    agent: AgentSettings = Field(default_factory=AgentSettings)
+    sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
+    execution: ExecutionSettings = Field(default_factory=ExecutionSettings)
+    secrets: dict[str, str] = Field(
+        default_factory=dict, description="Pool that repo configs reference with !secret NAME."
+    )
+    channels: ChannelsSettings = Field(default_factory=ChannelsSettings)
+
+    _yaml_data: ClassVar[dict[str, Any]] = {}
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Environment beats YAML; explicit init arguments beat both."""
+        return init_settings, env_settings, _YamlSource(settings_cls, cls._yaml_data)
+
+
+class _YamlSource(PydanticBaseSettingsSource):
+    def __init__(self, settings_cls: type[BaseSettings], data: dict[str, Any]) -> None:
+        super().__init__(settings_cls)
+        self._data = data
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self._data.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self._data)
+
+
+def _default_state_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "gateway-bot"
+
+
+def environment_with_dotenv(config_dir: Path) -> dict[str, str]:
+    """The process environment over the ``.env`` file beside the config (env wins)."""
+    merged = {
+        key: value for key, value in dotenv_values(config_dir / ".env").items() if value is not None
+    }
+    merged.update(os.environ)
+    return merged
+
+
+def load_server_config(path: Path) -> ServerConfig:
+    """Read and validate the config at ``path``; raise ConfigError listing every problem."""
+    source = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(source, [f"cannot read: {exc.strerror}"]) from exc
+    environ = environment_with_dotenv(path.parent)
+    data = load_server_yaml(text, source, environ)
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(source, ["the top level must be a mapping of keys to values"])
+    config = build_server_config(data, source)
+    if not config.state_dir.is_absolute():
+        config.state_dir = (path.parent / config.state_dir).resolve()
+    return config
+
+
+def build_server_config(data: dict[str, Any], source: str) -> ServerConfig:
+    ServerConfig._yaml_data = data
+    try:
+        return ServerConfig()  # type: ignore[call-arg]  # values come from the sources
+    except ValidationError as exc:
+        raise ConfigError(source, describe_validation_errors(exc)) from exc
+    finally:
+        ServerConfig._yaml_data = {}
+
+
+def describe_validation_errors(exc: ValidationError) -> list[str]:
+    """One line per problem: the key path, what is wrong, and a hint."""
+    problems = []
+    for error in exc.errors():
+        path = ".".join(str(part) for part in error["loc"]) or "(top level)"
+        kind = error["type"]
+        if kind == "missing":
+            hint = "add this key"
+        elif kind == "extra_forbidden":
+            hint = "unknown key: check its spelling and indentation"
+        elif "input" in error and not isinstance(error["input"], dict | list):
+            hint = f"got {error['input']!r}"
+        else:
+            hint = "see the sample config in examples/"
+        problems.append(f"{path}: {error['msg']} ({hint})")
+    return problems

@@ -1,0 +1,58 @@
+"""Chat commands shared by every channel: /stop, /status, /new, /model NAME.
+
+``!`` works as a prefix too, for clients that swallow ``/``. A message that starts with the
+prefix and a known word is a command; an unknown word gets a clear error listing the known
+ones, rather than being sent to the agent by surprise. A path such as ``/etc/hosts is
+broken`` is not a command: only a single lowercase word directly after the prefix is.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+
+
+class CommandName(enum.Enum):
+    STOP = "stop"
+    STATUS = "status"
+    NEW = "new"
+    MODEL = "model"
+    HELP = "help"
+
+
+HELP_TEXT = (
+    "Commands: /stop (cancel the running task), /status (running task and queue), "
+    "/new (start a fresh conversation), /model NAME (model for the next new session), "
+    "/help. `!` works instead of `/`."
+)
+
+_COMMAND = re.compile(r"^[/!]([a-z][a-z-]*)(?:\s+(.*))?$", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Command:
+    name: CommandName
+    argument: str
+
+
+class UnknownCommand(ValueError):
+    def __init__(self, word: str) -> None:
+        super().__init__(f"Unknown command {word!r}. {HELP_TEXT}")
+        self.word = word
+
+
+def parse_command(body: str) -> Command | None:
+    """Return the command in ``body``, None for an ordinary message.
+
+    Raises UnknownCommand for ``/word`` where word is not a command.
+    """
+    match = _COMMAND.match(body.strip())
+    if match is None:
+        return None
+    word, argument = match.group(1), (match.group(2) or "").strip()
+    try:
+        name = CommandName(word)
+    except ValueError:
+        raise UnknownCommand(word) from None
+    return Command(name=name, argument=argument)

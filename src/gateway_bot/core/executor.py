@@ -1,0 +1,164 @@
+"""Runs one task: workspace, repo config, attachments, prompt, agent, reply.
+
+Returns the reply and its completion reason instead of sending anything, so the scheduler
+can store the reply before it is delivered (a crash then re-sends, never re-runs).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gateway_bot.agents.base import AgentOutcome, AgentRequest, AgentRunner, OnEvent
+from gateway_bot.config.repo import REPO_CONFIG_PATH, parse_repo_config
+from gateway_bot.config.yaml_tags import ConfigError
+from gateway_bot.core.channel import ChannelAdapter
+from gateway_bot.core.lifecycle import CompletionReason
+from gateway_bot.core.messages import InboundMessage, Reply, Usage
+from gateway_bot.core.prompts import build_prompt, context_lost_prompt
+from gateway_bot.core.workspaces import ConversationDirs, GitError, Workspaces
+from gateway_bot.sandbox.base import ExecutionContext, Sandbox
+from gateway_bot.state.event_log import EventLog
+from gateway_bot.state.records import ConversationRecord
+from gateway_bot.state.store import Store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AgentDefaults:
+    model: str | None
+    timeout_s: float
+    env: Mapping[str, str]
+    timezone: str
+    secrets: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    reply: Reply
+    reason: CompletionReason
+
+
+class TaskExecutor:
+    def __init__(
+        self,
+        store: Store,
+        workspaces: Workspaces,
+        sandbox: Sandbox,
+        runner: AgentRunner,
+        defaults: AgentDefaults,
+    ) -> None:
+        self._store = store
+        self._workspaces = workspaces
+        self._sandbox = sandbox
+        self._runner = runner
+        self._defaults = defaults
+
+    async def execute(
+        self,
+        conversation: ConversationRecord,
+        message: InboundMessage,
+        adapter: ChannelAdapter,
+        on_event: OnEvent,
+    ) -> TaskResult:
+        started = time.monotonic()
+        try:
+            await self._workspaces.refresh_mirror()
+            dirs = await self._workspaces.prepare(conversation.id)
+            repo_text = await self._workspaces.read_default_branch_file(REPO_CONFIG_PATH)
+            repo_config = parse_repo_config(repo_text)
+            container_env = repo_config.resolved_env(self._defaults.secrets)
+        except ConfigError as exc:
+            return _failure(
+                f"The repo config {exc.source} has problems:\n"
+                + "\n".join(f"- {p}" for p in exc.problems),
+                CompletionReason.INTERNAL_ERROR,
+            )
+        except GitError as exc:
+            return _failure(
+                f"Could not prepare the workspace: {exc}", CompletionReason.INTERNAL_ERROR
+            )
+        context = _execution_context(conversation.id, dirs, container_env)
+        saved = (
+            await adapter.save_attachments(message, str(dirs.inbox)) if message.attachments else []
+        )
+        prompt = build_prompt(message, self._sandbox.paths(context), saved, self._defaults.timezone)
+        model = (
+            conversation.model
+            if conversation.agent_session_id
+            else (
+                message.model_hint
+                or conversation.next_model
+                or repo_config.model
+                or self._defaults.model
+            )
+        )
+        timeout_s = repo_config.timeout_seconds or self._defaults.timeout_s
+        event_log = EventLog(dirs.events)
+
+        request = AgentRequest(
+            prompt, conversation.agent_session_id, model, timeout_s, dict(self._defaults.env)
+        )
+        outcome = await self._runner.run(request, self._sandbox, context, event_log, on_event)
+        if outcome.unresumable:
+            log.warning(
+                "conversation %s: session %s cannot be resumed, starting a fresh one",
+                conversation.id,
+                conversation.agent_session_id,
+            )
+            await self._store.update_conversation(conversation.id, clear_session=True)
+            retry_prompt = context_lost_prompt(prompt, conversation.last_reply)
+            request = AgentRequest(retry_prompt, None, model, timeout_s, dict(self._defaults.env))
+            outcome = await self._runner.run(request, self._sandbox, context, event_log, on_event)
+        return await self._conclude(conversation, dirs, model, outcome, started)
+
+    async def _conclude(
+        self,
+        conversation: ConversationRecord,
+        dirs: ConversationDirs,
+        model: str | None,
+        outcome: AgentOutcome,
+        started: float,
+    ) -> TaskResult:
+        result = outcome.result
+        usage = Usage(
+            cost_usd=result.cost_usd if result else 0.0,
+            num_turns=result.num_turns if result else 0,
+            duration_s=time.monotonic() - started,
+            input_tokens=result.input_tokens if result else 0,
+            output_tokens=result.output_tokens if result else 0,
+        )
+        if outcome.session_id and not outcome.timed_out:
+            await self._store.update_conversation(
+                conversation.id, agent_session_id=outcome.session_id, model=model
+            )
+        if not outcome.succeeded or result is None:
+            reason = (
+                CompletionReason.TIMEOUT if outcome.timed_out else CompletionReason.EXECUTION_FAILED
+            )
+            return TaskResult(Reply(text=outcome.error_text(), usage=usage, is_error=True), reason)
+        text = result.text.strip() or "(The agent finished without a reply.)"
+        await self._store.update_conversation(conversation.id, last_reply=text)
+        files = tuple(str(p) for p in sorted(dirs.outbox.iterdir()) if p.is_file())
+        return TaskResult(Reply(text=text, files=files, usage=usage), CompletionReason.SUCCESS)
+
+
+def _execution_context(
+    conversation_id: str, dirs: ConversationDirs, env: Mapping[str, str]
+) -> ExecutionContext:
+    return ExecutionContext(
+        id=conversation_id,
+        workspace=dirs.workspace,
+        home=dirs.home,
+        inbox=dirs.inbox,
+        outbox=dirs.outbox,
+        storage=dirs.storage,
+        env=dict(env),
+    )
+
+
+def _failure(text: str, reason: CompletionReason) -> TaskResult:
+    return TaskResult(Reply(text=text, is_error=True), reason)

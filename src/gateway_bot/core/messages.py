@@ -1,0 +1,175 @@
+"""Channel-neutral message types: what crosses the boundary between a channel and the core.
+
+Every type here is a frozen dataclass of plain data so that it can be stored in SQLite as
+JSON and rebuilt after a restart: a message accepted from a channel must survive a kill -9,
+and so must everything the core needs to answer it (the channel context in particular).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+JsonDict = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RawMessage:
+    """What a channel listener heard, before authentication.
+
+    ``payload`` is channel-specific but must be JSON-serialisable: the core stores it as
+    is before the channel acknowledges the message at its source, and hands it back to the
+    same channel's ``authenticate_and_parse`` (possibly after a restart).
+    """
+
+    channel: str
+    message_id: str
+    """Unique per channel; a second message with the same id is a duplicate delivery."""
+    sender: str
+    payload: JsonDict
+    received_at: float
+
+    def to_json(self) -> JsonDict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RawMessage:
+        return cls(
+            channel=str(data["channel"]),
+            message_id=str(data["message_id"]),
+            sender=str(data["sender"]),
+            payload=dict(data["payload"]),
+            received_at=float(data["received_at"]),
+        )
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """A file the sender attached; ``saved_path`` is filled once it sits in the inbox."""
+
+    filename: str
+    content_type: str = "application/octet-stream"
+    size: int = 0
+    source_ref: str = ""
+    """Channel-specific handle to fetch the bytes (a URL, an mxc:// URI, a MIME part index)."""
+
+
+@dataclass(frozen=True)
+class InboundMessage:
+    """An authenticated, parsed message: the only inbound shape the core understands."""
+
+    channel: str
+    message_id: str
+    sender_id: str
+    sender_name: str
+    body: str
+    conversation_key: str
+    """Names the conversation inside the channel (a room, a thread, an email thread)."""
+    received_at: float
+    channel_context: JsonDict = field(default_factory=dict)
+    """Whatever the channel needs to answer later (room id, thread ts...). JSON only."""
+    attachments: tuple[Attachment, ...] = ()
+    model_hint: str | None = None
+
+    def to_json(self) -> JsonDict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> InboundMessage:
+        fields = dict(data)
+        fields["attachments"] = tuple(Attachment(**a) for a in fields.get("attachments", ()))
+        return cls(**fields)
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a task cost, shown to the user as one line under the reply."""
+
+    cost_usd: float = 0.0
+    num_turns: int = 0
+    duration_s: float = 0.0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def summary(self) -> str:
+        turns = "turn" if self.num_turns == 1 else "turns"
+        return f"${self.cost_usd:.4f} · {self.num_turns} {turns} · {self.duration_s:.1f} s"
+
+
+@dataclass(frozen=True)
+class Reply:
+    """The answer to one task. ``text`` is markdown; channels render it their way."""
+
+    text: str
+    files: tuple[str, ...] = ()
+    """Host paths of files from the conversation's outbox to send along."""
+    usage: Usage | None = None
+    is_error: bool = False
+
+    def to_json(self) -> JsonDict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Reply:
+        usage = data.get("usage")
+        return cls(
+            text=str(data["text"]),
+            files=tuple(data.get("files", ())),
+            usage=Usage(**usage) if usage else None,
+            is_error=bool(data.get("is_error", False)),
+        )
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Live progress of a running task: the steps so far, newest last."""
+
+    task_id: str
+    steps: tuple[str, ...]
+    elapsed_s: float
+
+
+@dataclass(frozen=True)
+class Button:
+    label: str
+    action_id: str
+    """Opaque to the channel: it comes back in the decision callback unchanged."""
+
+
+@dataclass(frozen=True)
+class Card:
+    """A message with buttons (approvals). Channels without buttons render text commands."""
+
+    title: str
+    body: str
+    buttons: tuple[Button, ...]
+
+
+class ChannelHealth(enum.Enum):
+    STARTING = "starting"
+    CONNECTED = "connected"
+    DEGRADED = "degraded"
+    """Temporarily lost; the channel is retrying by itself."""
+    FAILED = "failed"
+    """Gave up; needs an operator."""
+
+
+@dataclass(frozen=True)
+class ChannelStatus:
+    health: ChannelHealth
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class ChannelCapabilities:
+    """What a channel can do, so the core asks for a capability instead of a channel name."""
+
+    edits: bool = False
+    """Can update a sent message in place (live progress)."""
+    buttons: bool = False
+    threads: bool = False
+    files: bool = False
+    progress_interval_s: float = 1.0
+    """Minimum time between two progress updates sent to this channel."""

@@ -1,0 +1,68 @@
+"""Turns agent events into progress updates, at most one per channel interval.
+
+A burst of tool calls becomes one update with all of them; the last step always gets out
+(a delayed flush), so the user never sees a stale display while the agent thinks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from gateway_bot.agents.base import AgentEvent, ToolUseEvent
+from gateway_bot.core.messages import Progress
+
+log = logging.getLogger(__name__)
+
+SendProgress = Callable[[Progress], Awaitable[None]]
+
+
+class ProgressReporter:
+    def __init__(self, task_id: str, send: SendProgress, interval_s: float) -> None:
+        self._task_id = task_id
+        self._send = send
+        self._interval = interval_s
+        self._started = time.monotonic()
+        self._steps: list[str] = []
+        self._last_sent = float("-inf")
+        self._flush: asyncio.Task[None] | None = None
+
+    @property
+    def steps(self) -> tuple[str, ...]:
+        return tuple(self._steps)
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self._started
+
+    async def on_event(self, event: AgentEvent) -> None:
+        if not isinstance(event, ToolUseEvent):
+            return
+        self._steps.append(event.summary)
+        wait = self._last_sent + self._interval - time.monotonic()
+        if wait <= 0:
+            await self._send_now()
+        elif self._flush is None:
+            self._flush = asyncio.create_task(self._send_later(wait))
+
+    async def _send_later(self, delay: float) -> None:
+        await asyncio.sleep(delay)
+        self._flush = None
+        await self._send_now()
+
+    async def _send_now(self) -> None:
+        self._last_sent = time.monotonic()
+        try:
+            await self._send(Progress(self._task_id, tuple(self._steps), self.elapsed_s))
+        except Exception:
+            log.warning("progress update for task %s failed", self._task_id, exc_info=True)
+
+    async def close(self) -> None:
+        if self._flush is not None:
+            self._flush.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._flush
+            self._flush = None

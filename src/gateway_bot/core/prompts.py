@@ -1,0 +1,40 @@
+"""What the agent reads: the user's words plus a short header, built from plain data."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+from zoneinfo import ZoneInfo
+
+from gateway_bot.core.messages import InboundMessage
+from gateway_bot.sandbox.base import SandboxPaths
+
+
+def build_prompt(
+    message: InboundMessage,
+    paths: SandboxPaths,
+    saved_attachments: Sequence[str],
+    timezone: str,
+) -> str:
+    """The sender, their local time, the files they sent, then their message."""
+    when = datetime.datetime.fromtimestamp(message.received_at, ZoneInfo(timezone))
+    lines = [
+        f"[Message from {message.sender_name} <{message.sender_id}> via {message.channel}, "
+        f"{when:%Y-%m-%d %H:%M} {timezone}]",
+        f"[Put files you want to send back in {paths.outbox}/]",
+    ]
+    if saved_attachments:
+        names = ", ".join(f"{paths.inbox}/{name}" for name in saved_attachments)
+        lines.append(f"[Attached files: {names}]")
+    return "\n".join(lines) + "\n\n" + message.body
+
+
+def context_lost_prompt(prompt: str, last_reply: str | None) -> str:
+    """The prompt for a fresh session after the stored one could not be resumed."""
+    note = (
+        "[Note: the previous agent session of this conversation could not be resumed, so "
+        "its context was lost. Ask the user if you need earlier details.]"
+    )
+    if last_reply:
+        note += f"\n[Your last reply in this conversation was:]\n{last_reply}\n[End of last reply]"
+    return note + "\n\n" + prompt

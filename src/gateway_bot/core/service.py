@@ -1,0 +1,386 @@
+"""The gateway service: accept, authenticate, queue, execute, reply, recover.
+
+A message's path: a channel listener calls ``submit`` -> the message is committed to the
+store (only then may the channel acknowledge it at its source) -> authenticated and parsed
+by its channel -> commands are answered at once, other messages join their conversation's
+queue -> one task at a time per conversation, at most N at once overall -> the reply is
+stored, then sent, then the task completes. At start-up the recovery sweep picks up every
+task a crash left behind, so each accepted message is answered exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from collections.abc import Coroutine, Mapping
+from typing import Any
+
+from gateway_bot.core.channel import AuthenticationError, ChannelAdapter
+from gateway_bot.core.commands import (
+    HELP_TEXT,
+    Command,
+    CommandName,
+    UnknownCommand,
+    parse_command,
+)
+from gateway_bot.core.executor import TaskExecutor, TaskResult
+from gateway_bot.core.lifecycle import CompletionReason, TaskState
+from gateway_bot.core.messages import InboundMessage, RawMessage, Reply
+from gateway_bot.core.progress import ProgressReporter
+from gateway_bot.core.status import describe_status
+from gateway_bot.state.records import ConversationRecord, TaskRecord
+from gateway_bot.state.store import Store
+
+log = logging.getLogger(__name__)
+
+
+class _Running:
+    """The task a conversation is executing now, for /stop and /status."""
+
+    def __init__(self, task_id: str, body: str, job: asyncio.Task[TaskResult]) -> None:
+        self.task_id = task_id
+        self.body = body
+        self.job = job
+        self.started = time.monotonic()
+        self.progress: ProgressReporter | None = None
+        self.stop_requested = False
+
+
+class GatewayService:
+    def __init__(
+        self,
+        store: Store,
+        adapters: Mapping[str, ChannelAdapter],
+        executor: TaskExecutor,
+        *,
+        max_concurrent_tasks: int,
+        max_pending_per_conversation: int,
+    ) -> None:
+        self._store = store
+        self._adapters = dict(adapters)
+        self._executor = executor
+        self._slots = asyncio.Semaphore(max_concurrent_tasks)
+        self._max_pending = max_pending_per_conversation
+        self._queues: dict[str, collections.deque[str]] = collections.defaultdict(collections.deque)
+        self._drainers: dict[str, asyncio.Task[None]] = {}
+        self._running: dict[str, _Running] = {}
+        self._background: set[asyncio.Task[Any]] = set()
+        self._intake_locks: dict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
+        self._accepting = False
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Recover what a previous run left, then start every channel's listener."""
+        await self.recover()
+        self._accepting = True
+        for adapter in self._adapters.values():
+            await adapter.listener.start(self.submit)
+
+    async def stop_listening(self) -> None:
+        self._accepting = False
+        for adapter in self._adapters.values():
+            await adapter.listener.stop()
+
+    async def wait_idle(self, timeout_s: float | None) -> bool:
+        """Wait until no task is in flight; False if the timeout passed first."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+    async def shutdown(self, timeout_s: float) -> None:
+        """Stop listening, let running tasks finish for up to ``timeout_s``, then abandon
+        the rest where they stand: the next start's recovery re-runs them."""
+        await self.stop_listening()
+        if not await self.wait_idle(timeout_s):
+            log.warning(
+                "shutdown: tasks still running after %.0f s; they will be re-run at the next start",
+                timeout_s,
+            )
+        for job in list(self._background):
+            job.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        job = asyncio.create_task(coroutine)
+        self._background.add(job)
+        self._idle.clear()
+
+        def done(finished: asyncio.Task[Any]) -> None:
+            self._background.discard(finished)
+            if not self._background:
+                self._idle.set()
+            if not finished.cancelled() and finished.exception() is not None:
+                log.error("background job failed", exc_info=finished.exception())
+
+        job.add_done_callback(done)
+        return job
+
+    # -- intake ------------------------------------------------------------------------
+
+    async def submit(self, raw: RawMessage) -> bool:
+        """Durably accept a message. Returns True once it is safe to ack at the source."""
+        if raw.channel not in self._adapters:
+            raise ValueError(f"message from unknown channel {raw.channel!r}")
+        task_id, is_new = await self._store.accept_inbound(raw)
+        if not is_new:
+            log.info(
+                "duplicate delivery of %s/%s (task %s) ignored",
+                raw.channel,
+                raw.message_id,
+                task_id,
+            )
+        elif self._accepting:
+            self._spawn(self._authenticate(task_id))
+        return True
+
+    async def recover(self) -> None:
+        """The start-up sweep: every task not completed is finished or re-run."""
+        for task in await self._store.tasks_in_states(
+            [TaskState.QUEUED, TaskState.AUTHENTICATING, TaskState.EXECUTING, TaskState.PENDING]
+        ):
+            if task.state is TaskState.AUTHENTICATING:
+                task = await self._store.transition(task.id, TaskState.QUEUED)
+            if task.state is TaskState.QUEUED:
+                self._spawn(self._authenticate(task.id))
+                continue
+            if task.state is TaskState.EXECUTING:
+                if task.reply is not None:
+                    log.info("recovery: delivering the stored reply of task %s", task.id)
+                    self._spawn(self._finish_delivery(task))
+                    continue
+                log.info("recovery: task %s was interrupted mid-run; running it again", task.id)
+                task = await self._store.transition(task.id, TaskState.PENDING)
+            assert task.conversation_id is not None
+            self._enqueue(task.conversation_id, task.id)
+
+    async def _authenticate(self, task_id: str) -> None:
+        """Authenticate and route one message. Serialised per channel, so messages reach
+        their conversation (and commands take effect) in the order they arrived."""
+        channel = (await self._store.get_task(task_id)).channel
+        async with self._intake_locks[channel]:
+            await self._authenticate_in_order(task_id)
+
+    async def _authenticate_in_order(self, task_id: str) -> None:
+        task = await self._store.transition(task_id, TaskState.AUTHENTICATING)
+        adapter = self._adapters[task.channel]
+        try:
+            message = await adapter.authenticate_and_parse(task.raw)
+        except AuthenticationError as exc:
+            reason = (
+                CompletionReason.UNAUTHORIZED if exc.unauthorized else CompletionReason.AUTH_FAILED
+            )
+            log.warning("task %s refused: %s (%s)", task_id, exc.sender, exc.reason)
+            await self._store.transition(
+                task_id, TaskState.COMPLETED, reason=reason, error=exc.reason
+            )
+            return
+        try:
+            command = parse_command(message.body)
+        except UnknownCommand as exc:
+            await self._answer_now(task, message, str(exc), CompletionReason.REJECTED)
+            return
+        if command is not None:
+            await self._run_command(task, message, command)
+            return
+        if not message.body.strip() and not message.attachments:
+            await self._answer_now(
+                task, message, "Your message was empty: nothing to do.", CompletionReason.REJECTED
+            )
+            return
+        await self._queue_message(task, message)
+
+    async def _queue_message(self, task: TaskRecord, message: InboundMessage) -> None:
+        conversation = await self._conversation_for(message)
+        waiting = len(self._queues[conversation.id])
+        busy = conversation.id in self._running or waiting > 0
+        if busy and waiting >= self._max_pending:
+            text = (
+                f"This conversation already has {waiting} messages waiting; this one was "
+                "not queued. Send it again when the agent has caught up, or /stop."
+            )
+            await self._store.transition(
+                task.id, TaskState.PENDING, conversation_id=conversation.id, parsed=message
+            )
+            await self._store.transition(
+                task.id, TaskState.COMPLETED, reason=CompletionReason.REJECTED, error=text
+            )
+            await self._adapters[message.channel].send_rejection(message.channel_context, text)
+            return
+        await self._store.transition(
+            task.id, TaskState.PENDING, conversation_id=conversation.id, parsed=message
+        )
+        ack = f"Queued behind {waiting + 1} task(s)." if busy else "Working on it…"
+        await self._adapters[message.channel].send_acknowledgement(
+            message.channel_context, task.id, ack
+        )
+        self._enqueue(conversation.id, task.id)
+
+    async def _conversation_for(self, message: InboundMessage) -> ConversationRecord:
+        existing = await self._store.active_conversation(message.channel, message.conversation_key)
+        if existing is not None:
+            return existing
+        return await self._store.create_conversation(
+            message.channel, message.conversation_key, None
+        )
+
+    async def start_new_conversation(self, channel: str, key: str) -> ConversationRecord:
+        """Retire the active conversation of (channel, key); the next message starts afresh.
+        The model chosen with /model carries over."""
+        previous = await self._store.active_conversation(channel, key)
+        model = previous.next_model if previous else None
+        created = await self._store.create_conversation(channel, key, None)
+        if model:
+            created = await self._store.update_conversation(created.id, next_model=model)
+        return created
+
+    # -- execution ---------------------------------------------------------------------
+
+    def _enqueue(self, conversation_id: str, task_id: str) -> None:
+        self._queues[conversation_id].append(task_id)
+        if conversation_id not in self._drainers:
+            self._drainers[conversation_id] = self._spawn(self._drain(conversation_id))
+
+    async def _drain(self, conversation_id: str) -> None:
+        """Run the conversation's queue in order. No await between the emptiness check
+        and leaving, so a message enqueued meanwhile always finds a drainer."""
+        queue = self._queues[conversation_id]
+        try:
+            while queue:
+                task_id = queue[0]
+                async with self._slots:
+                    await self._execute(conversation_id, task_id)
+                queue.popleft()
+        finally:
+            del self._drainers[conversation_id]
+
+    async def _execute(self, conversation_id: str, task_id: str) -> None:
+        task = await self._store.transition(task_id, TaskState.EXECUTING)
+        message = task.parsed
+        assert message is not None
+        adapter = self._adapters[task.channel]
+        conversation = await self._store.get_conversation(conversation_id)
+        reporter = ProgressReporter(
+            task_id,
+            lambda progress: adapter.send_progress(message.channel_context, progress),
+            adapter.capabilities.progress_interval_s,
+        )
+        job = asyncio.create_task(
+            self._executor.execute(conversation, message, adapter, reporter.on_event)
+        )
+        running = _Running(task_id, message.body, job)
+        running.progress = reporter
+        self._running[conversation_id] = running
+        try:
+            result = await asyncio.shield(job)
+        except asyncio.CancelledError:
+            if not (running.stop_requested and job.cancelled()):
+                job.cancel()
+                raise  # daemon shutting down: the task stays EXECUTING and is re-run later
+            result = TaskResult(
+                Reply(text="Stopped. The task was cancelled with /stop."),
+                CompletionReason.CANCELLED,
+            )
+        except Exception as exc:
+            log.exception("task %s failed", task_id)
+            result = TaskResult(
+                Reply(text=f"Internal error: {exc}", is_error=True), CompletionReason.INTERNAL_ERROR
+            )
+        finally:
+            await reporter.close()
+            self._running.pop(conversation_id, None)
+        await self._store.record_reply(task_id, result.reply)
+        if result.reply.usage is not None:
+            await self._store.record_usage(task_id, result.reply.usage)
+        await self._deliver(task_id, message, result.reply, result.reason)
+
+    async def _finish_delivery(self, task: TaskRecord) -> None:
+        assert task.parsed is not None
+        assert task.reply is not None
+        reason = (
+            CompletionReason.EXECUTION_FAILED if task.reply.is_error else CompletionReason.SUCCESS
+        )
+        if task.reply_delivered:
+            await self._store.transition(task.id, TaskState.COMPLETED, reason=reason)
+            return
+        await self._deliver(task.id, task.parsed, task.reply, reason)
+
+    async def _deliver(
+        self, task_id: str, message: InboundMessage, reply: Reply, reason: CompletionReason
+    ) -> None:
+        adapter = self._adapters[message.channel]
+        await adapter.send_reply(message.channel_context, task_id, reply)
+        await self._store.mark_reply_delivered(task_id)
+        await self._store.transition(
+            task_id,
+            TaskState.COMPLETED,
+            reason=reason,
+            error=reply.text if reply.is_error else None,
+        )
+
+    async def _answer_now(
+        self, task: TaskRecord, message: InboundMessage, text: str, reason: CompletionReason
+    ) -> None:
+        """Reply without queueing (commands, refusals): store, send, complete."""
+        await self._store.transition(task.id, TaskState.EXECUTING, parsed=message)
+        reply = Reply(text=text, is_error=reason is not CompletionReason.SUCCESS)
+        await self._store.record_reply(task.id, reply)
+        await self._deliver(task.id, message, reply, reason)
+
+    # -- commands ----------------------------------------------------------------------
+
+    async def _run_command(
+        self, task: TaskRecord, message: InboundMessage, command: Command
+    ) -> None:
+        conversation = await self._conversation_for(message)
+        if command.name is CommandName.STOP:
+            text = self._request_stop(conversation.id)
+        elif command.name is CommandName.STATUS:
+            text = await self._status_text(conversation)
+        elif command.name is CommandName.NEW:
+            created = await self.start_new_conversation(message.channel, message.conversation_key)
+            text = f"Started a new conversation ({created.id}). The next message starts afresh."
+        elif command.name is CommandName.MODEL:
+            text = await self._set_model(conversation, command.argument)
+        else:
+            text = HELP_TEXT
+        await self._answer_now(task, message, text, CompletionReason.SUCCESS)
+
+    def _request_stop(self, conversation_id: str) -> str:
+        running = self._running.get(conversation_id)
+        if running is None:
+            return "Nothing is running in this conversation."
+        running.stop_requested = True
+        running.job.cancel()
+        return f"Stopping task {running.task_id}…"
+
+    async def _status_text(self, conversation: ConversationRecord) -> str:
+        waiting = await self._store.conversation_tasks(conversation.id, [TaskState.PENDING])
+        running = self._running.get(conversation.id)
+        return describe_status(
+            conversation,
+            running.task_id if running else None,
+            running.body if running else None,
+            running.progress.steps if running and running.progress else (),
+            time.monotonic() - running.started if running else 0.0,
+            [
+                t.parsed.body if t.parsed else ""
+                for t in waiting
+                if not running or t.id != running.task_id
+            ],
+        )
+
+    async def _set_model(self, conversation: ConversationRecord, name: str) -> str:
+        if not name:
+            current = conversation.model or conversation.next_model or "the default"
+            return f"Usage: /model NAME. This conversation uses {current}."
+        await self._store.update_conversation(conversation.id, next_model=name)
+        if conversation.agent_session_id is None:
+            return f"Model set to {name}."
+        return f"Model {name} will be used from the next new session (/new)."

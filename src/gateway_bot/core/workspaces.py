@@ -1,0 +1,123 @@
+"""Per-conversation directories and the git mirror they are cloned from.
+
+Layout under the state dir::
+
+    git-mirror/                 bare mirror of the configured repo, fetched before each task
+    conversations/<id>/
+        workspace/              full clone (no alternates: it must work mounted alone)
+        home/                   the agent's home (its session state lives here)
+        inbox/ outbox/ storage/ files in, files out, scratch that outlives tasks
+        sent/                   outbox files already delivered, by task id
+        events.jsonl            the agent's raw stream, append-only, never mounted
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class GitError(Exception):
+    """A git command failed; the message carries git's own words."""
+
+
+@dataclass(frozen=True)
+class ConversationDirs:
+    root: Path
+
+    @property
+    def workspace(self) -> Path:
+        return self.root / "workspace"
+
+    @property
+    def home(self) -> Path:
+        return self.root / "home"
+
+    @property
+    def inbox(self) -> Path:
+        return self.root / "inbox"
+
+    @property
+    def outbox(self) -> Path:
+        return self.root / "outbox"
+
+    @property
+    def storage(self) -> Path:
+        return self.root / "storage"
+
+    @property
+    def sent(self) -> Path:
+        return self.root / "sent"
+
+    @property
+    def events(self) -> Path:
+        return self.root / "events.jsonl"
+
+
+class Workspaces:
+    def __init__(self, state_dir: Path, repo_url: str, default_branch: str | None) -> None:
+        self._state_dir = state_dir
+        self._repo_url = repo_url
+        self._branch = default_branch
+        self._mirror = state_dir / "git-mirror"
+        self._mirror_lock = asyncio.Lock()
+
+    def dirs(self, conversation_id: str) -> ConversationDirs:
+        return ConversationDirs(self._state_dir / "conversations" / conversation_id)
+
+    async def refresh_mirror(self) -> None:
+        """Clone the mirror on first use, fetch it afterwards. Serialised: one git at a time."""
+        async with self._mirror_lock:
+            if (self._mirror / "HEAD").exists():
+                await _git("-C", str(self._mirror), "remote", "update", "--prune")
+                return
+            partial = self._mirror.with_name("git-mirror.partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            await _git("clone", "--mirror", "--quiet", self._repo_url, str(partial))
+            partial.rename(self._mirror)
+
+    async def prepare(self, conversation_id: str) -> ConversationDirs:
+        """Make sure every directory exists and the workspace is cloned. Never rebases."""
+        dirs = self.dirs(conversation_id)
+        for path in (dirs.home, dirs.inbox, dirs.outbox, dirs.storage):
+            path.mkdir(parents=True, exist_ok=True)
+        if not (dirs.workspace / ".git").exists():
+            partial = dirs.root / "workspace.partial"
+            await asyncio.to_thread(shutil.rmtree, partial, True)
+            branch = ["--branch", self._branch] if self._branch else []
+            await _git(
+                "clone", "--quiet", "--no-hardlinks", *branch, str(self._mirror), str(partial)
+            )
+            await _git("-C", str(partial), "remote", "set-url", "origin", self._repo_url)
+            partial.rename(dirs.workspace)
+        return dirs
+
+    async def read_default_branch_file(self, path: str) -> str | None:
+        """A file's text on the default branch of the mirror, or None when it is absent."""
+        ref = self._branch or "HEAD"
+        try:
+            return await _git("-C", str(self._mirror), "show", f"{ref}:{path}")
+        except GitError as exc:
+            if "does not exist" in str(exc) or "exists on disk, but not in" in str(exc):
+                return None
+            raise
+
+
+async def _git(*args: str) -> str:
+    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true"}
+    process = await asyncio.create_subprocess_exec(
+        "git",
+        *args,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    stdout, stderr = await process.communicate()
+    if process.returncode != 0:
+        message = stderr.decode("utf-8", "replace").strip() or f"exit {process.returncode}"
+        raise GitError(f"git {args[0] if args[0] != '-C' else args[2]} failed: {message}")
+    return stdout.decode("utf-8", "replace")

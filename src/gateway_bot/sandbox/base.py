@@ -1,0 +1,82 @@
+"""What the rest of the daemon may ask of a sandbox: run this argv there, stream its output.
+
+The sandbox knows nothing of chat: it sees an opaque execution-context id and a set of host
+directories to expose, never a conversation, a channel or a sender.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+
+class SandboxUnavailable(Exception):
+    """The sandbox cannot run anything (runtime missing or broken). One clear message."""
+
+
+@dataclass(frozen=True)
+class ExecutionContext:
+    id: str
+    """Opaque: the same id always means the same long-lived execution environment."""
+    workspace: Path
+    home: Path
+    inbox: Path
+    outbox: Path
+    storage: Path
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Environment for processes run in this context (already resolved secrets)."""
+
+
+@dataclass(frozen=True)
+class SandboxPaths:
+    """Where the context's directories appear to the process inside the sandbox."""
+
+    workspace: str
+    home: str
+    inbox: str
+    outbox: str
+    storage: str
+
+
+class SandboxProcess(Protocol):
+    @property
+    def stdout(self) -> asyncio.StreamReader: ...
+
+    async def read_stderr(self) -> str:
+        """All of stderr once the process has ended (bounded)."""
+        ...
+
+    async def wait(self) -> int: ...
+
+    def kill(self) -> None:
+        """Kill the process and everything it started. Safe to call more than once."""
+        ...
+
+
+class Sandbox(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    async def check(self) -> None:
+        """Raise SandboxUnavailable with a user-facing reason if nothing can run."""
+        ...
+
+    def paths(self, context: ExecutionContext) -> SandboxPaths: ...
+
+    async def start(
+        self,
+        context: ExecutionContext,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        stdin_data: bytes = b"",
+    ) -> SandboxProcess:
+        """Start ``argv`` in the context's workspace with ``env`` on top of the context env.
+
+        ``stdin_data`` is written to the process's stdin, which is then closed (prompts go
+        this way: a single argv string is capped at 128 KiB by Linux)."""
+        ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,56 @@
+"""Versioned schema: each entry moves the database one version up (PRAGMA user_version).
+
+Append only. Never edit a migration that has shipped; add the next one.
+"""
+
+from __future__ import annotations
+
+MIGRATIONS: tuple[str, ...] = (
+    # 1: conversations, tasks, inbound de-duplication.
+    """
+    CREATE TABLE conversations (
+        id TEXT PRIMARY KEY,
+        channel TEXT NOT NULL,
+        channel_key TEXT NOT NULL,
+        model TEXT,
+        agent_session_id TEXT,
+        last_reply TEXT,
+        next_model TEXT,
+        active INTEGER NOT NULL DEFAULT 1,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    );
+    CREATE UNIQUE INDEX conversations_active_key
+        ON conversations(channel, channel_key) WHERE active = 1;
+
+    CREATE TABLE tasks (
+        id TEXT PRIMARY KEY,
+        channel TEXT NOT NULL,
+        message_id TEXT NOT NULL,
+        conversation_id TEXT REFERENCES conversations(id),
+        state TEXT NOT NULL,
+        completion_reason TEXT,
+        raw_json TEXT NOT NULL,
+        parsed_json TEXT,
+        reply_json TEXT,
+        reply_delivered INTEGER NOT NULL DEFAULT 0,
+        created_at REAL NOT NULL,
+        started_at REAL,
+        completed_at REAL,
+        cost_usd REAL NOT NULL DEFAULT 0,
+        num_turns INTEGER NOT NULL DEFAULT 0,
+        error TEXT,
+        attempts INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX tasks_state ON tasks(state, created_at);
+    CREATE INDEX tasks_conversation ON tasks(conversation_id, created_at);
+
+    CREATE TABLE inbound_messages (
+        channel TEXT NOT NULL,
+        message_id TEXT NOT NULL,
+        task_id TEXT NOT NULL REFERENCES tasks(id),
+        received_at REAL NOT NULL,
+        PRIMARY KEY (channel, message_id)
+    );
+    """,
+)
