@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from gateway_bot.channels.factory import create_adapters
+from gateway_bot.config.channels import ChannelsSettings, ConsoleChannelSettings
 from gateway_bot.config.server import (
-    ChannelsSettings,
-    ConsoleChannelSettings,
     ServerConfig,
     build_server_config,
     load_server_config,
@@ -74,7 +73,13 @@ def main(argv: list[str] | None = None) -> int:
 
 async def _serve(config: ServerConfig, agent_env: dict[str, str], *, chat: bool, new: bool) -> int:
     holder: list[Daemon] = []
-    adapters = create_adapters(config, on_console_eof=lambda: holder[0].end_of_input.set())
+
+    def on_console_eof() -> None:
+        # In chat, end of input means "done". A daemon keeps serving its other channels.
+        if chat:
+            holder[0].end_of_input.set()
+
+    adapters = create_adapters(config, on_console_eof=on_console_eof)
     if not adapters:
         print("No channel is enabled in the config: nothing to listen to.", file=sys.stderr)
         return EXIT_CONFIG

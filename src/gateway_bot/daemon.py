@@ -18,7 +18,7 @@ from gateway_bot.core.channel import ChannelAdapter
 from gateway_bot.core.executor import AgentDefaults, TaskExecutor
 from gateway_bot.core.service import GatewayService
 from gateway_bot.core.workspaces import Workspaces
-from gateway_bot.sandbox.host import HostSandbox
+from gateway_bot.sandbox.factory import create_sandbox
 from gateway_bot.state.sqlite_store import SqliteStore
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ class Daemon:
     ) -> None:
         self.config = config
         self.store = SqliteStore(config.state_dir / "state.db")
-        self.sandbox = HostSandbox()
+        self.sandbox = create_sandbox(config.sandbox, config.state_dir)
         executor = TaskExecutor(
             self.store,
             Workspaces(config.state_dir, config.repo.url, config.repo.default_branch),

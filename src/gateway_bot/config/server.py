@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from dotenv import dotenv_values
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
+from pydantic import Field, PositiveFloat, PositiveInt, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -21,21 +21,20 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from gateway_bot.config.channels import ChannelsSettings
+from gateway_bot.config.sandbox import SandboxSettings
+from gateway_bot.config.section import Section
 from gateway_bot.config.yaml_tags import ConfigError, load_server_yaml
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class RepoSettings(_Section):
+class RepoSettings(Section):
     url: str = Field(description="The git repository conversations work on (URL or local path).")
     default_branch: str | None = Field(
         default=None, description="Branch new workspaces start from; the remote HEAD if unset."
     )
 
 
-class AgentSettings(_Section):
+class AgentSettings(Section):
     backend: Literal["claude_code"] = "claude_code"
     command: list[str] = Field(default_factory=lambda: ["claude"], min_length=1)
     model: str | None = None
@@ -46,26 +45,10 @@ class AgentSettings(_Section):
     )
 
 
-class SandboxSettings(_Section):
-    kind: Literal["none"] = Field(
-        default="none",
-        description="'none' runs the agent on the host, unconfined. Loudly warned about.",
-    )
-
-
-class ExecutionSettings(_Section):
+class ExecutionSettings(Section):
     max_concurrent_tasks: PositiveInt = 3
     max_pending_per_conversation: PositiveInt = 3
     shutdown_timeout_seconds: float = Field(default=30.0, ge=0)
-
-
-class ConsoleChannelSettings(_Section):
-    enabled: bool = True
-    conversation: str = Field(default="default", min_length=1)
-
-
-class ChannelsSettings(_Section):
-    console: ConsoleChannelSettings | None = None
 
 
 class ServerConfig(BaseSettings):

@@ -40,7 +40,11 @@ class SqliteStore:
         await self._db.execute("PRAGMA synchronous=FULL")
         await self._db.execute("PRAGMA foreign_keys=ON")
         await self._db.execute("PRAGMA busy_timeout=5000")
-        await self._migrate()
+        try:
+            await self._migrate()
+        except BaseException:
+            await self.close()
+            raise
 
     async def _migrate(self) -> None:
         async with self.db.execute("PRAGMA user_version") as cursor:

@@ -1,0 +1,222 @@
+"""Shared fixtures: the fake model API (one per session), target git repos, configs, and a
+driver for the real ``gateway-bot`` process talked to through pipes as a user would."""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.fake_anthropic import FakeAnthropic
+
+pytest_plugins: list[str] = []
+
+GIT_IDENTITY = ["-c", "user.name=Test", "-c", "user.email=test@example.test"]
+
+
+@pytest.fixture(scope="session")
+def fake_api_server() -> Iterator[FakeAnthropic]:
+    server = FakeAnthropic()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def fake_api(fake_api_server: FakeAnthropic) -> Iterator[FakeAnthropic]:
+    fake_api_server.reset()
+    yield fake_api_server
+    fake_api_server.release()
+    fake_api_server.reset()
+
+
+def make_repo(path: Path, files: dict[str, str] | None = None) -> Path:
+    """A git repo with one commit on main holding ``files``."""
+    path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["git", "init", "-q", "-b", "main", str(path)], check=True)
+    for name, text in {"README.md": "# target repo\n", **(files or {})}.items():
+        target = path / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    subprocess.run(["git", "-C", str(path), "add", "-A"], check=True)
+    subprocess.run(
+        ["git", "-C", str(path), *GIT_IDENTITY, "commit", "-q", "-m", "init"], check=True
+    )
+    return path
+
+
+@pytest.fixture
+def target_repo(tmp_path: Path) -> Path:
+    return make_repo(tmp_path / "repo")
+
+
+def write_config(directory: Path, repo: Path, api: FakeAnthropic, **sections: Any) -> Path:
+    """A server config pointing at ``repo`` and the fake API; ``sections`` override keys."""
+    config: dict[str, Any] = {
+        "state_dir": str(directory / "state"),
+        "repo": {"url": str(repo)},
+        "agent": {
+            "timeout_seconds": 120,
+            "env": {
+                "ANTHROPIC_BASE_URL": api.base_url,
+                "ANTHROPIC_API_KEY": "test-key",
+                "CLAUDE_CODE_MAX_RETRIES": "0",
+            },
+        },
+        "channels": {"console": {}},
+    }
+    for key, value in sections.items():
+        if isinstance(value, dict) and isinstance(config.get(key), dict):
+            config[key] = {**config[key], **value}
+        else:
+            config[key] = value
+    path = directory / "gateway-bot.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture
+def config_path(tmp_path: Path, target_repo: Path, fake_api: FakeAnthropic) -> Path:
+    return write_config(tmp_path, target_repo, fake_api)
+
+
+def gateway_env() -> dict[str, str]:
+    """The test process's environment minus anything that would reach a real model."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CLAUDE"))}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+class GatewayProcess:
+    """The real ``gateway-bot`` CLI in a subprocess; stdout read line by line on a thread."""
+
+    def __init__(self, *args: str, cwd: Path | None = None) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "gateway_bot", *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=gateway_env(),
+            cwd=cwd,
+        )
+        self.lines: list[str] = []
+        self._cursor = 0
+        self._eof = False
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        self._stderr: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self._read_stderr, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self._queue.put(line.rstrip("\n"))
+        self._queue.put(None)
+
+    def _read_stderr(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self._stderr.append(line)
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self._stderr)
+
+    def send(self, text: str) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(text + "\n")
+        self.process.stdin.flush()
+
+    def close_input(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+
+    def expect(self, pattern: str, timeout: float = 60) -> str:
+        """Wait for the next output line matching ``pattern`` (after the last match);
+        fail with everything seen so far."""
+        regex = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        while True:
+            while self._cursor < len(self.lines):
+                line = self.lines[self._cursor]
+                self._cursor += 1
+                if regex.search(line):
+                    return line
+            if self._eof or not self._next_line(deadline):
+                break
+        raise AssertionError(
+            f"no line matching {pattern!r}; stdout:\n"
+            + "\n".join(self.lines)
+            + f"\nstderr:\n{self.stderr}"
+        )
+
+    def _next_line(self, deadline: float) -> bool:
+        """Move one line from the reader into ``lines``; False on timeout or end of output."""
+        try:
+            item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            return False
+        if item is None:
+            self._eof = True
+            return False
+        self.lines.append(item)
+        return True
+
+    def count(self, pattern: str) -> int:
+        regex = re.compile(pattern)
+        return sum(1 for line in self.lines if regex.search(line))
+
+    def wait(self, timeout: float = 60) -> int:
+        code = self.process.wait(timeout)
+        self.drain()
+        return code
+
+    def drain(self) -> list[str]:
+        """Collect remaining output (the process has ended)."""
+        while not self._eof:
+            try:
+                line = self._queue.get(timeout=5)
+            except queue.Empty:
+                break
+            if line is None:
+                self._eof = True
+                break
+            self.lines.append(line)
+        return self.lines
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(30)
+        self.drain()
+
+    def terminate(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(30)
+
+
+@pytest.fixture
+def gateway() -> Iterator[Any]:
+    """Start gateway-bot processes; all are killed at the end of the test."""
+    started: list[GatewayProcess] = []
+
+    def start(*args: str, cwd: Path | None = None) -> GatewayProcess:
+        process = GatewayProcess(*args, cwd=cwd)
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.terminate()
