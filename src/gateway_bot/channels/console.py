@@ -142,3 +142,6 @@ class ConsoleAdapter:
         buttons = " / ".join(f"{b.label} ({b.action_id})" for b in card.buttons)
         self.say(f"[{card.title}]\n{card.body}\n{buttons}")
         return ""
+
+    async def update_card(self, context: JsonDict, card_ref: str, card: Card) -> None:
+        self.say(f"[{card.title}]\n{card.body}")

@@ -11,6 +11,7 @@ from typing import Protocol
 
 from gateway_bot.core.messages import (
     Card,
+    Decision,
     ChannelCapabilities,
     ChannelStatus,
     InboundMessage,
@@ -72,8 +73,10 @@ class ChannelAdapter(Protocol):
     @property
     def listener(self) -> ChannelListener: ...
 
-    async def authenticate_and_parse(self, raw: RawMessage) -> InboundMessage:
-        """Verify the sender and parse; raise AuthenticationError to refuse."""
+    async def authenticate_and_parse(self, raw: RawMessage) -> InboundMessage | Decision:
+        """Verify the sender and parse; raise AuthenticationError to refuse.
+
+        A button press, an approval reaction or ``!approve CODE`` parses to a Decision."""
         ...
 
     async def save_attachments(self, message: InboundMessage, inbox_dir: str) -> list[str]:
@@ -98,4 +101,8 @@ class ChannelAdapter(Protocol):
 
     async def send_card(self, context: JsonDict, card: Card) -> str:
         """Send a card with buttons; return a channel reference to edit it later."""
+        ...
+
+    async def update_card(self, context: JsonDict, card_ref: str, card: Card) -> None:
+        """Replace a sent card (e.g. "Allowed by X at T", without buttons)."""
         ...

@@ -72,6 +72,16 @@ class InboundMessage:
     """Whatever the channel needs to answer later (room id, thread ts...). JSON only."""
     attachments: tuple[Attachment, ...] = ()
     model_hint: str | None = None
+    sender_allowed: bool = True
+    """False when the channel verified who the sender is but its allow rules do not admit
+    them: the core's approval policy decides (hold and card the owner, drop, or run)."""
+    room: str = ""
+    """Names where it was said (room id, channel id, mailbox), for policies and cards."""
+    room_title: str = ""
+    is_direct: bool = False
+    """A one-to-one conversation with the bot (DMs engage on every message by default)."""
+    mentioned: bool = False
+    """The bot was mentioned (by name, MXID, <@U...>)."""
 
     def to_json(self) -> JsonDict:
         return asdict(self)
@@ -135,7 +145,30 @@ class Progress:
 class Button:
     label: str
     action_id: str
-    """Opaque to the channel: it comes back in the decision callback unchanged."""
+    """Opaque to the channel: it comes back unchanged in the Decision a press produces."""
+    emoji: str = ""
+    """For channels without buttons but with reactions (Matrix): the bot pre-reacts with
+    this key, and a reaction with it presses the button."""
+    style: str = ""
+    """"primary" or "danger" (Slack Block Kit styles); empty for the default look."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Someone pressed a card's button (or reacted, or typed !approve CODE).
+
+    Channels return this from ``authenticate_and_parse`` instead of an InboundMessage; the
+    core checks that ``decider_id`` may decide before acting on ``action_id``.
+    """
+
+    channel: str
+    action_id: str
+    decider_id: str
+    decider_name: str
+    decided_at: float
+
+    def to_json(self) -> JsonDict:
+        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from gateway_bot.core.commands import (
 )
 from gateway_bot.core.executor import TaskExecutor, TaskResult
 from gateway_bot.core.lifecycle import CompletionReason, TaskState
-from gateway_bot.core.messages import InboundMessage, RawMessage, Reply
+from gateway_bot.core.messages import Decision, InboundMessage, RawMessage, Reply
 from gateway_bot.core.progress import ProgressReporter
 from gateway_bot.core.status import describe_status
 from gateway_bot.state.records import ConversationRecord, TaskRecord
@@ -181,6 +181,17 @@ class GatewayService:
                 task_id, TaskState.COMPLETED, reason=reason, error=exc.reason
             )
             return
+        if isinstance(message, Decision):
+            await self._apply_decision(task, message)
+            return
+        if not message.sender_allowed:
+            # Until approvals land, a sender the channel's rules do not admit runs nothing.
+            log.warning("task %s: %s is not allowed in %s", task_id, message.sender_id,
+                        message.room or message.conversation_key)
+            await self._store.transition(task_id, TaskState.COMPLETED,
+                                         reason=CompletionReason.UNAUTHORIZED,
+                                         error="sender not allowed")
+            return
         try:
             command = parse_command(message.body)
         except UnknownCommand as exc:
@@ -195,6 +206,12 @@ class GatewayService:
             )
             return
         await self._queue_message(task, message)
+
+    async def _apply_decision(self, task: TaskRecord, decision: Decision) -> None:
+        log.warning("decision %s by %s: approvals are not wired yet", decision.action_id,
+                    decision.decider_id)
+        await self._store.transition(task.id, TaskState.COMPLETED,
+                                     reason=CompletionReason.REJECTED, error="no approvals")
 
     async def _queue_message(self, task: TaskRecord, message: InboundMessage) -> None:
         conversation = await self._conversation_for(message)
