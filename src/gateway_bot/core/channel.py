@@ -11,9 +11,9 @@ from typing import Protocol
 
 from gateway_bot.core.messages import (
     Card,
-    Decision,
     ChannelCapabilities,
     ChannelStatus,
+    Decision,
     InboundMessage,
     JsonDict,
     Progress,
