@@ -15,7 +15,8 @@ module serves ``POST /v1/messages`` on 127.0.0.1 with a deterministic script:
   caller replaced the system prompt and that line is gone, the fake falls back to a ``Bash``
   ``printf`` into the relative name, which lands in the same place because Bash runs in cwd;
 * requests without ``tools`` are the CLI's side requests (titles, topics, other models):
-  they get ``ok`` at once and go to ``side_requests``, not ``requests``.
+  they get ``ok`` at once and go to ``side_requests``, not ``requests``; so does the
+  CLI's auto-compaction request, which gets a summary listing the user's prompts.
 
 The server runs in its own thread with its own event loop so that sync tests and async
 tests (whose loop must not be blocked by the server, nor own it) can share one fixture.
@@ -37,7 +38,11 @@ from aiohttp import web
 JSON = dict[str, Any]
 _REMINDER = "<system-reminder>"
 _CWD_RE = re.compile(r"^ - Primary working directory: (.+)$", re.MULTILINE)
+_HEADER_RE = re.compile(r"^\[.*\]$")
 _WRITE_RE = re.compile(r"WRITE_FILE name=(\S+) text=(.*)", re.DOTALL)
+# Auto-compaction (after a 400 "prompt is too long") is a tools-carrying request whose
+# newest user text orders a summary: it is the CLI's business, so it is a side request.
+_COMPACT = "create a detailed summary of the conversation"
 
 
 def _blocks(message: JSON) -> list[JSON]:
@@ -63,10 +68,18 @@ def _user_messages(body: JSON) -> list[JSON]:
 
 
 def _last_prompt(body: JSON) -> str:
+    # Text beside a tool_result counts too: that is where the CLI puts its compaction order.
     for message in reversed(_user_messages(body)):
-        if not _has_tool_result(message):
-            return _prompt_of(message)
+        if prompt := _prompt_of(message):
+            return prompt
     return ""
+
+
+def _words(prompt: str) -> str:
+    """The user's words: the prompt without gateway-bot's bracketed header lines, so a test
+    can match ``Echo: <what the user typed>`` on one line."""
+    kept = [line for line in prompt.splitlines() if not _HEADER_RE.match(line)]
+    return "\n".join(kept).strip()
 
 
 def _system_text(body: JSON) -> str:
@@ -198,20 +211,24 @@ class FakeAnthropic:
     async def _messages(self, request: web.Request) -> web.StreamResponse:
         body: JSON = await request.json()
         size = request.content_length or 4000
-        if not body.get("tools"):
+        prompt = _last_prompt(body)
+        if not body.get("tools") or _COMPACT in prompt:
             with self._lock:
                 self.side_requests.append(body)
-            return await self._reply(request, body, [{"type": "text", "text": "ok"}], size)
+            text = "ok"
+            if body.get("tools"):  # keep the user's prompts in the summary that replaces them
+                prompts = "\n".join(self.user_texts(body)[:-1])
+                text = f"<analysis>fake</analysis>\n<summary>User prompts:\n{prompts}</summary>"
+            return await self._reply(request, body, [{"type": "text", "text": text}], size)
         with self._lock:
             self.requests.append(body)
             fail, self._fail = self._fail, None
             hold = self._hold
-        prompt = _last_prompt(body)
         if hold is not None and hold in prompt and not self._released.is_set():
             self._held.set()
             while not self._released.is_set():  # polling keeps the loop free for others
                 if request.transport is None or request.transport.is_closing():
-                    break
+                    return web.Response(status=499)  # client gone (killed): nothing to send
                 await asyncio.sleep(0.02)
         if fail is not None:
             error = {"type": "error", "error": {"type": _error_type(fail[0]), "message": fail[1]}}
@@ -221,7 +238,7 @@ class FakeAnthropic:
     def _script(self, body: JSON, prompt: str) -> list[JSON]:
         users = _user_messages(body)
         if users and _has_tool_result(users[-1]):
-            return [{"type": "text", "text": f"Echo: {prompt}"}]
+            return [{"type": "text", "text": f"Echo: {_words(prompt)}"}]
         tool_id = f"toolu_fake_{next(self._ids):06d}"
         match = _WRITE_RE.search(prompt)
         cwd = _CWD_RE.search(_system_text(body))

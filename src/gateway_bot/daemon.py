@@ -92,6 +92,8 @@ class Daemon:
             self.store,
             adapters,
             executor,
+            access=config.access,
+            timezone=config.timezone,
             max_concurrent_tasks=config.execution.max_concurrent_tasks,
             max_pending_per_conversation=config.execution.max_pending_per_conversation,
         )

@@ -21,6 +21,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from gateway_bot.config.access import AccessSettings
 from gateway_bot.config.channels import ChannelsSettings
 from gateway_bot.config.sandbox import SandboxSettings
 from gateway_bot.config.section import Section
@@ -66,6 +67,7 @@ class ServerConfig(BaseSettings):
         default_factory=dict, description="Pool that repo configs reference with !secret NAME."
     )
     channels: ChannelsSettings = Field(default_factory=ChannelsSettings)
+    access: AccessSettings = Field(default_factory=AccessSettings)
 
     _yaml_data: ClassVar[dict[str, Any]] = {}
 

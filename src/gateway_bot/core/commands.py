@@ -19,12 +19,15 @@ class CommandName(enum.Enum):
     NEW = "new"
     MODEL = "model"
     HELP = "help"
+    APPROVE = "approve"
+    DENY = "deny"
 
 
 HELP_TEXT = (
     "Commands: /stop (cancel the running task), /status (running task and queue), "
     "/new (start a fresh conversation), /model NAME (model for the next new session), "
-    "/help. `!` works instead of `/`."
+    "/approve CODE and /deny CODE (owners: decide an approval card), /help. "
+    "`!` works instead of `/`."
 )
 
 _COMMAND = re.compile(r"^[/!]([a-z][a-z-]*)(?:\s+(.*))?$", re.DOTALL)

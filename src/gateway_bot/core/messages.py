@@ -82,6 +82,8 @@ class InboundMessage:
     """A one-to-one conversation with the bot (DMs engage on every message by default)."""
     mentioned: bool = False
     """The bot was mentioned (by name, MXID, <@U...>)."""
+    context: tuple[str, ...] = ()
+    """Earlier messages that did not engage the bot, set by the core (accumulate mode)."""
 
     def to_json(self) -> JsonDict:
         return asdict(self)
@@ -90,6 +92,7 @@ class InboundMessage:
     def from_json(cls, data: Mapping[str, Any]) -> InboundMessage:
         fields = dict(data)
         fields["attachments"] = tuple(Attachment(**a) for a in fields.get("attachments", ()))
+        fields["context"] = tuple(fields.get("context", ()))
         return cls(**fields)
 
 

@@ -23,6 +23,10 @@ def build_prompt(
         f"{when:%Y-%m-%d %H:%M} {timezone}]",
         f"[Put files you want to send back in {paths.outbox}/]",
     ]
+    if message.context:
+        lines.append("[Earlier messages here that were not addressed to you, for context:]")
+        lines += [f"[context] {line}" for line in message.context]
+        lines.append("[End of context]")
     if saved_attachments:
         names = ", ".join(f"{paths.inbox}/{name}" for name in saved_attachments)
         lines.append(f"[Attached files: {names}]")

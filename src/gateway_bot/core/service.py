@@ -12,40 +12,31 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import logging
-import time
 from collections.abc import Coroutine, Mapping
 from typing import Any
 
+from gateway_bot.config.access import AccessSettings, IgnoredMessages
+from gateway_bot.core.approvals import Gatekeeper, parse_approval_action
 from gateway_bot.core.channel import AuthenticationError, ChannelAdapter
+from gateway_bot.core.chat_commands import ChatCommands, RunningTask
 from gateway_bot.core.commands import (
-    HELP_TEXT,
-    Command,
-    CommandName,
     UnknownCommand,
     parse_command,
 )
+from gateway_bot.core.engagement import engages
 from gateway_bot.core.executor import TaskExecutor, TaskResult
 from gateway_bot.core.lifecycle import CompletionReason, TaskState
 from gateway_bot.core.messages import Decision, InboundMessage, RawMessage, Reply
 from gateway_bot.core.progress import ProgressReporter
-from gateway_bot.core.status import describe_status
-from gateway_bot.state.records import ConversationRecord, TaskRecord
+from gateway_bot.state.records import ContextLine, ConversationRecord, TaskRecord
 from gateway_bot.state.store import Store
 
 log = logging.getLogger(__name__)
 
-
-class _Running:
-    """The task a conversation is executing now, for /stop and /status."""
-
-    def __init__(self, task_id: str, body: str, job: asyncio.Task[TaskResult]) -> None:
-        self.task_id = task_id
-        self.body = body
-        self.job = job
-        self.started = time.monotonic()
-        self.progress: ProgressReporter | None = None
-        self.stop_requested = False
+SWEEP_INTERVAL_S = 60.0
+"""How often undecided approval cards are checked for expiry."""
 
 
 class GatewayService:
@@ -55,17 +46,23 @@ class GatewayService:
         adapters: Mapping[str, ChannelAdapter],
         executor: TaskExecutor,
         *,
+        access: AccessSettings,
+        timezone: str,
         max_concurrent_tasks: int,
         max_pending_per_conversation: int,
     ) -> None:
         self._store = store
         self._adapters = dict(adapters)
         self._executor = executor
+        self._access = access
+        self._gate = Gatekeeper(store, access, self._adapters, self._release_held, timezone)
+        self._sweeper: asyncio.Task[None] | None = None
+        self._running: dict[str, RunningTask] = {}
+        self._commands = ChatCommands(store, self._gate, self._running, self.start_new_conversation)
         self._slots = asyncio.Semaphore(max_concurrent_tasks)
         self._max_pending = max_pending_per_conversation
         self._queues: dict[str, collections.deque[str]] = collections.defaultdict(collections.deque)
         self._drainers: dict[str, asyncio.Task[None]] = {}
-        self._running: dict[str, _Running] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._intake_locks: dict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
         self._accepting = False
@@ -77,12 +74,24 @@ class GatewayService:
     async def start(self) -> None:
         """Recover what a previous run left, then start every channel's listener."""
         await self.recover()
+        await self._gate.expire()
+        self._sweeper = asyncio.create_task(self._sweep_periodically())
         self._accepting = True
         for adapter in self._adapters.values():
             await adapter.listener.start(self.submit)
 
+    async def _sweep_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_INTERVAL_S)
+            try:
+                await self._gate.expire()
+            except Exception:
+                log.exception("approval expiry sweep failed")
+
     async def stop_listening(self) -> None:
         self._accepting = False
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         for adapter in self._adapters.values():
             await adapter.listener.stop()
 
@@ -184,40 +193,78 @@ class GatewayService:
         if isinstance(message, Decision):
             await self._apply_decision(task, message)
             return
-        if not message.sender_allowed:
-            # Until approvals land, a sender the channel's rules do not admit runs nothing.
-            log.warning("task %s: %s is not allowed in %s", task_id, message.sender_id,
-                        message.room or message.conversation_key)
-            await self._store.transition(task_id, TaskState.COMPLETED,
-                                         reason=CompletionReason.UNAUTHORIZED,
-                                         error="sender not allowed")
+        if not (await self._gate.admit(task, message)).admitted:
             return
+        await self._route(task, message)
+
+    async def _release_held(self, task_id: str) -> None:
+        """An owner allowed the sender: route the held message as if it had just passed."""
+        task = await self._store.get_task(task_id)
+        if task.state is not TaskState.AUTHENTICATING or task.parsed is None:
+            return
+        await self._route(task, task.parsed)
+
+    async def _route(self, task: TaskRecord, message: InboundMessage) -> None:
+        """Commands run at once; other messages engage the agent or are dropped / kept."""
         try:
             command = parse_command(message.body)
         except UnknownCommand as exc:
             await self._answer_now(task, message, str(exc), CompletionReason.REJECTED)
             return
         if command is not None:
-            await self._run_command(task, message, command)
+            conversation = await self._conversation_for(message)
+            text = await self._commands.answer(conversation, message, command)
+            await self._answer_now(task, message, text, CompletionReason.SUCCESS)
             return
         if not message.body.strip() and not message.attachments:
             await self._answer_now(
                 task, message, "Your message was empty: nothing to do.", CompletionReason.REJECTED
             )
             return
+        room = self._access.room_settings(message.channel, message.room)
+        started = await self._store.active_conversation(message.channel, message.conversation_key)
+        if not engages(message, room, started is not None):
+            if room.ignored is IgnoredMessages.ACCUMULATE:
+                line = ContextLine(message.sender_name, message.body, message.received_at)
+                await self._store.approvals.add_context(
+                    message.channel, message.conversation_key, line, room.context_size
+                )
+            await self._store.transition(
+                task.id,
+                TaskState.COMPLETED,
+                reason=CompletionReason.REJECTED,
+                error="not addressed to the bot",
+            )
+            return
+        context = await self._store.approvals.take_context(
+            message.channel, message.conversation_key
+        )
+        if context:
+            message = dataclasses.replace(
+                message, context=tuple(f"{c.sender_name}: {c.body}" for c in context)
+            )
         await self._queue_message(task, message)
 
     async def _apply_decision(self, task: TaskRecord, decision: Decision) -> None:
-        log.warning("decision %s by %s: approvals are not wired yet", decision.action_id,
-                    decision.decider_id)
-        await self._store.transition(task.id, TaskState.COMPLETED,
-                                     reason=CompletionReason.REJECTED, error="no approvals")
+        parsed = parse_approval_action(decision.action_id)
+        reply = None
+        if parsed is not None:
+            reply = await self._gate.decide(
+                decision.channel, decision.decider_id, decision.decider_name, *parsed
+            )
+        else:
+            log.warning("unknown card action %r by %s", decision.action_id, decision.decider_id)
+        reason = CompletionReason.SUCCESS if reply else CompletionReason.UNAUTHORIZED
+        await self._store.transition(
+            task.id, TaskState.COMPLETED, reason=reason, error=None if reply else "decision ignored"
+        )
 
     async def _queue_message(self, task: TaskRecord, message: InboundMessage) -> None:
         conversation = await self._conversation_for(message)
-        waiting = len(self._queues[conversation.id])
-        busy = conversation.id in self._running or waiting > 0
-        if busy and waiting >= self._max_pending:
+        ahead = len(self._queues[conversation.id])
+        # The queue's head is the task in progress (running or waiting for a global slot).
+        waiting = max(0, ahead - 1)
+        if ahead and waiting >= self._max_pending:
             text = (
                 f"This conversation already has {waiting} messages waiting; this one was "
                 "not queued. Send it again when the agent has caught up, or /stop."
@@ -233,7 +280,7 @@ class GatewayService:
         await self._store.transition(
             task.id, TaskState.PENDING, conversation_id=conversation.id, parsed=message
         )
-        ack = f"Queued behind {waiting + 1} task(s)." if busy else "Working on it…"
+        ack = f"Queued behind {ahead} task(s)." if ahead else "Working on it…"
         await self._adapters[message.channel].send_acknowledgement(
             message.channel_context, task.id, ack
         )
@@ -291,7 +338,7 @@ class GatewayService:
         job = asyncio.create_task(
             self._executor.execute(conversation, message, adapter, reporter.on_event)
         )
-        running = _Running(task_id, message.body, job)
+        running = RunningTask(task_id, message.body, job)
         running.progress = reporter
         self._running[conversation_id] = running
         try:
@@ -349,55 +396,3 @@ class GatewayService:
         reply = Reply(text=text, is_error=reason is not CompletionReason.SUCCESS)
         await self._store.record_reply(task.id, reply)
         await self._deliver(task.id, message, reply, reason)
-
-    # -- commands ----------------------------------------------------------------------
-
-    async def _run_command(
-        self, task: TaskRecord, message: InboundMessage, command: Command
-    ) -> None:
-        conversation = await self._conversation_for(message)
-        if command.name is CommandName.STOP:
-            text = self._request_stop(conversation.id)
-        elif command.name is CommandName.STATUS:
-            text = await self._status_text(conversation)
-        elif command.name is CommandName.NEW:
-            created = await self.start_new_conversation(message.channel, message.conversation_key)
-            text = f"Started a new conversation ({created.id}). The next message starts afresh."
-        elif command.name is CommandName.MODEL:
-            text = await self._set_model(conversation, command.argument)
-        else:
-            text = HELP_TEXT
-        await self._answer_now(task, message, text, CompletionReason.SUCCESS)
-
-    def _request_stop(self, conversation_id: str) -> str:
-        running = self._running.get(conversation_id)
-        if running is None:
-            return "Nothing is running in this conversation."
-        running.stop_requested = True
-        running.job.cancel()
-        return f"Stopping task {running.task_id}…"
-
-    async def _status_text(self, conversation: ConversationRecord) -> str:
-        waiting = await self._store.conversation_tasks(conversation.id, [TaskState.PENDING])
-        running = self._running.get(conversation.id)
-        return describe_status(
-            conversation,
-            running.task_id if running else None,
-            running.body if running else None,
-            running.progress.steps if running and running.progress else (),
-            time.monotonic() - running.started if running else 0.0,
-            [
-                t.parsed.body if t.parsed else ""
-                for t in waiting
-                if not running or t.id != running.task_id
-            ],
-        )
-
-    async def _set_model(self, conversation: ConversationRecord, name: str) -> str:
-        if not name:
-            current = conversation.model or conversation.next_model or "the default"
-            return f"Usage: /model NAME. This conversation uses {current}."
-        await self._store.update_conversation(conversation.id, next_model=name)
-        if conversation.agent_session_id is None:
-            return f"Model set to {name}."
-        return f"Model {name} will be used from the next new session (/new)."

@@ -53,4 +53,51 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (channel, message_id)
     );
     """,
+    # 2: approvals of unknown senders, approved room members, accumulated context.
+    """
+    CREATE TABLE approvals (
+        code TEXT PRIMARY KEY,
+        channel TEXT NOT NULL,
+        room TEXT NOT NULL,
+        room_title TEXT NOT NULL,
+        sender_id TEXT NOT NULL,
+        sender_name TEXT NOT NULL,
+        preview TEXT NOT NULL,
+        state TEXT NOT NULL,
+        card_channel TEXT,
+        card_context TEXT,
+        card_ref TEXT,
+        created_at REAL NOT NULL,
+        expires_at REAL NOT NULL,
+        decided_by TEXT,
+        decided_at REAL
+    );
+    CREATE UNIQUE INDEX approvals_one_pending
+        ON approvals(channel, room, sender_id) WHERE state = 'pending';
+
+    CREATE TABLE approval_tasks (
+        code TEXT NOT NULL REFERENCES approvals(code),
+        task_id TEXT NOT NULL REFERENCES tasks(id),
+        held_at REAL NOT NULL,
+        PRIMARY KEY (code, task_id)
+    );
+
+    CREATE TABLE room_members (
+        channel TEXT NOT NULL,
+        room TEXT NOT NULL,
+        sender_id TEXT NOT NULL,
+        added_by TEXT NOT NULL,
+        added_at REAL NOT NULL,
+        PRIMARY KEY (channel, room, sender_id)
+    );
+
+    CREATE TABLE context_messages (
+        channel TEXT NOT NULL,
+        conversation_key TEXT NOT NULL,
+        sender_name TEXT NOT NULL,
+        body TEXT NOT NULL,
+        received_at REAL NOT NULL
+    );
+    CREATE INDEX context_messages_key ON context_messages(channel, conversation_key);
+    """,
 )

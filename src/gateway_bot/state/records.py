@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
+from typing import Any
 
 from gateway_bot.core.lifecycle import CompletionReason, TaskState
 from gateway_bot.core.messages import InboundMessage, RawMessage, Reply
@@ -44,3 +46,39 @@ class TaskRecord:
     num_turns: int
     error: str | None
     attempts: int
+
+
+class ApprovalState(enum.Enum):
+    PENDING = "pending"
+    ALLOWED = "allowed"
+    DENIED = "denied"
+    EXPIRED = "expired"
+
+
+@dataclass(frozen=True)
+class ApprovalRecord:
+    code: str
+    """6 hex characters: short enough to type as ``/approve CODE``."""
+    channel: str
+    room: str
+    room_title: str
+    sender_id: str
+    sender_name: str
+    preview: str
+    state: ApprovalState
+    card_channel: str | None
+    card_context: dict[str, Any] | None
+    card_ref: str | None
+    created_at: float
+    expires_at: float
+    decided_by: str | None
+    decided_at: float | None
+
+
+@dataclass(frozen=True)
+class ContextLine:
+    """A message that did not engage the bot, kept to give the next one context."""
+
+    sender_name: str
+    body: str
+    received_at: float

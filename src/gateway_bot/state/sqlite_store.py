@@ -17,6 +17,7 @@ import aiosqlite
 
 from gateway_bot.core.lifecycle import CompletionReason, TaskState, check_transition
 from gateway_bot.core.messages import InboundMessage, RawMessage, Reply, Usage
+from gateway_bot.state.approvals import SqliteApprovals
 from gateway_bot.state.migrations import MIGRATIONS
 from gateway_bot.state.records import ConversationRecord, TaskRecord
 
@@ -25,6 +26,7 @@ class SqliteStore:
     def __init__(self, path: Path) -> None:
         self._path = path
         self._db: aiosqlite.Connection | None = None
+        self.approvals = SqliteApprovals(lambda: self.db)
 
     @property
     def db(self) -> aiosqlite.Connection:
@@ -163,6 +165,12 @@ class SqliteStore:
             f"UPDATE tasks SET {', '.join(sets)} WHERE id = ?", [*values, task_id]
         )
         return await self.get_task(task_id)
+
+    async def save_parsed(self, task_id: str, parsed: InboundMessage) -> None:
+        await self.db.execute(
+            "UPDATE tasks SET parsed_json = ? WHERE id = ?",
+            (json.dumps(parsed.to_json()), task_id),
+        )
 
     async def record_reply(self, task_id: str, reply: Reply) -> None:
         await self.db.execute(

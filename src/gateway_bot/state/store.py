@@ -7,14 +7,66 @@ core noticing: the core imports this Protocol, never the SQLite module.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Protocol
+from typing import Any, Protocol
 
 from gateway_bot.core.lifecycle import CompletionReason, TaskState
 from gateway_bot.core.messages import InboundMessage, RawMessage, Reply, Usage
-from gateway_bot.state.records import ConversationRecord, TaskRecord
+from gateway_bot.state.records import (
+    ApprovalRecord,
+    ApprovalState,
+    ContextLine,
+    ConversationRecord,
+    TaskRecord,
+)
+
+
+class ApprovalStore(Protocol):
+    """Held messages of unknown senders, the owners' decisions, approved room members, and
+    context kept from messages that did not engage the bot."""
+
+    async def pending_for(
+        self, channel: str, room: str, sender_id: str
+    ) -> ApprovalRecord | None: ...
+
+    async def get(self, code: str) -> ApprovalRecord | None: ...
+
+    async def create(
+        self,
+        *,
+        channel: str,
+        room: str,
+        room_title: str,
+        sender_id: str,
+        sender_name: str,
+        preview: str,
+        expires_at: float,
+    ) -> ApprovalRecord: ...
+
+    async def set_card(
+        self, code: str, card_channel: str, card_context: dict[str, Any], card_ref: str
+    ) -> None: ...
+
+    async def hold(self, code: str, task_id: str) -> None: ...
+
+    async def held_tasks(self, code: str) -> list[str]: ...
+
+    async def decide(self, code: str, state: ApprovalState, decided_by: str) -> bool: ...
+
+    async def expired(self, now: float) -> list[ApprovalRecord]: ...
+
+    async def add_member(self, channel: str, room: str, sender_id: str, added_by: str) -> None: ...
+
+    async def is_member(self, channel: str, room: str, sender_id: str) -> bool: ...
+
+    async def add_context(self, channel: str, key: str, line: ContextLine, keep: int) -> None: ...
+
+    async def take_context(self, channel: str, key: str) -> list[ContextLine]: ...
 
 
 class Store(Protocol):
+    @property
+    def approvals(self) -> ApprovalStore: ...
+
     async def open(self) -> None: ...
 
     async def close(self) -> None: ...
@@ -51,6 +103,10 @@ class Store(Protocol):
     ) -> TaskRecord:
         """Move a task to ``target``; raises IllegalTransition for a move the lifecycle
         forbids. Entering EXECUTING stamps started_at and counts an attempt."""
+        ...
+
+    async def save_parsed(self, task_id: str, parsed: InboundMessage) -> None:
+        """Keep the parsed message of a task that waits (an approval) in its current state."""
         ...
 
     async def record_reply(self, task_id: str, reply: Reply) -> None:

@@ -1,0 +1,105 @@
+"""The shared chat commands' effects: /stop, /status, /new, /model, /approve, /deny, /help.
+
+Parsing lives in ``commands.py``; this module acts on the service's running tasks and the
+store, and returns the text to answer with.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping
+
+from gateway_bot.core.approvals import Gatekeeper
+from gateway_bot.core.commands import HELP_TEXT, Command, CommandName
+from gateway_bot.core.executor import TaskResult
+from gateway_bot.core.lifecycle import TaskState
+from gateway_bot.core.messages import InboundMessage
+from gateway_bot.core.progress import ProgressReporter
+from gateway_bot.core.status import describe_status
+from gateway_bot.state.records import ConversationRecord
+from gateway_bot.state.store import Store
+
+NewConversation = Callable[[str, str], Awaitable[ConversationRecord]]
+
+
+class RunningTask:
+    """The task a conversation is executing now, for /stop and /status."""
+
+    def __init__(self, task_id: str, body: str, job: asyncio.Task[TaskResult]) -> None:
+        self.task_id = task_id
+        self.body = body
+        self.job = job
+        self.started = time.monotonic()
+        self.progress: ProgressReporter | None = None
+        self.stop_requested = False
+
+
+class ChatCommands:
+    def __init__(
+        self,
+        store: Store,
+        gate: Gatekeeper,
+        running: Mapping[str, RunningTask],
+        new_conversation: NewConversation,
+    ) -> None:
+        self._store = store
+        self._gate = gate
+        self._running = running
+        self._new_conversation = new_conversation
+
+    async def answer(
+        self, conversation: ConversationRecord, message: InboundMessage, command: Command
+    ) -> str:
+        """The text answering ``command``, sent in ``message``'s conversation."""
+        if command.name is CommandName.STOP:
+            text = self._request_stop(conversation.id)
+        elif command.name is CommandName.STATUS:
+            text = await self._status_text(conversation)
+        elif command.name is CommandName.NEW:
+            created = await self._new_conversation(message.channel, message.conversation_key)
+            text = f"Started a new conversation ({created.id}). The next message starts afresh."
+        elif command.name is CommandName.MODEL:
+            text = await self._set_model(conversation, command.argument)
+        elif command.name in (CommandName.APPROVE, CommandName.DENY):
+            choice = "allow" if command.name is CommandName.APPROVE else "deny"
+            decided = await self._gate.decide(
+                message.channel, message.sender_id, message.sender_name, command.argument, choice
+            )
+            text = decided or "Only an owner or admin of this bot can decide approvals."
+        else:
+            text = HELP_TEXT
+        return text
+
+    def _request_stop(self, conversation_id: str) -> str:
+        running = self._running.get(conversation_id)
+        if running is None:
+            return "Nothing is running in this conversation."
+        running.stop_requested = True
+        running.job.cancel()
+        return f"Stopping task {running.task_id}…"
+
+    async def _status_text(self, conversation: ConversationRecord) -> str:
+        waiting = await self._store.conversation_tasks(conversation.id, [TaskState.PENDING])
+        running = self._running.get(conversation.id)
+        return describe_status(
+            conversation,
+            running.task_id if running else None,
+            running.body if running else None,
+            running.progress.steps if running and running.progress else (),
+            time.monotonic() - running.started if running else 0.0,
+            [
+                t.parsed.body if t.parsed else ""
+                for t in waiting
+                if not running or t.id != running.task_id
+            ],
+        )
+
+    async def _set_model(self, conversation: ConversationRecord, name: str) -> str:
+        if not name:
+            current = conversation.model or conversation.next_model or "the default"
+            return f"Usage: /model NAME. This conversation uses {current}."
+        await self._store.update_conversation(conversation.id, next_model=name)
+        if conversation.agent_session_id is None:
+            return f"Model set to {name}."
+        return f"Model {name} will be used from the next new session (/new)."

@@ -1,0 +1,170 @@
+"""Approvals, room memberships and accumulated context, in the same SQLite database.
+
+Its own class (sharing the store's connection) so the task store stays small; the core
+reaches it as ``store.approvals`` through the ApprovalStore protocol.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiosqlite
+
+from gateway_bot.state.records import ApprovalRecord, ApprovalState, ContextLine
+
+
+class SqliteApprovals:
+    def __init__(self, connection: Callable[[], aiosqlite.Connection]) -> None:
+        self._connection = connection
+
+    @property
+    def db(self) -> aiosqlite.Connection:
+        return self._connection()
+
+    async def pending_for(self, channel: str, room: str, sender_id: str) -> ApprovalRecord | None:
+        async with self.db.execute(
+            "SELECT * FROM approvals WHERE channel = ? AND room = ? AND sender_id = ?"
+            " AND state = 'pending'",
+            (channel, room, sender_id),
+        ) as cursor:
+            row = await cursor.fetchone()
+        return _approval(row) if row else None
+
+    async def get(self, code: str) -> ApprovalRecord | None:
+        async with self.db.execute("SELECT * FROM approvals WHERE code = ?", (code,)) as cursor:
+            row = await cursor.fetchone()
+        return _approval(row) if row else None
+
+    async def create(
+        self,
+        *,
+        channel: str,
+        room: str,
+        room_title: str,
+        sender_id: str,
+        sender_name: str,
+        preview: str,
+        expires_at: float,
+    ) -> ApprovalRecord:
+        code = secrets.token_hex(3)
+        await self.db.execute(
+            "INSERT INTO approvals (code, channel, room, room_title, sender_id, sender_name,"
+            " preview, state, created_at, expires_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)",
+            (
+                code,
+                channel,
+                room,
+                room_title,
+                sender_id,
+                sender_name,
+                preview,
+                time.time(),
+                expires_at,
+            ),
+        )
+        record = await self.get(code)
+        assert record is not None
+        return record
+
+    async def set_card(
+        self, code: str, card_channel: str, card_context: dict[str, Any], card_ref: str
+    ) -> None:
+        await self.db.execute(
+            "UPDATE approvals SET card_channel = ?, card_context = ?, card_ref = ? WHERE code = ?",
+            (card_channel, json.dumps(card_context), card_ref, code),
+        )
+
+    async def hold(self, code: str, task_id: str) -> None:
+        """Attach a task to the approval (idempotent: a re-authenticated task stays once)."""
+        await self.db.execute(
+            "INSERT OR IGNORE INTO approval_tasks (code, task_id, held_at) VALUES (?, ?, ?)",
+            (code, task_id, time.time()),
+        )
+
+    async def held_tasks(self, code: str) -> list[str]:
+        async with self.db.execute(
+            "SELECT task_id FROM approval_tasks WHERE code = ? ORDER BY held_at, rowid", (code,)
+        ) as cursor:
+            return [str(row[0]) for row in await cursor.fetchall()]
+
+    async def decide(self, code: str, state: ApprovalState, decided_by: str) -> bool:
+        """Move a pending approval to ``state``; False if it was no longer pending."""
+        cursor = await self.db.execute(
+            "UPDATE approvals SET state = ?, decided_by = ?, decided_at = ?"
+            " WHERE code = ? AND state = 'pending'",
+            (state.value, decided_by, time.time(), code),
+        )
+        return cursor.rowcount == 1
+
+    async def expired(self, now: float) -> list[ApprovalRecord]:
+        async with self.db.execute(
+            "SELECT * FROM approvals WHERE state = 'pending' AND expires_at <= ?", (now,)
+        ) as cursor:
+            return [_approval(row) for row in await cursor.fetchall()]
+
+    async def add_member(self, channel: str, room: str, sender_id: str, added_by: str) -> None:
+        await self.db.execute(
+            "INSERT OR IGNORE INTO room_members (channel, room, sender_id, added_by, added_at)"
+            " VALUES (?, ?, ?, ?, ?)",
+            (channel, room, sender_id, added_by, time.time()),
+        )
+
+    async def is_member(self, channel: str, room: str, sender_id: str) -> bool:
+        async with self.db.execute(
+            "SELECT 1 FROM room_members WHERE channel = ? AND room = ? AND sender_id = ?",
+            (channel, room, sender_id),
+        ) as cursor:
+            return await cursor.fetchone() is not None
+
+    async def add_context(self, channel: str, key: str, line: ContextLine, keep: int) -> None:
+        """Keep a non-engaging message as context; only the newest ``keep`` survive."""
+        await self.db.execute(
+            "INSERT INTO context_messages (channel, conversation_key, sender_name, body,"
+            " received_at) VALUES (?, ?, ?, ?, ?)",
+            (channel, key, line.sender_name, line.body, line.received_at),
+        )
+        await self.db.execute(
+            "DELETE FROM context_messages WHERE channel = ? AND conversation_key = ? AND rowid"
+            " NOT IN (SELECT rowid FROM context_messages WHERE channel = ? AND"
+            " conversation_key = ? ORDER BY received_at DESC, rowid DESC LIMIT ?)",
+            (channel, key, channel, key, keep),
+        )
+
+    async def take_context(self, channel: str, key: str) -> list[ContextLine]:
+        """Return and forget the accumulated context, oldest first."""
+        async with self.db.execute(
+            "SELECT sender_name, body, received_at FROM context_messages WHERE channel = ? AND"
+            " conversation_key = ? ORDER BY received_at, rowid",
+            (channel, key),
+        ) as cursor:
+            lines = [ContextLine(r[0], r[1], r[2]) for r in await cursor.fetchall()]
+        await self.db.execute(
+            "DELETE FROM context_messages WHERE channel = ? AND conversation_key = ?",
+            (channel, key),
+        )
+        return lines
+
+
+def _approval(row: aiosqlite.Row) -> ApprovalRecord:
+    return ApprovalRecord(
+        code=row["code"],
+        channel=row["channel"],
+        room=row["room"],
+        room_title=row["room_title"],
+        sender_id=row["sender_id"],
+        sender_name=row["sender_name"],
+        preview=row["preview"],
+        state=ApprovalState(row["state"]),
+        card_channel=row["card_channel"],
+        card_context=json.loads(row["card_context"]) if row["card_context"] else None,
+        card_ref=row["card_ref"],
+        created_at=row["created_at"],
+        expires_at=row["expires_at"],
+        decided_by=row["decided_by"],
+        decided_at=row["decided_at"],
+    )
