@@ -59,6 +59,7 @@ class TaskExecutor:
 
     async def execute(
         self,
+        task_id: str,
         conversation: ConversationRecord,
         message: InboundMessage,
         adapter: ChannelAdapter,
@@ -113,12 +114,12 @@ class TaskExecutor:
             retry_prompt = context_lost_prompt(prompt, conversation.last_reply)
             request = AgentRequest(retry_prompt, None, model, timeout_s, dict(self._defaults.env))
             outcome = await self._runner.run(request, self._sandbox, context, event_log, on_event)
-        return await self._conclude(conversation, dirs, model, outcome, started)
+        return await self._conclude(task_id, conversation, model, outcome, started)
 
     async def _conclude(
         self,
+        task_id: str,
         conversation: ConversationRecord,
-        dirs: ConversationDirs,
         model: str | None,
         outcome: AgentOutcome,
         started: float,
@@ -142,7 +143,7 @@ class TaskExecutor:
             return TaskResult(Reply(text=outcome.error_text(), usage=usage, is_error=True), reason)
         text = result.text.strip() or "(The agent finished without a reply.)"
         await self._store.update_conversation(conversation.id, last_reply=text)
-        files = tuple(str(p) for p in sorted(dirs.outbox.iterdir()) if p.is_file())
+        files = tuple(str(p) for p in await self._workspaces.take_outbox(conversation.id, task_id))
         return TaskResult(Reply(text=text, files=files, usage=usage), CompletionReason.SUCCESS)
 
 

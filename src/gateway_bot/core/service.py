@@ -336,7 +336,7 @@ class GatewayService:
             adapter.capabilities.progress_interval_s,
         )
         job = asyncio.create_task(
-            self._executor.execute(conversation, message, adapter, reporter.on_event)
+            self._executor.execute(task_id, conversation, message, adapter, reporter.on_event)
         )
         running = RunningTask(task_id, message.body, job)
         running.progress = reporter

@@ -95,6 +95,16 @@ class Workspaces:
             partial.rename(dirs.workspace)
         return dirs
 
+    async def take_outbox(self, conversation_id: str, task_id: str) -> list[Path]:
+        """Move the files the agent left in outbox/ to sent/<task id>/ and return them.
+
+        Moving them out at once means each file goes out with exactly one reply, and a reply
+        re-sent after a crash still finds its files. Symlinks and special files are left
+        behind: a link could point at a host file the agent must not exfiltrate.
+        """
+        dirs = self.dirs(conversation_id)
+        return await asyncio.to_thread(_move_regular_files, dirs.outbox, dirs.sent / task_id)
+
     async def read_default_branch_file(self, path: str) -> str | None:
         """A file's text on the default branch of the mirror, or None when it is absent."""
         ref = self._branch or "HEAD"
@@ -104,6 +114,16 @@ class Workspaces:
             if "does not exist" in str(exc) or "exists on disk, but not in" in str(exc):
                 return None
             raise
+
+
+def _move_regular_files(source: Path, target: Path) -> list[Path]:
+    moved = []
+    for path in sorted(source.iterdir()) if source.is_dir() else []:
+        if path.is_symlink() or not path.is_file():
+            continue
+        target.mkdir(parents=True, exist_ok=True)
+        moved.append(path.rename(target / path.name))
+    return moved
 
 
 async def _git(*args: str) -> str:
