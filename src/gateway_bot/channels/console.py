@@ -145,3 +145,9 @@ class ConsoleAdapter:
 
     async def update_card(self, context: JsonDict, card_ref: str, card: Card) -> None:
         self.say(f"[{card.title}]\n{card.body}")
+
+    async def join_room(self, room: str) -> None:
+        """The console has no rooms to join."""
+
+    async def leave_room(self, room: str) -> None:
+        """The console has no rooms to leave."""

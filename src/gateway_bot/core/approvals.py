@@ -14,11 +14,12 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from zoneinfo import ZoneInfo
 
 from gateway_bot.config.access import AccessSettings, SenderPolicy
 from gateway_bot.core.channel import ChannelAdapter
 from gateway_bot.core.lifecycle import CompletionReason, TaskState
-from gateway_bot.core.messages import Button, Card, InboundMessage
+from gateway_bot.core.messages import Button, Card, InboundMessage, RoomInvite
 from gateway_bot.state.records import ApprovalRecord, ApprovalState, TaskRecord
 from gateway_bot.state.store import Store
 
@@ -86,6 +87,47 @@ class Gatekeeper:
         await self._hold(task, message)
         return Verdict(False)
 
+    async def admit_invite(self, task: TaskRecord, invite: RoomInvite) -> None:
+        """Join at once for an owner or admin; otherwise card the owner (Join / Ignore)."""
+        adapter = self._adapters[invite.channel]
+        if self._access.may_decide(invite.channel, invite.inviter_id):
+            await adapter.join_room(invite.room)
+            await self._store.transition(
+                task.id, TaskState.COMPLETED, reason=CompletionReason.SUCCESS
+            )
+            return
+        if self._access.approval_destination is None:
+            log.warning(
+                "declined invite to %s from %s: no approval destination",
+                invite.room,
+                invite.inviter_id,
+            )
+            await adapter.leave_room(invite.room)
+            await self._store.transition(
+                task.id,
+                TaskState.COMPLETED,
+                reason=CompletionReason.UNAUTHORIZED,
+                error="invite from a non-owner",
+            )
+            return
+        approvals = self._store.approvals
+        pending = await approvals.pending_for(invite.channel, invite.room, invite.inviter_id)
+        if pending is None:
+            pending = await approvals.create(
+                channel=invite.channel,
+                room=invite.room,
+                room_title=invite.room_title or invite.room,
+                sender_id=invite.inviter_id,
+                sender_name=invite.inviter_name,
+                preview="",
+                expires_at=time.time() + self._access.approval_expiry_hours * 3600,
+                kind="room",
+            )
+            await approvals.hold(pending.code, task.id)
+            await self._send_card(pending)
+        else:
+            await approvals.hold(pending.code, task.id)
+
     async def _hold(self, task: TaskRecord, message: InboundMessage) -> None:
         approvals = self._store.approvals
         await self._store.save_parsed(task.id, message)
@@ -141,7 +183,9 @@ class Gatekeeper:
         decided = await self._store.approvals.get(code)
         assert decided is not None
         held = await self._store.approvals.held_tasks(code)
-        if state is ApprovalState.ALLOWED:
+        if approval.kind == "room":
+            await self._settle_invite(approval, state, held)
+        elif state is ApprovalState.ALLOWED:
             await self._store.approvals.add_member(
                 approval.channel, approval.room, approval.sender_id, decider_id
             )
@@ -150,8 +194,30 @@ class Gatekeeper:
         else:
             await self._drop(held, f"denied by {decider_id}")
         await self._update_card(decided)
+        if approval.kind == "room":
+            verb = "Joined" if state is ApprovalState.ALLOWED else "Ignored the invite to"
+            return f"{verb} {approval.room_title}."
         verb = "Allowed" if state is ApprovalState.ALLOWED else "Denied"
         return f"{verb} {approval.sender_name} in {approval.room_title} ({len(held)} held)."
+
+    async def _settle_invite(
+        self, approval: ApprovalRecord, state: ApprovalState, held: list[str]
+    ) -> None:
+        adapter = self._adapters.get(approval.channel)
+        if adapter is not None:
+            if state is ApprovalState.ALLOWED:
+                await adapter.join_room(approval.room)
+            else:
+                await adapter.leave_room(approval.room)
+        for task_id in held:
+            task = await self._store.get_task(task_id)
+            if task.state is TaskState.AUTHENTICATING:
+                reason = (
+                    CompletionReason.SUCCESS
+                    if state is ApprovalState.ALLOWED
+                    else CompletionReason.UNAUTHORIZED
+                )
+                await self._store.transition(task_id, TaskState.COMPLETED, reason=reason)
 
     async def expire(self) -> None:
         """Drop the messages of cards nobody decided in time. Runs at start and periodically."""
@@ -197,6 +263,23 @@ class Gatekeeper:
 
 
 def pending_card(approval: ApprovalRecord) -> Card:
+    if approval.kind == "room":
+        return Card(
+            title=f"Invitation to {approval.room_title}",
+            body=(
+                f"{approval.sender_name} ({approval.sender_id}) invited the bot to "
+                f"{approval.room_title} ({approval.channel}). Join, or ignore the invitation? "
+                f"Or reply /approve {approval.code} or /deny {approval.code}."
+            ),
+            buttons=(
+                Button(
+                    "Join", approval_action(approval.code, "allow"), emoji="✅", style="primary"
+                ),
+                Button(
+                    "Ignore", approval_action(approval.code, "deny"), emoji="❌", style="danger"
+                ),
+            ),
+        )
     quoted = "\n".join(f"> {line}" for line in approval.preview.splitlines())
     return Card(
         title=f"Unknown sender in {approval.room_title}",
@@ -213,11 +296,12 @@ def pending_card(approval: ApprovalRecord) -> Card:
 
 
 def decided_card(approval: ApprovalRecord, timezone: str) -> Card:
-    from zoneinfo import ZoneInfo
-
     when = datetime.datetime.fromtimestamp(approval.decided_at or time.time(), ZoneInfo(timezone))
     if approval.state is ApprovalState.EXPIRED:
         outcome = f"Expired at {when:%Y-%m-%d %H:%M} {timezone}; the held messages were dropped."
+    elif approval.kind == "room":
+        verb = "Joined" if approval.state is ApprovalState.ALLOWED else "Ignored"
+        outcome = f"{verb} by {approval.decided_by} at {when:%Y-%m-%d %H:%M} {timezone}."
     else:
         verb = "Allowed" if approval.state is ApprovalState.ALLOWED else "Denied"
         outcome = f"{verb} by {approval.decided_by} at {when:%Y-%m-%d %H:%M} {timezone}."

@@ -19,6 +19,7 @@ from gateway_bot.core.messages import (
     Progress,
     RawMessage,
     Reply,
+    RoomInvite,
 )
 
 
@@ -73,10 +74,13 @@ class ChannelAdapter(Protocol):
     @property
     def listener(self) -> ChannelListener: ...
 
-    async def authenticate_and_parse(self, raw: RawMessage) -> InboundMessage | Decision:
+    async def authenticate_and_parse(
+        self, raw: RawMessage
+    ) -> InboundMessage | Decision | RoomInvite:
         """Verify the sender and parse; raise AuthenticationError to refuse.
 
-        A button press, an approval reaction or ``!approve CODE`` parses to a Decision."""
+        A button press or an approval reaction parses to a Decision; an invitation into a
+        room to a RoomInvite."""
         ...
 
     async def save_attachments(self, message: InboundMessage, inbox_dir: str) -> list[str]:
@@ -105,4 +109,12 @@ class ChannelAdapter(Protocol):
 
     async def update_card(self, context: JsonDict, card_ref: str, card: Card) -> None:
         """Replace a sent card (e.g. "Allowed by X at T", without buttons)."""
+        ...
+
+    async def join_room(self, room: str) -> None:
+        """Accept an invitation (a RoomInvite's room)."""
+        ...
+
+    async def leave_room(self, room: str) -> None:
+        """Decline an invitation or leave."""
         ...

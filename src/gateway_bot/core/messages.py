@@ -175,6 +175,22 @@ class Decision:
 
 
 @dataclass(frozen=True)
+class RoomInvite:
+    """Someone invited the bot into a room (or added it to a channel) it is not in.
+
+    Channels return this from ``authenticate_and_parse``; the core joins at once for an
+    owner and cards the owner (Join / Ignore) for anyone else.
+    """
+
+    channel: str
+    room: str
+    room_title: str
+    inviter_id: str
+    inviter_name: str
+    received_at: float
+
+
+@dataclass(frozen=True)
 class Card:
     """A message with buttons (approvals). Channels without buttons render text commands."""
 

@@ -28,7 +28,7 @@ from gateway_bot.core.commands import (
 from gateway_bot.core.engagement import engages
 from gateway_bot.core.executor import TaskExecutor, TaskResult
 from gateway_bot.core.lifecycle import CompletionReason, TaskState
-from gateway_bot.core.messages import Decision, InboundMessage, RawMessage, Reply
+from gateway_bot.core.messages import Decision, InboundMessage, RawMessage, Reply, RoomInvite
 from gateway_bot.core.progress import ProgressReporter
 from gateway_bot.state.records import ContextLine, ConversationRecord, TaskRecord
 from gateway_bot.state.store import Store
@@ -192,6 +192,9 @@ class GatewayService:
             return
         if isinstance(message, Decision):
             await self._apply_decision(task, message)
+            return
+        if isinstance(message, RoomInvite):
+            await self._gate.admit_invite(task, message)
             return
         if not (await self._gate.admit(task, message)).admitted:
             return

@@ -49,12 +49,13 @@ class SqliteApprovals:
         sender_name: str,
         preview: str,
         expires_at: float,
+        kind: str = "sender",
     ) -> ApprovalRecord:
         code = secrets.token_hex(3)
         await self.db.execute(
             "INSERT INTO approvals (code, channel, room, room_title, sender_id, sender_name,"
-            " preview, state, created_at, expires_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)",
+            " preview, state, created_at, expires_at, kind)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
             (
                 code,
                 channel,
@@ -65,6 +66,7 @@ class SqliteApprovals:
                 preview,
                 time.time(),
                 expires_at,
+                kind,
             ),
         )
         record = await self.get(code)
@@ -167,4 +169,5 @@ def _approval(row: aiosqlite.Row) -> ApprovalRecord:
         expires_at=row["expires_at"],
         decided_by=row["decided_by"],
         decided_at=row["decided_at"],
+        kind=row["kind"],
     )

@@ -100,4 +100,8 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX context_messages_key ON context_messages(channel, conversation_key);
     """,
+    # 3: approvals also cover invitations into unknown rooms.
+    """
+    ALTER TABLE approvals ADD COLUMN kind TEXT NOT NULL DEFAULT 'sender';
+    """,
 )

@@ -73,6 +73,8 @@ class ApprovalRecord:
     expires_at: float
     decided_by: str | None
     decided_at: float | None
+    kind: str = "sender"
+    """"sender": an unknown sender's messages are held; "room": an invitation is."""
 
 
 @dataclass(frozen=True)

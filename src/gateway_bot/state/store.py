@@ -40,6 +40,7 @@ class ApprovalStore(Protocol):
         sender_name: str,
         preview: str,
         expires_at: float,
+        kind: str = "sender",
     ) -> ApprovalRecord: ...
 
     async def set_card(
