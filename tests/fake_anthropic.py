@@ -7,7 +7,8 @@ module serves ``POST /v1/messages`` on 127.0.0.1 with a deterministic script:
 * a main request (it carries ``tools``) whose newest user message is a prompt gets one
   ``tool_use`` of ``Bash`` (``echo tool-ran``), so every turn exercises a real tool call;
 * a main request whose newest user message holds a ``tool_result`` gets the final text
-  ``Echo: <prompt>``, where the prompt is the newest user message without tool results;
+  ``Echo: <prompt>``: the prompt is the newest user text (``<system-reminder>`` blocks the
+  CLI injects are skipped, as are gateway-bot's ``[...]`` header lines);
 * a prompt containing ``WRITE_FILE name=<fname> text=<text>`` gets a ``Write`` tool call
   instead, so a test can check a file the agent wrote. ``Write`` wants an absolute path;
   the CLI states its cwd in the system prompt (``" - Primary working directory: /x"`` in
@@ -15,8 +16,13 @@ module serves ``POST /v1/messages`` on 127.0.0.1 with a deterministic script:
   caller replaced the system prompt and that line is gone, the fake falls back to a ``Bash``
   ``printf`` into the relative name, which lands in the same place because Bash runs in cwd;
 * requests without ``tools`` are the CLI's side requests (titles, topics, other models):
-  they get ``ok`` at once and go to ``side_requests``, not ``requests``; so does the
-  CLI's auto-compaction request, which gets a summary listing the user's prompts.
+  they get ``ok`` at once (JSON with ``"ok"`` values when ``output_config.format`` asks
+  for a schema, as the title request does) and go to ``side_requests``, not ``requests``;
+  so does the CLI's auto-compaction request, which gets a summary listing the prompts.
+
+``fail_next`` and ``hold`` apply to main requests only. Usage is about 4 body bytes per
+input token (~19k tokens for the CLI's ~76 KB first request: about $0.1 at Opus prices),
+so ``result.total_cost_usd`` is non-zero and plausible.
 
 The server runs in its own thread with its own event loop so that sync tests and async
 tests (whose loop must not be blocked by the server, nor own it) can share one fixture.
@@ -167,6 +173,7 @@ class FakeAnthropic:
                 self._loop.run_until_complete(self._serve(sock))
             except BaseException as exc:  # surfaced to start()'s caller below
                 errors.append(exc)
+                self._loop.close()
                 started.set()
                 return
             started.set()
@@ -175,9 +182,9 @@ class FakeAnthropic:
 
         self._thread = threading.Thread(target=run, name="fake-anthropic", daemon=True)
         self._thread.start()
-        started.wait(10)
-        if errors:
-            raise errors[0]
+        if not started.wait(10) or errors:
+            self._loop = self._thread = None
+            raise errors[0] if errors else TimeoutError("fake Anthropic API did not start")
 
     def stop(self) -> None:
         if self._loop is None or self._thread is None:
@@ -216,7 +223,10 @@ class FakeAnthropic:
             with self._lock:
                 self.side_requests.append(body)
             text = "ok"
-            if body.get("tools"):  # keep the user's prompts in the summary that replaces them
+            schema = (body.get("output_config") or {}).get("format", {}).get("schema")
+            if isinstance(schema, dict):  # the title request asks for {"title": ...} JSON
+                text = json.dumps({key: "ok" for key in schema.get("required", [])})
+            elif body.get("tools"):  # keep the user's prompts in the summary that replaces them
                 prompts = "\n".join(self.user_texts(body)[:-1])
                 text = f"<analysis>fake</analysis>\n<summary>User prompts:\n{prompts}</summary>"
             return await self._reply(request, body, [{"type": "text", "text": text}], size)
@@ -228,12 +238,15 @@ class FakeAnthropic:
             self._held.set()
             while not self._released.is_set():  # polling keeps the loop free for others
                 if request.transport is None or request.transport.is_closing():
-                    return web.Response(status=499)  # client gone (killed): nothing to send
+                    break
                 await asyncio.sleep(0.02)
         if fail is not None:
             error = {"type": "error", "error": {"type": _error_type(fail[0]), "message": fail[1]}}
             return web.json_response(error, status=fail[0])
-        return await self._reply(request, body, self._script(body, prompt), size)
+        try:
+            return await self._reply(request, body, self._script(body, prompt), size)
+        except ConnectionResetError:  # the CLI was killed while its request was held
+            return web.Response(status=499)
 
     def _script(self, body: JSON, prompt: str) -> list[JSON]:
         users = _user_messages(body)
