@@ -42,3 +42,18 @@ def test_an_unresumable_session_is_retried_fresh_with_the_last_reply(
     retry = " ".join(fake_api.user_texts(fake_api.requests[-1]))
     assert "could not be resumed" in retry
     assert "Echo: the first question" in retry, "the retry carries the last reply"
+
+
+def test_a_run_past_the_repo_timeout_is_stopped_and_reported(
+    gateway, tmp_path: Path, fake_api: FakeAnthropic
+) -> None:
+    from tests.conftest import make_repo, write_config
+
+    repo = make_repo(tmp_path / "repo", {".gateway/config.yaml": "timeout_seconds: 3\n"})
+    config = write_config(tmp_path, repo, fake_api)
+    fake_api.hold("NEVER ENDS")
+    chat = gateway("chat", "--config", str(config))
+    chat.send("NEVER ENDS")
+    chat.expect(r"^error> the agent ran past its time limit and was stopped$")
+    chat.close_input()
+    assert chat.wait() == 0
