@@ -20,7 +20,7 @@ import yaml
 
 from tests.fake_anthropic import FakeAnthropic
 
-pytest_plugins: list[str] = []
+pytest_plugins: list[str] = ["tests.synapse_fixtures"]
 
 GIT_IDENTITY = ["-c", "user.name=Test", "-c", "user.email=test@example.test"]
 
@@ -177,6 +177,11 @@ class GatewayProcess:
     def count(self, pattern: str) -> int:
         regex = re.compile(pattern)
         return sum(1 for line in self.lines if regex.search(line))
+
+    def finish(self) -> None:
+        """End input as a user pressing Ctrl-D does; the process must then exit cleanly."""
+        self.close_input()
+        assert self.wait() == 0, self.stderr
 
     def wait(self, timeout: float = 60) -> int:
         code = self.process.wait(timeout)

@@ -19,8 +19,7 @@ def test_a_file_the_agent_writes_to_the_outbox_goes_out_once(
     chat.send("anything else?")
     chat.expect(r"^agent> Echo: anything else\?$")
     chat.expect(r"^  \[\$")
-    chat.close_input()
-    assert chat.wait() == 0
+    chat.finish()
     assert chat.count(r"\[file\]") == 1, "a sent file must not go out with later replies"
 
 
@@ -36,8 +35,7 @@ def test_an_unresumable_session_is_retried_fresh_with_the_last_reply(
     chat.send("the second question")
     chat.expect(r"^agent> Echo: ")
     chat.expect(r"^the second question$")
-    chat.close_input()
-    assert chat.wait() == 0
+    chat.finish()
     assert chat.count(r"^error> ") == 0
     retry = " ".join(fake_api.user_texts(fake_api.requests[-1]))
     assert "could not be resumed" in retry
@@ -55,5 +53,4 @@ def test_a_run_past_the_repo_timeout_is_stopped_and_reported(
     chat = gateway("chat", "--config", str(config))
     chat.send("NEVER ENDS")
     chat.expect(r"^error> the agent ran past its time limit and was stopped$")
-    chat.close_input()
-    assert chat.wait() == 0
+    chat.finish()

@@ -27,8 +27,7 @@ def test_stop_cancels_the_running_task_and_the_queue_goes_on(
     chat.expect(r"^agent> Stopped\. The task was cancelled with /stop\.$")
     fake_api.release()
     chat.expect(r"^agent> Echo: second message$")
-    chat.close_input()
-    assert chat.wait() == 0
+    chat.finish()
     assert chat.count(r"Echo: SLOW JOB") == 0
 
 
@@ -36,8 +35,7 @@ def test_stop_with_nothing_running(gateway, config_path: Path, fake_api: FakeAnt
     chat = gateway("chat", "--config", str(config_path))
     chat.send("!stop")
     chat.expect(r"^agent> Nothing is running in this conversation\.$")
-    chat.close_input()
-    assert chat.wait() == 0
+    chat.finish()
 
 
 def test_unknown_command_and_empty_message_get_clear_errors(
@@ -50,8 +48,7 @@ def test_unknown_command_and_empty_message_get_clear_errors(
     chat.expect(r"^error> Your message was empty: nothing to do\.$")
     chat.send("/etc/hosts looks odd, can you check")
     chat.expect(r"^agent> Echo: /etc/hosts looks odd, can you check$")
-    chat.close_input()
-    assert chat.wait() == 0
+    chat.finish()
     assert len(fake_api.requests) == 2, "only the real message reached the agent"
 
 
@@ -67,8 +64,7 @@ def test_model_applies_to_the_next_new_session(
     chat.expect(r"^agent> Started a new conversation \([0-9a-f]{8}\)")
     chat.send("second")
     chat.expect(r"^agent> Echo: second$")
-    chat.close_input()
-    assert chat.wait() == 0
+    chat.finish()
     assert fake_api.requests[0]["model"] != "claude-test-model"
     assert fake_api.requests[-1]["model"] == "claude-test-model"
 
@@ -90,8 +86,7 @@ def test_a_full_queue_refuses_with_a_message(
     fake_api.release()
     chat.expect(r"^agent> Echo: BLOCK here$")
     chat.expect(r"^agent> Echo: waits$")
-    chat.close_input()
-    assert chat.wait() == 0
+    chat.finish()
     assert chat.count("Echo: overflows") == 0
 
 
@@ -108,6 +103,5 @@ def test_repo_config_using_env_is_reported_to_the_user(
     chat.send("hello")
     chat.expect(r"^error> The repo config \.gateway/config\.yaml has problems:$")
     chat.expect(r"^- line 2: !env is not allowed in a repo config")
-    chat.close_input()
-    assert chat.wait() == 0
+    chat.finish()
     assert fake_api.requests == []

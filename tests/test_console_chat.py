@@ -18,8 +18,7 @@ def test_message_gets_progress_reply_and_usage(
     chat.expect(r"^  · Bash: echo tool-ran$")
     chat.expect(r"^agent> Echo: .*please say hello")
     chat.expect(r"^  \[\$\d+\.\d{4} · 2 turns · \d+\.\d s\]$")
-    chat.close_input()
-    assert chat.wait() == 0
+    chat.finish()
     assert chat.count(r"^agent> ") == 1
 
 
@@ -29,8 +28,7 @@ def test_restart_resumes_the_same_conversation(
     first = gateway("chat", "--config", str(config_path))
     first.send("remember the word PINEAPPLE")
     first.expect(r"^agent> Echo: .*PINEAPPLE")
-    first.close_input()
-    assert first.wait() == 0
+    first.finish()
     banner = first.lines[0]
 
     second = gateway("chat", "--config", str(config_path))
@@ -38,8 +36,7 @@ def test_restart_resumes_the_same_conversation(
     assert "(new)" not in resumed
     second.send("what was the word?")
     second.expect(r"^agent> Echo: .*what was the word\?")
-    second.close_input()
-    assert second.wait() == 0
+    second.finish()
 
     last = fake_api.requests[-1]
     history = " ".join(fake_api.user_texts(last))
@@ -53,14 +50,12 @@ def test_new_flag_starts_a_fresh_conversation(
     first = gateway("chat", "--config", str(config_path))
     first.send("remember the word MANGO")
     first.expect(r"^agent> Echo: .*MANGO")
-    first.close_input()
-    assert first.wait() == 0
+    first.finish()
 
     fresh = gateway("chat", "--config", str(config_path), "--new")
     fresh.expect(r"^gateway-bot console · conversation default \([0-9a-f]{8}\)")
     fresh.send("anything from before?")
     fresh.expect(r"^agent> Echo: .*anything from before\?")
-    fresh.close_input()
-    assert fresh.wait() == 0
+    fresh.finish()
     history = " ".join(fake_api.user_texts(fake_api.requests[-1]))
     assert "MANGO" not in history

@@ -27,8 +27,7 @@ def test_killed_mid_task_the_restart_answers_once(
 
     second = gateway("chat", "--config", str(config_path))
     second.expect(r"^agent> Echo: CRASH test message$")
-    second.close_input()
-    assert second.wait() == 0
+    second.finish()
     assert second.count(r"^agent> ") == 1
 
 
@@ -68,8 +67,7 @@ def test_reply_stored_before_the_crash_is_sent_not_recomputed(
     asyncio.run(leave_a_finished_task())
     chat = gateway("chat", "--config", str(config_path))
     chat.expect(r"^agent> the stored answer$")
-    chat.close_input()
-    assert chat.wait() == 0
+    chat.finish()
     assert chat.count(r"^agent> ") == 1
     assert fake_api.requests == [], "the agent must not run again"
 
@@ -105,6 +103,5 @@ def test_sigterm_past_the_timeout_leaves_the_task_for_the_next_start(
 
     again = gateway("chat", "--config", str(config))
     again.expect(r"^agent> Echo: LONG running job$")
-    again.close_input()
-    assert again.wait() == 0
+    again.finish()
     assert again.count(r"^agent> ") == 1
