@@ -127,3 +127,20 @@ def test_noise_is_ignored() -> None:
     assert parse_stream_line("[1, 2]") == []
     assert parse_stream_line(line({"type": "stream_event", "event": {}})) == []
     assert parse_stream_line(line({"type": "assistant", "message": "odd"})) == []
+
+
+def test_long_paths_keep_their_file_name() -> None:
+    path = "/state/" + "deep/" * 40 + "report.txt"
+    (write,) = parse_stream_line(
+        line(
+            {
+                "type": "assistant",
+                "message": {
+                    "content": [{"type": "tool_use", "name": "Write", "input": {"file_path": path}}]
+                },
+            }
+        )
+    )
+    assert isinstance(write, ToolUseEvent)
+    assert write.summary.endswith("/deep/report.txt")
+    assert len(write.summary) <= len("Write: ") + 120

@@ -68,7 +68,10 @@ def summarize_tool_use(tool: str, tool_input: Any) -> str:
     value = tool_input.get(key) if key else None
     if value is None:
         value = next((v for v in tool_input.values() if isinstance(v, str)), "")
-    return f"{tool}: {_one_line(str(value))}" if value else tool
+    if not value:
+        return tool
+    text = _path_tail(str(value)) if key and key.endswith("path") else _one_line(str(value))
+    return f"{tool}: {text}"
 
 
 def _content(data: dict[str, Any]) -> list[Any]:
@@ -113,6 +116,11 @@ def _result(data: dict[str, Any]) -> ResultEvent:
         input_tokens=int(usage.get("input_tokens") or 0),
         output_tokens=int(usage.get("output_tokens") or 0),
     )
+
+
+def _path_tail(path: str) -> str:
+    """Long paths keep their end: the file name is what a reader needs."""
+    return path if len(path) <= _SUMMARY_LIMIT else "…" + path[-(_SUMMARY_LIMIT - 1) :]
 
 
 def _one_line(text: str) -> str:
