@@ -7,7 +7,12 @@
 set -euo pipefail
 here=$PWD
 root=$(cd "$(dirname "$0")/.." && pwd)
-(cd "$root" && bash scripts/setup.sh >/dev/null)
+mkdir -p "$root/.tools"
+if ! (cd "$root" && bash scripts/setup.sh >"$root/.tools/setup.log" 2>&1); then
+  cat "$root/.tools/setup.log" >&2
+  echo "set-up failed (log: .tools/setup.log)" >&2
+  exit 1
+fi
 cd "$root" && source scripts/env.sh
 if [ -f "$root/.env" ]; then set -a; source "$root/.env"; set +a; fi
 cd "$here"
