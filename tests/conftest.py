@@ -75,6 +75,7 @@ def write_config(directory: Path, repo: Path, api: FakeAnthropic, **sections: An
             },
         },
         "channels": {"console": {}},
+        "sandbox": {"kind": "none"},  # host mode keeps channel/core tests fast; see test_sandbox*
     }
     for key, value in sections.items():
         if isinstance(value, dict) and isinstance(config.get(key), dict):

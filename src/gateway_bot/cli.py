@@ -21,7 +21,11 @@ from gateway_bot.config.server import (
     load_server_config,
 )
 from gateway_bot.config.yaml_tags import ConfigError
-from gateway_bot.daemon import Daemon, agent_environment, check_agent_setup
+from gateway_bot.daemon import Daemon, agent_environment, agent_image_files, check_agent_setup
+from gateway_bot.sandbox.base import SandboxUnavailable
+from gateway_bot.sandbox.factory import create_sandbox
+from gateway_bot.sandbox.podman import commands as image_commands
+from gateway_bot.sandbox.podman.service import PodmanCommandError
 
 EXIT_CONFIG = 2
 BUILT_IN = "(built-in default config)"
@@ -38,10 +42,22 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--config", type=Path, required=True)
     check = commands.add_parser("check", help="validate a config and the agent set-up")
     check.add_argument("--config", type=Path, required=True)
+    image = commands.add_parser("image", help="build the sandbox images ahead of time")
+    image_commands = image.add_subparsers(dest="image_command", required=True)
+    build = image_commands.add_parser("build", help="build the agent and proxy images")
+    build.add_argument("--config", type=Path, help="server config (default: built-in)")
+    build.add_argument("--containerfile", type=Path, help="agent Containerfile to build")
+    bootstrap = image_commands.add_parser(
+        "bootstrap", help="make the Debian base image with debootstrap (no registry needed)"
+    )
+    bootstrap.add_argument("--config", type=Path, help="server config (default: built-in)")
+    bootstrap.add_argument("--force", action="store_true", help="rebuild it even if present")
     args = parser.parse_args(argv)
 
     if args.command == "check":
         return _check(args.config)
+    if args.command == "image":
+        return _image(args)
     config = _load(args.config) if args.config else _built_in_config()
     if config is None:
         return EXIT_CONFIG
@@ -85,7 +101,12 @@ async def _serve(config: ServerConfig, agent_env: dict[str, str], *, chat: bool,
         return EXIT_CONFIG
     daemon = Daemon(config, adapters, agent_env)
     holder.append(daemon)
-    await daemon.open()
+    try:
+        await daemon.open()
+    except SandboxUnavailable as exc:
+        print(f"The sandbox cannot run: {exc}", file=sys.stderr)
+        await daemon.store.close()
+        return EXIT_CONFIG
     if chat:
         console = config.channels.console
         assert console is not None
@@ -116,6 +137,36 @@ def _check(path: Path) -> int:
     )
     if problem is not None:
         print(f"warning: {problem.message}")
+    sandbox = create_sandbox(config.sandbox, config.state_dir)
+    try:
+        asyncio.run(sandbox.check())
+    except SandboxUnavailable as exc:
+        print(f"error: the sandbox ({config.sandbox.kind}) cannot run: {exc}")
+        return EXIT_CONFIG
+    print(f"sandbox: {config.sandbox.kind} works")
+    return 0
+
+
+def _image(args: argparse.Namespace) -> int:
+    """``image build`` / ``image bootstrap``: progress on stdout, exit 2 on failure."""
+    config = _load(args.config) if args.config else _built_in_config()
+    if config is None:
+        return EXIT_CONFIG
+    try:
+        if args.image_command == "bootstrap":
+            asyncio.run(
+                image_commands.bootstrap(config.sandbox, config.state_dir, force=args.force)
+            )
+        else:
+            files = agent_image_files(config)
+            asyncio.run(
+                image_commands.build_images(
+                    config.sandbox, config.state_dir, files, args.containerfile
+                )
+            )
+    except (SandboxUnavailable, PodmanCommandError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     return 0
 
 

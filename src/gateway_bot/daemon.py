@@ -16,6 +16,7 @@ from gateway_bot.agents.claude_code import ClaudeCodeRunner
 from gateway_bot.config.server import ServerConfig, environment_with_dotenv
 from gateway_bot.core.channel import ChannelAdapter
 from gateway_bot.core.executor import AgentDefaults, TaskExecutor
+from gateway_bot.core.lifecycle import TaskState
 from gateway_bot.core.service import GatewayService
 from gateway_bot.core.workspaces import Workspaces
 from gateway_bot.sandbox.factory import create_sandbox
@@ -65,6 +66,13 @@ def check_agent_setup(config: ServerConfig, agent_env: Mapping[str, str]) -> Set
     return None
 
 
+def agent_image_files(config: ServerConfig) -> dict[str, Path]:
+    """The agent's binary for the sandbox image's build context: the container runs the
+    same pinned Claude Code as the host (the default Containerfile copies ``claude``)."""
+    found = shutil.which(config.agent.command[0])
+    return {"claude": Path(found).resolve()} if found else {}
+
+
 class Daemon:
     def __init__(
         self,
@@ -74,10 +82,12 @@ class Daemon:
     ) -> None:
         self.config = config
         self.store = SqliteStore(config.state_dir / "state.db")
-        self.sandbox = create_sandbox(config.sandbox, config.state_dir)
+        self.sandbox = create_sandbox(config.sandbox, config.state_dir, agent_image_files(config))
+        self.workspaces = Workspaces(config.state_dir, config.repo.url, config.repo.default_branch)
+        self._garbage_collector: asyncio.Task[None] | None = None
         executor = TaskExecutor(
             self.store,
-            Workspaces(config.state_dir, config.repo.url, config.repo.default_branch),
+            self.workspaces,
             self.sandbox,
             ClaudeCodeRunner(config.agent.command),
             AgentDefaults(
@@ -101,8 +111,43 @@ class Daemon:
         self.end_of_input = asyncio.Event()
 
     async def open(self) -> None:
+        """Raises SandboxUnavailable (one clear message) when the sandbox cannot run."""
         await self.store.open()
         await self.sandbox.check()
+        await self.sandbox.open(self._conversation_exists)
+
+    async def _conversation_exists(self, conversation_id: str) -> bool:
+        try:
+            await self.store.get_conversation(conversation_id)
+        except KeyError:
+            return False
+        return True
+
+    async def collect_garbage(self) -> None:
+        """Conversations idle for ``sandbox.gc_after_days`` lose their container and their
+        directories; their record stays, so a later message starts a fresh session there."""
+        idle_s = self.config.sandbox.gc_after_days * 86400
+        for conversation_id in await self.workspaces.idle_conversations(idle_s):
+            if not await self._conversation_exists(conversation_id):
+                continue
+            busy = await self.store.conversation_tasks(
+                conversation_id, [TaskState.PENDING, TaskState.EXECUTING]
+            )
+            if busy:
+                continue
+            log.info("garbage-collecting idle conversation %s", conversation_id)
+            await self.sandbox.discard(conversation_id)
+            await self.workspaces.remove(conversation_id)
+            await self.store.update_conversation(conversation_id, clear_session=True)
+
+    async def _collect_garbage_forever(self) -> None:
+        interval = min(3600.0, max(1.0, self.config.sandbox.gc_after_days * 86400 / 4))
+        while True:
+            try:
+                await self.collect_garbage()
+            except Exception:
+                log.exception("garbage collection failed; trying again later")
+            await asyncio.sleep(interval)
 
     async def run(self) -> None:
         """Serve until SIGTERM/SIGINT or end of input; then shut down gracefully.
@@ -115,6 +160,7 @@ class Daemon:
             loop.add_signal_handler(sig, self.stop_requested.set)
         try:
             await self.service.start()
+            self._garbage_collector = asyncio.create_task(self._collect_garbage_forever())
             stop = asyncio.create_task(self.stop_requested.wait())
             eof = asyncio.create_task(self.end_of_input.wait())
             await asyncio.wait({stop, eof}, return_when=asyncio.FIRST_COMPLETED)
@@ -129,5 +175,7 @@ class Daemon:
         finally:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
+            if self._garbage_collector is not None:
+                self._garbage_collector.cancel()
             await self.sandbox.close()
             await self.store.close()

@@ -1,16 +1,122 @@
-"""Sandbox settings (the ``sandbox:`` section of the server config)."""
+"""Sandbox settings (the ``sandbox:`` section of the server config).
+
+Everything host-specific is here rather than in code: the podman runtime and ulimits (some
+hosts need runc and explicit limits, others not), resource limits, idle and garbage
+collection times, and the network the egress proxy uses to reach the outside.
+"""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, PositiveFloat, PositiveInt, field_validator
 
 from gateway_bot.config.section import Section
 
+_ULIMIT = re.compile(r"^-?\d+(:-?\d+)?$")
+_DEPLOYMENT = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,40}$")
+
+
+class PodmanSettings(Section):
+    command: str = Field(default="podman", description="The podman CLI (name or path).")
+    socket: Path | None = Field(
+        default=None,
+        description=(
+            "The podman REST service socket. Unset: podman's own default "
+            "(/run/podman/podman.sock as root, $XDG_RUNTIME_DIR/podman/podman.sock otherwise). "
+            "The daemon starts `podman system service` there when nothing answers."
+        ),
+    )
+    runtime: str | None = Field(
+        default="auto",
+        description=(
+            "OCI runtime for every container and build. 'auto': runc on cgroup-hybrid hosts "
+            "(where crun fails), podman's default elsewhere; null: always podman's default."
+        ),
+    )
+    ulimits: dict[str, str] = Field(
+        default_factory=lambda: {"nofile": "1024:20000", "nproc": "4096:4096"},
+        description=(
+            "soft:hard limits set on every container. Podman's defaults can exceed what the "
+            "daemon may set (then every container fails to start); {} keeps podman's defaults."
+        ),
+    )
+
+    @field_validator("ulimits")
+    @classmethod
+    def _limits_are_numbers(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, limit in value.items():
+            if not _ULIMIT.match(str(limit)):
+                raise ValueError(f"{name}: {limit!r} is not SOFT:HARD (e.g. 1024:20000)")
+        return value
+
+
+class ImageSettings(Section):
+    base_image: str | None = Field(
+        default=None,
+        description=(
+            "The Containerfile's FROM (build argument BASE_IMAGE). Unset: the local base made "
+            "by `gateway-bot image bootstrap` when it exists, else debian:bookworm-slim from a "
+            "registry."
+        ),
+    )
+    containerfile: Path | None = Field(
+        default=None,
+        description=(
+            "Default agent Containerfile (unset: the one shipped with gateway-bot). A target "
+            "repo's .gateway/Containerfile on its default branch wins over it."
+        ),
+    )
+    max_age_hours: PositiveFloat = Field(
+        default=24.0, description="Rebuild an image (without cache) once it is this old."
+    )
+
+
+class LimitSettings(Section):
+    memory: str = Field(default="4g", pattern=r"^\d+[bkmg]?$", description="Per container.")
+    pids: PositiveInt = 1024
+    cpus: PositiveFloat = 2.0
+
 
 class SandboxSettings(Section):
-    kind: Literal["none"] = Field(
-        default="none",
-        description="'none' runs the agent on the host, unconfined. Loudly warned about.",
+    kind: Literal["podman", "none"] = Field(
+        default="podman",
+        description=(
+            "'podman': one long-lived container per conversation, network only through the "
+            "allowlisting egress proxy. 'none' runs the agent on the host, unconfined (loudly "
+            "warned about)."
+        ),
     )
+    deployment: str | None = Field(
+        default=None,
+        description=(
+            "Names this daemon's containers (label gateway-bot.deployment) so several daemons "
+            "can share one podman. Unset: derived from the state directory."
+        ),
+    )
+    podman: PodmanSettings = Field(default_factory=PodmanSettings)
+    image: ImageSettings = Field(default_factory=ImageSettings)
+    limits: LimitSettings = Field(default_factory=LimitSettings)
+    egress_network: str = Field(
+        default="podman",
+        description="The podman network the egress proxy reaches the outside through.",
+    )
+    idle_stop_minutes: PositiveFloat = Field(
+        default=30.0, description="Stop a conversation's container after this long unused."
+    )
+    gc_after_days: PositiveFloat = Field(
+        default=7.0,
+        description="Remove a conversation's container and directories after this long idle.",
+    )
+    max_live_containers: PositiveInt = Field(
+        default=8, description="Running containers at most; the longest idle are stopped first."
+    )
+
+    @field_validator("deployment")
+    @classmethod
+    def _is_a_name(cls, value: str | None) -> str | None:
+        if value is not None and not _DEPLOYMENT.match(value):
+            raise ValueError("use lower-case letters, digits, '.', '_' or '-' (at most 41)")
+        return value

@@ -19,7 +19,9 @@ from gateway_bot.core.lifecycle import CompletionReason
 from gateway_bot.core.messages import InboundMessage, Reply, Usage
 from gateway_bot.core.prompts import build_prompt, context_lost_prompt
 from gateway_bot.core.workspaces import ConversationDirs, GitError, Workspaces
-from gateway_bot.sandbox.base import ExecutionContext, Sandbox
+from gateway_bot.sandbox.base import REPO_CONTAINERFILE_PATH, ExecutionContext, Sandbox
+from gateway_bot.sandbox.egress.allowlist import ALLOWLIST_PATH, parse_allowlist
+from gateway_bot.sandbox.egress.rules import EgressRule
 from gateway_bot.state.event_log import EventLog
 from gateway_bot.state.records import ConversationRecord
 from gateway_bot.state.store import Store
@@ -72,6 +74,11 @@ class TaskExecutor:
             repo_text = await self._workspaces.read_default_branch_file(REPO_CONFIG_PATH)
             repo_config = parse_repo_config(repo_text)
             container_env = repo_config.resolved_env(self._defaults.secrets)
+            allowlist = parse_allowlist(
+                await self._workspaces.read_default_branch_file(ALLOWLIST_PATH),
+                self._defaults.env.get("ANTHROPIC_BASE_URL"),
+            )
+            containerfile = await self._workspaces.read_default_branch_file(REPO_CONTAINERFILE_PATH)
         except ConfigError as exc:
             return _failure(
                 f"The repo config {exc.source} has problems:\n"
@@ -82,7 +89,7 @@ class TaskExecutor:
             return _failure(
                 f"Could not prepare the workspace: {exc}", CompletionReason.INTERNAL_ERROR
             )
-        context = _execution_context(conversation.id, dirs, container_env)
+        context = _execution_context(conversation.id, dirs, container_env, allowlist, containerfile)
         saved = (
             await adapter.save_attachments(message, str(dirs.inbox)) if message.attachments else []
         )
@@ -148,7 +155,11 @@ class TaskExecutor:
 
 
 def _execution_context(
-    conversation_id: str, dirs: ConversationDirs, env: Mapping[str, str]
+    conversation_id: str,
+    dirs: ConversationDirs,
+    env: Mapping[str, str],
+    allowlist: tuple[EgressRule, ...],
+    containerfile: str | None,
 ) -> ExecutionContext:
     return ExecutionContext(
         id=conversation_id,
@@ -158,6 +169,9 @@ def _execution_context(
         outbox=dirs.outbox,
         storage=dirs.storage,
         env=dict(env),
+        allowlist=allowlist,
+        network_log=dirs.network_log,
+        containerfile=containerfile,
     )
 
 

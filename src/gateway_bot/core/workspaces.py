@@ -9,6 +9,7 @@ Layout under the state dir::
         inbox/ outbox/ storage/ files in, files out, scratch that outlives tasks
         sent/                   outbox files already delivered, by task id
         events.jsonl            the agent's raw stream, append-only, never mounted
+        network.log             every request the agent's sandbox allowed or blocked
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,6 +57,11 @@ class ConversationDirs:
     @property
     def events(self) -> Path:
         return self.root / "events.jsonl"
+
+    @property
+    def network_log(self) -> Path:
+        """The sandbox's log of allowed and blocked requests (a link to the proxy's file)."""
+        return self.root / "network.log"
 
 
 class Workspaces:
@@ -104,6 +111,28 @@ class Workspaces:
         """
         dirs = self.dirs(conversation_id)
         return await asyncio.to_thread(_move_regular_files, dirs.outbox, dirs.sent / task_id)
+
+    async def idle_conversations(self, idle_s: float) -> list[str]:
+        """Conversations whose directory saw no activity (a task's events, a new file at its
+        top level) for ``idle_s`` seconds: candidates for garbage collection."""
+        return await asyncio.to_thread(self._idle_conversations, idle_s)
+
+    def _idle_conversations(self, idle_s: float) -> list[str]:
+        root = self._state_dir / "conversations"
+        if not root.is_dir():
+            return []
+        cutoff = time.time() - idle_s
+        idle = []
+        for directory in root.iterdir():
+            dirs = ConversationDirs(directory)
+            stamps = [p.stat().st_mtime for p in (dirs.root, dirs.events) if p.exists()]
+            if directory.is_dir() and max(stamps, default=0.0) < cutoff:
+                idle.append(directory.name)
+        return sorted(idle)
+
+    async def remove(self, conversation_id: str) -> None:
+        """Delete a conversation's directories (workspace, home, files, logs)."""
+        await asyncio.to_thread(shutil.rmtree, self.dirs(conversation_id).root, True)
 
     async def read_default_branch_file(self, path: str) -> str | None:
         """A file's text on the default branch of the mirror, or None when it is absent."""

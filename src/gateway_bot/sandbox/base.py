@@ -7,10 +7,15 @@ directories to expose, never a conversation, a channel or a sender.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
+
+from gateway_bot.sandbox.egress.rules import EgressRule
+
+REPO_CONTAINERFILE_PATH = ".gateway/Containerfile"
+"""A target repo's own image recipe (read from its default branch) replaces the default."""
 
 
 class SandboxUnavailable(Exception):
@@ -28,6 +33,16 @@ class ExecutionContext:
     storage: Path
     env: Mapping[str, str] = field(default_factory=dict)
     """Environment for processes run in this context (already resolved secrets)."""
+    allowlist: tuple[EgressRule, ...] = ()
+    """Where processes in this context may connect (through the egress proxy)."""
+    network_log: Path | None = None
+    """Where this context's allowed and blocked requests are logged, one JSON line each."""
+    containerfile: str | None = None
+    """The image recipe for this context; None means the sandbox's default."""
+
+
+IsKnown = Callable[[str], Awaitable[bool]]
+"""Does the caller's state know this execution-context id?"""
 
 
 @dataclass(frozen=True)
@@ -62,6 +77,17 @@ class Sandbox(Protocol):
 
     async def check(self) -> None:
         """Raise SandboxUnavailable with a user-facing reason if nothing can run."""
+        ...
+
+    async def open(self, is_known: IsKnown) -> None:
+        """Start of the daemon, before any task: find what a previous run left (containers,
+        processes still running in them) and take it over. Execution environments whose id
+        ``is_known`` denies are reported and left alone. Starts the idle housekeeping."""
+        ...
+
+    async def discard(self, context_id: str) -> None:
+        """Remove everything the sandbox holds for the context (garbage collection). The
+        context's host directories are the caller's."""
         ...
 
     def paths(self, context: ExecutionContext) -> SandboxPaths: ...

@@ -15,7 +15,7 @@ import shutil
 import signal
 from collections.abc import Mapping, Sequence
 
-from gateway_bot.sandbox.base import ExecutionContext, SandboxPaths
+from gateway_bot.sandbox.base import ExecutionContext, IsKnown, SandboxPaths
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,12 @@ class HostSandbox:
             "SANDBOX DISABLED (sandbox: none): the agent runs directly on this host with "
             "this user's permissions and unfiltered network access"
         )
+
+    async def open(self, is_known: IsKnown) -> None:
+        return None
+
+    async def discard(self, context_id: str) -> None:
+        return None
 
     def paths(self, context: ExecutionContext) -> SandboxPaths:
         return SandboxPaths(

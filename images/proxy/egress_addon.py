@@ -1,0 +1,152 @@
+"""mitmproxy addon: gateway-bot's egress allowlist, one shared proxy for every conversation.
+
+Runs inside the proxy container (``/egress`` is a directory the daemon shares with it). Each
+conversation's container sits alone on its own internal network with a fixed address; the
+daemon writes ``/egress/routes.json`` mapping that source address to the conversation's
+execution context and allowlist. So the source address of a connection says whose request
+it is, which rules apply and which log gets the line (``/egress/logs/<context>.log``, linked
+as ``network.log`` beside the conversation's ``events.jsonl``).
+
+Blocked requests get 403 with the reason, before any connection to the target is made.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from egress_rules import (  # type: ignore[import-not-found]  # copied beside this file
+    EgressRule,
+    Verdict,
+    decide,
+    decide_connect,
+    decide_raw_stream,
+    rules_from_json,
+)
+from mitmproxy import http, tcp  # type: ignore[import-not-found]
+
+EGRESS_DIR = Path(os.environ.get("GATEWAY_BOT_EGRESS_DIR", "/egress"))
+ROUTES = EGRESS_DIR / "routes.json"
+LOGS = EGRESS_DIR / "logs"
+READY = EGRESS_DIR / "ready"
+
+log = logging.getLogger("gateway-bot-egress")
+
+
+class Routes:
+    """routes.json, re-read whenever the daemon replaces it (atomic rename: a new inode)."""
+
+    def __init__(self) -> None:
+        self._stamp: tuple[int, int, int] | None = None
+        self._sources: dict[str, tuple[str, tuple[EgressRule, ...]]] = {}
+
+    def lookup(self, address: str) -> tuple[str, tuple[EgressRule, ...]] | None:
+        self._reload()
+        if address.startswith("::ffff:"):
+            address = address[len("::ffff:") :]
+        return self._sources.get(address)
+
+    def _reload(self) -> None:
+        try:
+            stat = ROUTES.stat()
+        except FileNotFoundError:
+            self._sources, self._stamp = {}, None
+            return
+        stamp = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+        if stamp == self._stamp:
+            return
+        try:
+            data = json.loads(ROUTES.read_text())
+        except (OSError, ValueError) as exc:
+            log.warning("routes.json unreadable, keeping the previous routes: %s", exc)
+            return
+        self._sources = {
+            source: (str(entry["context"]), rules_from_json(entry.get("rules", [])))
+            for source, entry in data.get("sources", {}).items()
+        }
+        self._stamp = stamp
+
+
+class EgressAllowlist:
+    def __init__(self) -> None:
+        self.routes = Routes()
+
+    def running(self) -> None:
+        LOGS.mkdir(parents=True, exist_ok=True)
+        READY.write_text(f"{os.getpid()}\n")
+
+    def http_connect(self, flow: http.HTTPFlow) -> None:
+        route = self._route(flow.client_conn.peername[0])
+        host, port = flow.request.host, flow.request.port
+        if route is None:
+            self._block(flow, None, f"{host}:{port}", Verdict(False, "unknown source address"))
+            return
+        verdict = decide_connect(route[1], host)
+        if not verdict.allowed:
+            self._block(flow, route[0], f"{host}:{port}", verdict)
+
+    def request(self, flow: http.HTTPFlow) -> None:
+        if flow.response is not None:
+            return
+        route = self._route(flow.client_conn.peername[0])
+        url = flow.request.pretty_url
+        if route is None:
+            self._block(flow, None, url, Verdict(False, "unknown source address"))
+            return
+        context, rules = route
+        method, path = flow.request.method, flow.request.path
+        verdict = decide(rules, method, flow.request.host, path)
+        header_host = (flow.request.host_header or "").rsplit(":", 1)[0].strip("[]")
+        if verdict.allowed and header_host and header_host.lower() != flow.request.host.lower():
+            verdict = decide(rules, method, header_host, path)  # no fronting past the list
+        if not verdict.allowed:
+            self._block(flow, context, url, verdict)
+            return
+        _write_log(
+            context, {"method": method, "url": url, "allowed": True, "reason": verdict.reason}
+        )
+
+    def tcp_start(self, flow: tcp.TCPFlow) -> None:
+        route = self._route(flow.client_conn.peername[0])
+        host = str(flow.server_conn.address[0]) if flow.server_conn.address else "?"
+        verdict = (
+            Verdict(False, "unknown source address")
+            if route is None
+            else decide_raw_stream(route[1], host)
+        )
+        entry = {"method": "TCP", "url": host, "allowed": verdict.allowed, "reason": verdict.reason}
+        _write_log(route[0] if route else None, entry)
+        if not verdict.allowed:
+            flow.kill()
+
+    def _route(self, address: str) -> tuple[str, tuple[EgressRule, ...]] | None:
+        return self.routes.lookup(address)
+
+    def _block(self, flow: http.HTTPFlow, context: str | None, url: str, verdict: Verdict) -> None:
+        method = flow.request.method
+        _write_log(
+            context, {"method": method, "url": url, "allowed": False, "reason": verdict.reason}
+        )
+        flow.response = http.Response.make(
+            403,
+            f"Blocked by gateway-bot's egress proxy: {verdict.reason}.\n"
+            "Allowed hosts are listed in the repo's .gateway/network-allowlist.yaml.\n",
+            {"Content-Type": "text/plain; charset=utf-8", "X-Gateway-Bot-Blocked": verdict.reason},
+        )
+
+
+def _write_log(context: str | None, entry: dict[str, Any]) -> None:
+    name = context if context else "_unknown"
+    line = {"time": datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"), **entry}
+    try:
+        with (LOGS / f"{name}.log").open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(line) + "\n")
+    except OSError as exc:
+        log.warning("cannot write the network log of %s: %s", name, exc)
+
+
+addons = [EgressAllowlist()]

@@ -1,0 +1,101 @@
+"""The repo's network allowlist: ``.gateway/network-allowlist.yaml`` on its default branch.
+
+Read at each task start from the mirror (like the repo config), so the agent cannot widen its
+own network access by editing the file in its workspace. The model API host is always
+allowed: without it the agent cannot run, so a repo cannot forget it. Format::
+
+    allow:
+      - github.com                      # a bare host: any method, any path
+      - host: "*.githubusercontent.com"
+        methods: [GET, HEAD]
+      - host: pypi.org
+        paths: ["/simple/*", "/pypi/*"]
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from gateway_bot.config.server import describe_validation_errors
+from gateway_bot.config.yaml_tags import ConfigError, load_repo_yaml
+from gateway_bot.sandbox.egress.rules import EgressRule
+
+ALLOWLIST_PATH = ".gateway/network-allowlist.yaml"
+DEFAULT_MODEL_API = "https://api.anthropic.com"
+
+_HOST_PATTERN = re.compile(r"^[A-Za-z0-9*?.\-\[\]:]+$")
+_METHOD = re.compile(r"^[A-Za-z]+$")
+
+
+class _RuleModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = Field(min_length=1)
+    paths: list[str] = Field(default_factory=list)
+    methods: list[str] = Field(default_factory=list)
+
+    @field_validator("host")
+    @classmethod
+    def _is_host(cls, value: str) -> str:
+        if not _HOST_PATTERN.match(value) or "/" in value:
+            raise ValueError(f"{value!r} is not a host name or pattern (no scheme, no path)")
+        return value
+
+    @field_validator("paths")
+    @classmethod
+    def _absolute(cls, values: list[str]) -> list[str]:
+        for value in values:
+            if not value.startswith(("/", "*")):
+                raise ValueError(f"path {value!r} must start with / (a glob such as /api/*)")
+        return values
+
+    @field_validator("methods")
+    @classmethod
+    def _are_methods(cls, values: list[str]) -> list[str]:
+        for value in values:
+            if not _METHOD.match(value):
+                raise ValueError(f"{value!r} is not an HTTP method")
+        return [value.upper() for value in values]
+
+
+class _AllowlistModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    allow: list[_RuleModel] = Field(default_factory=list)
+
+
+def model_api_rule(base_url: str | None) -> EgressRule:
+    """The rule that lets the agent reach its model API (``ANTHROPIC_BASE_URL`` or the
+    public API)."""
+    host = urlsplit(base_url or DEFAULT_MODEL_API).hostname or "api.anthropic.com"
+    return EgressRule(host=host)
+
+
+def parse_allowlist(text: str | None, model_base_url: str | None) -> tuple[EgressRule, ...]:
+    """The rules for one task: the model API host, then the repo's rules (none without the
+    file). Raises ConfigError listing every problem of the file."""
+    rules = [model_api_rule(model_base_url)]
+    if text is None:
+        return tuple(rules)
+    data: Any = load_repo_yaml(text, ALLOWLIST_PATH)
+    if data is None:
+        return tuple(rules)
+    if not isinstance(data, dict):
+        raise ConfigError(ALLOWLIST_PATH, ["the top level must be a mapping with an 'allow' list"])
+    data = {
+        "allow": [
+            {"host": item} if isinstance(item, str) else item for item in data.get("allow") or []
+        ],
+        **{key: value for key, value in data.items() if key != "allow"},
+    }
+    try:
+        parsed = _AllowlistModel.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(ALLOWLIST_PATH, describe_validation_errors(exc)) from exc
+    for item in parsed.allow:
+        rules.append(EgressRule(item.host, tuple(item.paths), tuple(item.methods)))
+    return tuple(rules)

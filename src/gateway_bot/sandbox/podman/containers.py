@@ -1,0 +1,144 @@
+"""One execution context's network and container: names, labels, mounts, limits.
+
+Container ``gwb-<context>`` is alone on network ``gwb-net-<context>`` (internal, no DNS, so
+no route anywhere) with the egress proxy at .2 and itself at .3. Its PID 1 is a small shell
+loop that only sleeps and reaps; every task is an exec into it. Mounted: the context's
+workspace, home, inbox, outbox and storage, and the proxy's CA certificate. Nothing else
+from the host; environment variables come with each exec.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from podman.errors import NotFound
+
+from gateway_bot.config.sandbox import LimitSettings
+from gateway_bot.sandbox.base import ExecutionContext, SandboxPaths
+from gateway_bot.sandbox.podman.proxy import (
+    LABEL_CONTEXT,
+    LABEL_DEPLOYMENT,
+    LABEL_ROLE,
+    PROXY_PORT,
+)
+from gateway_bot.sandbox.podman.service import PodmanService
+
+PATHS = SandboxPaths(
+    workspace="/workspace", home="/home/agent", inbox="/inbox", outbox="/outbox", storage="/storage"
+)
+CA_IN_CONTAINER = "/usr/local/share/ca-certificates/gateway-bot-proxy.crt"
+SYSTEM_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+
+INIT_SCRIPT = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"
+"""PID 1: sleeps, exits on SIGTERM, and reaps orphans (the shell's wait collects any child).
+Being PID 1 it also survives ``kill -9 -1``, which is how stray processes are cleared."""
+
+TRUST_CA = ["sh", "-c", "update-ca-certificates >/dev/null 2>&1 || true"]
+KILL_STRAYS = ["sh", "-c", "kill -9 -1 2>/dev/null || true"]
+"""One task at a time per context: anything but PID 1 left running belongs to no task."""
+
+
+@dataclass(frozen=True)
+class ContextNetwork:
+    name: str
+    proxy_address: str
+    agent_address: str
+
+
+def container_name(context_id: str) -> str:
+    return f"gwb-{context_id}"
+
+
+def network_name(context_id: str) -> str:
+    return f"gwb-net-{context_id}"
+
+
+def labels(deployment: str, context_id: str, role: str = "agent") -> dict[str, str]:
+    return {LABEL_DEPLOYMENT: deployment, LABEL_ROLE: role, LABEL_CONTEXT: context_id}
+
+
+async def ensure_network(
+    service: PodmanService, deployment: str, context_id: str
+) -> ContextNetwork:
+    """The context's internal network (made on first use) and the two fixed addresses in it."""
+    name = network_name(context_id)
+
+    def call(client: Any) -> dict[str, Any]:
+        try:
+            return dict(client.networks.get(name).attrs)
+        except NotFound:
+            created = client.networks.create(
+                name,
+                internal=True,
+                dns_enabled=False,
+                labels=labels(deployment, context_id, "network"),
+            )
+            return dict(created.attrs)
+
+    attrs = await service.api(call)
+    subnet = ipaddress.ip_network(attrs["subnets"][0]["subnet"])
+    return ContextNetwork(name, str(subnet[2]), str(subnet[3]))
+
+
+def agent_env() -> dict[str, str]:
+    """Fixed environment of every agent container: the proxy, and trust in its CA."""
+    proxy = f"http://proxy:{PROXY_PORT}"
+    return {
+        "HOME": PATHS.home,
+        "HTTP_PROXY": proxy,
+        "HTTPS_PROXY": proxy,
+        "http_proxy": proxy,
+        "https_proxy": proxy,
+        "NO_PROXY": "localhost,127.0.0.1",
+        "no_proxy": "localhost,127.0.0.1",
+        "NODE_EXTRA_CA_CERTS": CA_IN_CONTAINER,
+        "REQUESTS_CA_BUNDLE": SYSTEM_BUNDLE,
+        "PIP_CERT": SYSTEM_BUNDLE,
+    }
+
+
+def create_spec(
+    context: ExecutionContext,
+    image: str,
+    network: ContextNetwork,
+    deployment: str,
+    ca_certificate: Path,
+    limits: LimitSettings,
+    service: PodmanService,
+) -> dict[str, Any]:
+    """Keyword arguments for podman-py's ``containers.create``."""
+    mounts: list[Mapping[str, Any]] = [
+        _bind(context.workspace, PATHS.workspace),
+        _bind(context.home, PATHS.home),
+        _bind(context.inbox, PATHS.inbox),
+        _bind(context.outbox, PATHS.outbox),
+        _bind(context.storage, PATHS.storage),
+        {**_bind(ca_certificate, CA_IN_CONTAINER), "read_only": True},
+    ]
+    return {
+        "image": image,
+        "name": container_name(context.id),
+        "command": ["/bin/sh", "-c", INIT_SCRIPT],
+        "labels": labels(deployment, context.id),
+        "hostname": container_name(context.id),
+        "working_dir": PATHS.workspace,
+        "environment": agent_env(),
+        "mounts": mounts,
+        "networks": {network.name: {"static_ips": [network.agent_address]}},
+        "dns": ["127.0.0.1"],  # no resolver: names outside /etc/hosts do not resolve
+        "extra_hosts": {"proxy": network.proxy_address},
+        "runtime": service.runtime,
+        "ulimits": service.api_ulimits(),
+        "mem_limit": limits.memory,
+        "pids_limit": limits.pids,
+        "nano_cpus": int(limits.cpus * 1_000_000_000),
+        "stop_timeout": 5,
+    }
+
+
+def _bind(source: Path, target: str) -> dict[str, Any]:
+    return {"type": "bind", "source": str(source), "target": target}

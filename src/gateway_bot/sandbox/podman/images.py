@@ -1,0 +1,211 @@
+"""The agent and proxy images: tagged by a hash of what goes into them, built when missing.
+
+A tag is ``localhost/gateway-bot/<name>:<hash>`` where the hash covers the Containerfile's
+text, the base image (name and id) and the build-context files. Change any of them and the
+next task finds no image under the new tag, builds it, and (``PodmanSandbox``) recreates the
+container on it with the same mounts. An image older than ``image.max_age_hours`` is rebuilt
+without the layer cache, so security updates in its RUN steps land at least daily.
+
+The Containerfile's FROM is the build argument ``BASE_IMAGE``: the registry's Debian where a
+registry is reachable, or the local base ``gateway-bot image bootstrap`` makes with
+debootstrap where none is. Both paths build the same Containerfile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import hashlib
+import logging
+import os
+import shutil
+import ssl
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from podman.errors import ImageNotFound
+
+from gateway_bot.config.sandbox import ImageSettings
+from gateway_bot.sandbox.podman.service import OnLine, PodmanService
+
+log = logging.getLogger(__name__)
+
+LOCAL_BASE = "localhost/gateway-bot/base:bookworm"
+REGISTRY_BASE = "docker.io/library/debian:bookworm-slim"
+AGENT_IMAGE = "localhost/gateway-bot/agent"
+PROXY_IMAGE = "localhost/gateway-bot/proxy"
+
+_PROJECT_ROOT = Path(__file__).resolve().parents[4]
+DEFAULT_CONTAINERFILE = _PROJECT_ROOT / "Containerfile"
+PROXY_CONTEXT = _PROJECT_ROOT / "images" / "proxy"
+_RULES_MODULE = Path(__file__).resolve().parents[1] / "egress" / "rules.py"
+_UNHASHED = {"host-ca.pem"}
+"""Context files that do not make a new image: the host's CA bundle only helps pip fetch."""
+
+
+@dataclass(frozen=True)
+class BuiltImage:
+    tag: str
+    id: str
+
+
+async def _log_line(line: str) -> None:
+    log.info("image build: %s", line)
+
+
+class ImageBuilder:
+    def __init__(
+        self,
+        service: PodmanService,
+        settings: ImageSettings,
+        agent_files: Mapping[str, Path],
+        work_dir: Path,
+    ) -> None:
+        """``agent_files`` go into the agent image's build context by name (the Claude Code
+        binary as ``claude``, which the default Containerfile copies in)."""
+        self._service = service
+        self._settings = settings
+        self._agent_files = dict(agent_files)
+        self._work_dir = work_dir
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def base_image(self) -> str:
+        if self._settings.base_image:
+            return self._settings.base_image
+        return LOCAL_BASE if await self.inspect(LOCAL_BASE) else REGISTRY_BASE
+
+    def default_containerfile(self) -> str:
+        return (self._settings.containerfile or DEFAULT_CONTAINERFILE).read_text()
+
+    async def agent_image(
+        self, containerfile: str | None = None, on_line: OnLine | None = None
+    ) -> BuiltImage:
+        """The image for ``containerfile`` (a repo's own; None: the default), built if needed."""
+        text = containerfile if containerfile is not None else self.default_containerfile()
+        return await self._ensure(AGENT_IMAGE, text, self._agent_files, on_line)
+
+    async def proxy_image(self, on_line: OnLine | None = None) -> BuiltImage:
+        text, files = await asyncio.to_thread(_proxy_context)
+        return await self._ensure(PROXY_IMAGE, text, files, on_line)
+
+    async def inspect(self, tag: str) -> dict[str, Any] | None:
+        def get(client: Any) -> dict[str, Any] | None:
+            try:
+                return dict(client.images.get(tag).attrs)
+            except ImageNotFound:
+                return None
+
+        return await self._service.api(get)
+
+    async def _ensure(
+        self, repository: str, containerfile: str, files: Mapping[str, Path], on_line: OnLine | None
+    ) -> BuiltImage:
+        base = await self.base_image()
+        base_info = await self.inspect(base)
+        digest = _content_hash(containerfile, base, base_info, files)
+        tag = f"{repository}:{digest[:16]}"
+        async with self._locks.setdefault(tag, asyncio.Lock()):
+            info = await self.inspect(tag)
+            stale = info is not None and _age_hours(info) > self._settings.max_age_hours
+            if info is not None and not stale:
+                if on_line is not None:
+                    await on_line(f"{tag} is up to date")
+                return BuiltImage(tag, str(info["Id"]))
+            why = "older than the maximum age" if stale else "not built yet"
+            log.info("building %s (%s)", tag, why)
+            await self._build(tag, digest, containerfile, base, files, on_line, no_cache=stale)
+            built = await self.inspect(tag)
+            assert built is not None, f"{tag} missing right after its build"
+            return BuiltImage(tag, str(built["Id"]))
+
+    async def _build(
+        self,
+        tag: str,
+        digest: str,
+        containerfile: str,
+        base: str,
+        files: Mapping[str, Path],
+        on_line: OnLine | None,
+        *,
+        no_cache: bool,
+    ) -> None:
+        context = self._work_dir / "build" / digest[:16]
+        await asyncio.to_thread(_stage_context, context, containerfile, files)
+        args = ["build", *self._service.cli_limit_flags(), "--build-arg", f"BASE_IMAGE={base}"]
+        for name in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL"):
+            if os.environ.get(name):
+                args += ["--build-arg", f"{name}={os.environ[name]}"]
+        if no_cache:
+            args.append("--no-cache")
+        args += ["--label", f"gateway-bot.content-hash={digest}", "-t", tag]
+        args += ["-f", str(context / "Containerfile"), str(context)]
+        try:
+            await self._service.cli(*args, on_line=on_line or _log_line, timeout_s=1800)
+        finally:
+            await asyncio.to_thread(shutil.rmtree, context, True)
+
+
+def _proxy_context() -> tuple[str, dict[str, Path]]:
+    """The proxy's Containerfile and context: its addon, the shared rules module, and the
+    host's CA bundle for pip (an empty file when the host has none)."""
+    files = {
+        path.name: path
+        for path in PROXY_CONTEXT.iterdir()
+        if path.is_file() and path.name != "Containerfile"
+    }
+    files["egress_rules.py"] = _RULES_MODULE
+    ca_bundle = Path(ssl.get_default_verify_paths().cafile or "/etc/ssl/certs/ca-certificates.crt")
+    files["host-ca.pem"] = ca_bundle if ca_bundle.is_file() else Path(os.devnull)
+    return (PROXY_CONTEXT / "Containerfile").read_text(), files
+
+
+def _content_hash(
+    containerfile: str, base: str, base_info: dict[str, Any] | None, files: Mapping[str, Path]
+) -> str:
+    digest = hashlib.sha256()
+    digest.update(containerfile.encode())
+    digest.update(f"\0{base}\0{(base_info or {}).get('Id', '')}".encode())
+    for name in sorted(files):
+        if name in _UNHASHED:
+            continue
+        path = files[name]
+        stat = path.stat()
+        if stat.st_size < 1024 * 1024:
+            identity = hashlib.sha256(path.read_bytes()).hexdigest()
+        else:  # the 245 MB agent binary: its size and mtime say when it changed
+            identity = f"{stat.st_size}:{stat.st_mtime_ns}"
+        digest.update(f"\0{name}\0{identity}".encode())
+    return digest.hexdigest()
+
+
+def _age_hours(info: dict[str, Any]) -> float:
+    created = info.get("Created")
+    if isinstance(created, int | float):
+        stamp = float(created)
+    else:
+        text = str(created).replace("Z", "+00:00")
+        if "." in text:  # Go prints nanoseconds; Python parses microseconds at most
+            head, _, rest = text.partition(".")
+            digits = "".join(ch for ch in rest if ch.isdigit())
+            zone = rest[len(digits) :]
+            text = f"{head}.{digits[:6]}{zone}"
+        stamp = datetime.datetime.fromisoformat(text).timestamp()
+    return (time.time() - stamp) / 3600
+
+
+def _stage_context(context: Path, containerfile: str, files: Mapping[str, Path]) -> None:
+    shutil.rmtree(context, ignore_errors=True)
+    context.mkdir(parents=True)
+    (context / "Containerfile").write_text(containerfile)
+    for name, source in files.items():
+        target = context / name
+        if source == Path(os.devnull):
+            target.write_bytes(b"")
+            continue
+        try:
+            os.link(source, target)  # the agent binary is big: no copy when one filesystem
+        except OSError:
+            shutil.copy2(source, target)

@@ -1,0 +1,68 @@
+"""One task's process in a container: a ``podman exec -i`` CLI process on the host.
+
+The CLI carries stdin and stdout (podman-py cannot feed an exec's stdin). Killing the CLI
+does not kill what it started inside the container, so ``kill`` also clears the container
+(everything but PID 1 belongs to this task). The CLI runs under ``setpriv --pdeathsig KILL``:
+if the daemon dies, the CLI dies with it, and the next daemon's ``open`` clears the
+container before the interrupted task is run again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import Awaitable, Callable
+
+_STDERR_LIMIT = 64 * 1024
+
+AfterExit = Callable[[int, bool], Awaitable[str]]
+"""Called once when the CLI has exited, with its exit code and whether it was killed;
+returns a note for stderr (why a container went away) or ''."""
+
+
+class PodmanExecProcess:
+    def __init__(self, process: asyncio.subprocess.Process, after_exit: AfterExit) -> None:
+        self._process = process
+        self._after_exit = after_exit
+        self._killed = False
+        self._stderr_task = asyncio.create_task(self._collect_stderr())
+        self._exit: asyncio.Task[int] | None = None
+        self._note = ""
+
+    @property
+    def stdout(self) -> asyncio.StreamReader:
+        assert self._process.stdout is not None
+        return self._process.stdout
+
+    async def _collect_stderr(self) -> str:
+        assert self._process.stderr is not None
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := await self._process.stderr.read(4096):
+            if size < _STDERR_LIMIT:
+                chunks.append(chunk)
+                size += len(chunk)
+        return b"".join(chunks)[:_STDERR_LIMIT].decode("utf-8", "replace")
+
+    async def read_stderr(self) -> str:
+        text = await self._stderr_task
+        await self.wait()
+        return f"{text.rstrip()}\n{self._note}" if self._note else text
+
+    async def wait(self) -> int:
+        if self._exit is None:
+            self._exit = asyncio.create_task(self._finish())
+        return await asyncio.shield(self._exit)
+
+    async def _finish(self) -> int:
+        code = await self._process.wait()
+        self._note = await self._after_exit(code, self._killed)
+        return code
+
+    def kill(self) -> None:
+        self._killed = True
+        if self._process.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._process.pid, signal.SIGKILL)

@@ -1,0 +1,208 @@
+"""The egress proxy: one mitmproxy container per deployment, shared by every conversation.
+
+Chosen over a proxy per conversation (about 75 MB and a second container start each): the
+proxy joins each conversation's internal network at a fixed address (.2; the agent is .3),
+and tells conversations apart by the source address of a connection. ``routes.json`` in the
+shared directory maps each agent address to its context id and allowlist; the daemon is its
+only writer and replaces it atomically, the addon re-reads it when it changes.
+
+The proxy's own way out is ``sandbox.egress_network``, a normal podman network. The
+conversation networks are internal, without DNS and without a route anywhere else, so the
+proxy is the only way out whatever the agent does with its environment variables.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from podman.errors import NotFound, PodmanError
+
+from gateway_bot.sandbox.base import SandboxUnavailable
+from gateway_bot.sandbox.egress.rules import EgressRule, rules_to_json
+from gateway_bot.sandbox.podman.images import ImageBuilder
+from gateway_bot.sandbox.podman.service import PodmanService, api_error_text
+
+log = logging.getLogger(__name__)
+
+PROXY_PORT = 8080
+LABEL_DEPLOYMENT = "gateway-bot.deployment"
+LABEL_ROLE = "gateway-bot.role"
+LABEL_CONTEXT = "gateway-bot.context"
+_MOUNT = "/egress"
+
+
+class EgressProxy:
+    def __init__(
+        self,
+        service: PodmanService,
+        images: ImageBuilder,
+        deployment: str,
+        egress_network: str,
+        directory: Path,
+    ) -> None:
+        self._service = service
+        self._images = images
+        self._deployment = deployment
+        self._egress_network = egress_network
+        self.directory = directory
+        self.name = f"gwb-proxy-{deployment}"
+        self._lock = asyncio.Lock()
+        self._routes_lock = asyncio.Lock()
+
+    @property
+    def ca_certificate(self) -> Path:
+        """mitmproxy's CA (made on its first start): agents trust it, so HTTPS can be checked
+        request by request."""
+        return self.directory / "ca" / "mitmproxy-ca-cert.pem"
+
+    def log_path(self, context_id: str) -> Path:
+        return self.directory / "logs" / f"{context_id}.log"
+
+    async def ensure(self, networks: Iterable[tuple[str, str]]) -> None:
+        """The proxy runs on the current proxy image and is on every ``(network, address)``."""
+        async with self._lock:
+            image = await self._images.proxy_image()
+            info = await self._inspect()
+            if info is not None and info.get("Image") != image.id:
+                log.info("egress proxy: new image %s, recreating %s", image.tag, self.name)
+                await self._service.api(lambda c: c.containers.get(self.name).remove(force=True))
+                info = None
+            if info is None:
+                await self._create(image.tag)
+            if info is None or not info["State"]["Running"]:
+                await self._start()
+                info = await self._inspect()
+            assert info is not None
+            attached = set((info.get("NetworkSettings") or {}).get("Networks") or {})
+            for network, address in networks:
+                if network not in attached:
+                    await self.connect(network, address)
+
+    async def connect(self, network: str, address: str) -> None:
+        def call(client: Any) -> None:
+            body = {"container": self.name, "static_ips": [address]}
+            # podman-py's Network.connect sends the Docker-shaped body, whose address the
+            # libpod endpoint ignores; this is the libpod shape, through podman-py's client.
+            response = client.api.post(
+                f"/networks/{network}/connect",
+                data=json.dumps(body),
+                headers={"Content-Type": "application/json"},
+            )
+            if response.status_code >= 400 and "already" not in response.text:
+                raise SandboxUnavailable(
+                    f"could not attach the egress proxy to {network}: {response.text.strip()}"
+                )
+
+        await self._service.api(call)
+
+    async def disconnect(self, network: str) -> None:
+        def call(client: Any) -> None:
+            with contextlib.suppress(NotFound, PodmanError):
+                client.networks.get(network).disconnect(self.name, force=True)
+
+        await self._service.api(call)
+
+    async def set_route(self, source: str, context_id: str, rules: Sequence[EgressRule]) -> None:
+        """Requests from ``source`` belong to ``context_id`` and follow ``rules``."""
+        entry = {"context": context_id, "rules": rules_to_json(rules)}
+        await self._edit_routes(lambda sources: sources.__setitem__(source, entry))
+
+    async def drop_routes(self, context_id: str) -> None:
+        def drop(sources: dict[str, Any]) -> None:
+            for source in [s for s, e in sources.items() if e.get("context") == context_id]:
+                del sources[source]
+
+        await self._edit_routes(drop)
+        await asyncio.to_thread(self.log_path(context_id).unlink, True)
+
+    async def _edit_routes(self, change: Any) -> None:
+        async with self._routes_lock:
+            await asyncio.to_thread(self._rewrite_routes, change)
+
+    def _rewrite_routes(self, change: Any) -> None:
+        path = self.directory / "routes.json"
+        try:
+            sources = json.loads(path.read_text()).get("sources", {})
+        except (OSError, ValueError):
+            sources = {}
+        change(sources)
+        partial = path.with_suffix(".json.partial")
+        partial.write_text(json.dumps({"sources": sources}, indent=1, sort_keys=True))
+        os.replace(partial, path)  # a new inode: the addon notices and re-reads
+
+    async def _inspect(self) -> dict[str, Any] | None:
+        def call(client: Any) -> dict[str, Any] | None:
+            try:
+                return dict(client.containers.get(self.name).attrs)
+            except NotFound:
+                return None
+
+        return await self._service.api(call)
+
+    async def _create(self, image: str) -> None:
+        for sub in ("ca", "logs"):
+            (self.directory / sub).mkdir(parents=True, exist_ok=True)
+        await self._ensure_egress_network()
+        command = [
+            "--listen-port", str(PROXY_PORT),
+            "--set", f"confdir={_MOUNT}/ca",
+            "--set", "connection_strategy=lazy",  # nothing is dialled before the verdict
+            "--set", "flow_detail=0",
+            "--set", "termlog_verbosity=warn",
+        ]  # fmt: skip
+
+        def call(client: Any) -> None:
+            client.containers.create(
+                image,
+                name=self.name,
+                command=command,
+                labels={LABEL_DEPLOYMENT: self._deployment, LABEL_ROLE: "proxy"},
+                networks={self._egress_network: {}},
+                mounts=[{"type": "bind", "source": str(self.directory), "target": _MOUNT}],
+                runtime=self._service.runtime,
+                ulimits=self._service.api_ulimits(),
+                mem_limit="512m",
+                restart_policy={"Name": "on-failure"},
+                stop_timeout=5,
+            )
+
+        try:
+            await self._service.api(call)
+        except PodmanError as exc:
+            raise SandboxUnavailable(
+                f"could not create the egress proxy: {api_error_text(exc)}"
+            ) from exc
+
+    async def _start(self) -> None:
+        ready = self.directory / "ready"
+        ready.unlink(missing_ok=True)
+        try:
+            await self._service.api(lambda c: c.containers.get(self.name).start())
+        except PodmanError as exc:
+            raise SandboxUnavailable(
+                f"the egress proxy did not start: {api_error_text(exc)}"
+            ) from exc
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            info = await self._inspect()
+            if time.monotonic() > deadline or info is None or not info["State"]["Running"]:
+                logs = await self._service.cli("logs", "--tail", "5", self.name, check=False)
+                raise SandboxUnavailable(
+                    f"the egress proxy is not listening: {(logs.stdout + logs.stderr).strip()}"
+                )
+            await asyncio.sleep(0.1)
+
+    async def _ensure_egress_network(self) -> None:
+        def call(client: Any) -> None:
+            if not client.networks.exists(self._egress_network):
+                client.networks.create(self._egress_network, driver="bridge")
+
+        await self._service.api(call)

@@ -1,0 +1,354 @@
+"""The Podman sandbox: a long-lived container per execution context, each task an exec.
+
+Lifecycle of a context's container ``gwb-<context>``: created on the context's first task,
+kept running between tasks, stopped after ``idle_stop_minutes`` unused (or earlier when more
+than ``max_live_containers`` run: the longest idle first), started again by the next task,
+recreated when its image changes or it died mid-task, removed by ``discard`` (garbage
+collection). State lives in podman itself (labels), not in files of ours: after a restart,
+clean or kill -9, ``open`` lists this deployment's containers by label and takes them over;
+a restart never stops a running container.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import re
+import shutil
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from podman.errors import NotFound, PodmanError
+
+from gateway_bot.config.sandbox import SandboxSettings
+from gateway_bot.sandbox.base import ExecutionContext, IsKnown, SandboxPaths, SandboxUnavailable
+from gateway_bot.sandbox.podman import containers as spec
+from gateway_bot.sandbox.podman.images import ImageBuilder
+from gateway_bot.sandbox.podman.process import PodmanExecProcess
+from gateway_bot.sandbox.podman.proxy import (
+    LABEL_CONTEXT,
+    LABEL_DEPLOYMENT,
+    LABEL_ROLE,
+    EgressProxy,
+)
+from gateway_bot.sandbox.podman.service import PodmanService, api_error_text
+
+log = logging.getLogger(__name__)
+
+_CONTEXT_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+
+
+@dataclass
+class _Context:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    busy: bool = False
+    last_used: float = field(default_factory=time.monotonic)
+    broken: bool = False
+    """Died mid-task: the next task gets a fresh container."""
+
+
+def deployment_for(state_dir: Path) -> str:
+    return hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:8]
+
+
+class PodmanSandbox:
+    name = "podman"
+
+    def __init__(
+        self, settings: SandboxSettings, state_dir: Path, agent_files: Mapping[str, Path]
+    ) -> None:
+        self._settings = settings
+        self.deployment = settings.deployment or deployment_for(state_dir)
+        work_dir = state_dir / "sandbox"
+        self.service = PodmanService(settings.podman, work_dir)
+        self.images = ImageBuilder(self.service, settings.image, agent_files, work_dir)
+        self.proxy = EgressProxy(
+            self.service, self.images, self.deployment, settings.egress_network, work_dir / "egress"
+        )
+        self._contexts: dict[str, _Context] = {}
+        self._foreign: set[str] = set()
+        self._housekeeping: asyncio.Task[None] | None = None
+        self._setpriv = shutil.which("setpriv")
+
+    # -- daemon lifecycle -----------------------------------------------------------------
+
+    async def check(self) -> None:
+        await self.service.check()
+
+    async def open(self, is_known: IsKnown) -> None:
+        await self.service.ensure_running()
+        any_running = False
+        for info in await self._our_containers():
+            name, context_id = info["Names"][0], info["Labels"][LABEL_CONTEXT]
+            if not await is_known(context_id):
+                log.warning(
+                    "container %s has this deployment's labels but the state knows no "
+                    "context %s: reported and left alone (remove it with `podman rm -f %s`)",
+                    name, context_id, name,
+                )  # fmt: skip
+                self._foreign.add(context_id)
+                continue
+            self._contexts.setdefault(context_id, _Context())
+            if info["State"] == "running":
+                any_running = True
+                await self._exec_quietly(name, spec.KILL_STRAYS)
+                log.info("reattached to running container %s", name)
+            else:
+                log.info("container %s is %s; its next task starts it", name, info["State"])
+        if any_running:
+            await self.proxy.ensure(await self._networks())
+        self._housekeeping = asyncio.create_task(self._housekeep())
+
+    async def close(self) -> None:
+        """Stops housekeeping only: containers keep running for the next start."""
+        if self._housekeeping is not None:
+            self._housekeeping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._housekeeping
+
+    def paths(self, context: ExecutionContext) -> SandboxPaths:
+        return spec.PATHS
+
+    # -- tasks ----------------------------------------------------------------------------
+
+    async def start(
+        self,
+        context: ExecutionContext,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        stdin_data: bytes = b"",
+    ) -> PodmanExecProcess:
+        if not _CONTEXT_ID.match(context.id):
+            raise ValueError(f"execution-context id {context.id!r} cannot name a container")
+        if context.id in self._foreign:
+            raise SandboxUnavailable(
+                f"container {spec.container_name(context.id)} was not made by this daemon's "
+                "state; it was left alone. Remove it (podman rm -f) to let this task run."
+            )
+        state = self._contexts.setdefault(context.id, _Context())
+        async with state.lock:
+            state.busy = True
+            try:
+                name = await self._prepare(context, state)
+            except BaseException:
+                state.busy = False
+                raise
+        exec_env = {**context.env, **env}
+        command = [self.service.command, "exec", "-i", "--workdir", spec.PATHS.workspace]
+        for key in exec_env:
+            command += ["--env", key]  # value from the CLI's environment, not from argv
+        command += [name, *argv]
+        if self._setpriv:
+            command = [self._setpriv, "--pdeathsig", "KILL", "--", *command]
+        process = await asyncio.create_subprocess_exec(
+            *command,
+            env=self.service.cli_env(exec_env),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+            limit=16 * 1024 * 1024,
+        )
+        assert process.stdin is not None
+        process.stdin.write(stdin_data)
+        with contextlib.suppress(ConnectionError):
+            await process.stdin.drain()
+        process.stdin.close()
+
+        async def after_exit(code: int, killed: bool) -> str:
+            return await self._after_exit(context.id, state, code, killed)
+
+        return PodmanExecProcess(process, after_exit)
+
+    async def _prepare(self, context: ExecutionContext, state: _Context) -> str:
+        """Everything a task needs, made or repaired: image, network, proxy and its route,
+        and a running container on the current image. Returns the container's name."""
+        name = spec.container_name(context.id)
+        await self.service.ensure_running()
+        image = await self.images.agent_image(context.containerfile)
+        network = await spec.ensure_network(self.service, self.deployment, context.id)
+        await self.proxy.ensure([(network.name, network.proxy_address)])
+        await self.proxy.set_route(network.agent_address, context.id, context.allowlist)
+        if context.network_log is not None:
+            await asyncio.to_thread(_link, context.network_log, self.proxy.log_path(context.id))
+        info = await self._inspect(name)
+        if info is not None:
+            owner = info["Config"]["Labels"].get(LABEL_DEPLOYMENT)
+            if owner != self.deployment:
+                raise SandboxUnavailable(
+                    f"a container named {name} exists but belongs to deployment {owner!r}, "
+                    f"not {self.deployment!r}; remove it or set sandbox.deployment"
+                )
+            reason = (
+                "its image changed" if info["Image"] != image.id
+                else "it stopped during its last task" if state.broken
+                else None
+            )  # fmt: skip
+            if reason:
+                log.info("recreating container %s: %s (mounts are kept)", name, reason)
+                await self.service.api(lambda c: c.containers.get(name).remove(force=True))
+                info = None
+        state.broken = False
+        if info is None:
+            create = spec.create_spec(
+                context, image.tag, network, self.deployment, self.proxy.ca_certificate,
+                self._settings.limits, self.service,
+            )  # fmt: skip
+            await self._call(lambda c: c.containers.create(**create), f"create {name}")
+            log.info("created container %s on %s", name, image.tag)
+        if info is None or not info["State"]["Running"]:
+            await self._call(lambda c: c.containers.get(name).start(), f"start {name}")
+            await self._exec_quietly(name, spec.TRUST_CA)
+            await self._enforce_cap(keep=context.id)
+        return name
+
+    async def _after_exit(self, context_id: str, state: _Context, code: int, killed: bool) -> str:
+        state.busy = False
+        state.last_used = time.monotonic()
+        name = spec.container_name(context_id)
+        info = await self._inspect(name)
+        running = info is not None and info["State"]["Running"]
+        if killed and running:
+            await self._exec_quietly(name, spec.KILL_STRAYS)
+        if code != 0 and not running:
+            state.broken = True
+            return (
+                f"sandbox: the container {name} stopped while the task ran (exit {code}); "
+                "the next message gets a fresh container with the same workspace."
+            )
+        return ""
+
+    # -- housekeeping ---------------------------------------------------------------------
+
+    async def _housekeep(self) -> None:
+        interval = max(0.5, min(60.0, self._settings.idle_stop_minutes * 60 / 4))
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.stop_idle()
+            except (PodmanError, OSError, SandboxUnavailable) as exc:
+                log.warning("sandbox housekeeping failed: %s", exc)
+
+    async def stop_idle(self) -> None:
+        """Stop containers unused for ``idle_stop_minutes``; then enforce the cap."""
+        await self.service.ensure_running()
+        idle_s = self._settings.idle_stop_minutes * 60
+        now = time.monotonic()
+        for context_id in await self._running_contexts():
+            state = self._contexts.get(context_id)
+            if state is not None and not state.busy and now - state.last_used > idle_s:
+                await self._stop(context_id, "idle")
+        await self._enforce_cap(keep=None)
+
+    async def _enforce_cap(self, keep: str | None) -> None:
+        running = await self._running_contexts()
+        idle = sorted(
+            (self._contexts[c].last_used, c)
+            for c in running
+            if c != keep and c in self._contexts and not self._contexts[c].busy
+        )
+        excess = len(running) - self._settings.max_live_containers
+        for _, context_id in idle[: max(0, excess)]:
+            await self._stop(context_id, f"more than {self._settings.max_live_containers} running")
+
+    async def _stop(self, context_id: str, why: str) -> None:
+        state = self._contexts[context_id]
+        if state.lock.locked() or state.busy:
+            return
+        async with state.lock:
+            name = spec.container_name(context_id)
+            log.info("stopping container %s (%s)", name, why)
+            with contextlib.suppress(NotFound):
+                await self.service.api(lambda c: c.containers.get(name).stop(timeout=5))
+
+    async def discard(self, context_id: str) -> None:
+        if context_id in self._foreign:
+            return
+        state = self._contexts.pop(context_id, None) or _Context()
+        async with state.lock:
+            name, network = spec.container_name(context_id), spec.network_name(context_id)
+            await self.service.ensure_running()
+
+            def remove_container(client: Any) -> None:
+                with contextlib.suppress(NotFound):
+                    client.containers.get(name).remove(force=True)
+
+            await self.service.api(remove_container)
+            await self.proxy.disconnect(network)
+
+            def remove_network(client: Any) -> None:
+                with contextlib.suppress(NotFound):
+                    client.networks.get(network).remove()
+
+            await self.service.api(remove_network)
+            await self.proxy.drop_routes(context_id)
+            log.info("discarded container %s and network %s", name, network)
+
+    # -- podman queries -------------------------------------------------------------------
+
+    async def _our_containers(self) -> list[dict[str, Any]]:
+        filters = {"label": [f"{LABEL_DEPLOYMENT}={self.deployment}", f"{LABEL_ROLE}=agent"]}
+        found = await self.service.api(lambda c: c.containers.list(all=True, filters=filters))
+        return [dict(container.attrs) for container in found]
+
+    async def _running_contexts(self) -> list[str]:
+        return [
+            info["Labels"][LABEL_CONTEXT]
+            for info in await self._our_containers()
+            if info["State"] == "running" and info["Labels"][LABEL_CONTEXT] not in self._foreign
+        ]
+
+    async def _networks(self) -> list[tuple[str, str]]:
+        filters = {"label": [f"{LABEL_DEPLOYMENT}={self.deployment}", f"{LABEL_ROLE}=network"]}
+        found = await self.service.api(lambda c: c.networks.list(filters=filters))
+        contexts = [n.attrs["labels"][LABEL_CONTEXT] for n in found]
+        networks = [await spec.ensure_network(self.service, self.deployment, c) for c in contexts]
+        return [(n.name, n.proxy_address) for n in networks]
+
+    async def _inspect(self, name: str) -> dict[str, Any] | None:
+        def call(client: Any) -> dict[str, Any] | None:
+            try:
+                return dict(client.containers.get(name).attrs)
+            except NotFound:
+                return None
+
+        return await self.service.api(call)
+
+    async def _call(self, call: Any, what: str) -> None:
+        try:
+            await self.service.api(call)
+        except PodmanError as exc:
+            raise SandboxUnavailable(f"podman could not {what}: {_with_hint(exc)}") from exc
+
+    async def _exec_quietly(self, name: str, argv: list[str]) -> None:
+        def call(client: Any) -> None:
+            with contextlib.suppress(NotFound):
+                client.containers.get(name).exec_run(argv)
+
+        try:
+            await self.service.api(call)
+        except PodmanError as exc:
+            log.warning("%s in %s failed: %s", argv[-1], name, api_error_text(exc))
+
+
+def _link(link: Path, target: Path) -> None:
+    """``network.log`` beside the context's other files points at the proxy's log of it."""
+    if link.is_symlink() and link.readlink() == target:
+        return
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.unlink(missing_ok=True)
+    link.symlink_to(target)
+
+
+def _with_hint(exc: BaseException) -> str:
+    text = api_error_text(exc)
+    if "rlimit" in text:
+        text += " (hint: set sandbox.podman.ulimits to limits this host allows)"
+    elif "crun" in text or "cgroup" in text:
+        text += " (hint: set sandbox.podman.runtime: runc)"
+    return text

@@ -1,0 +1,250 @@
+"""The two ways the sandbox talks to podman: podman-py against the REST service socket, and
+the podman CLI (argv lists) for what podman-py lacks.
+
+podman-py covers containers, networks and image queries. The CLI is used where podman-py
+falls short (AGENTS.md has the reasons): ``podman exec -i`` streams a process's stdin and
+stdout (podman-py's ``exec_run`` cannot feed stdin), ``podman build`` shows progress while it
+runs (podman-py returns the log only at the end), and ``podman import`` has no podman-py call.
+
+The service is podman's own ``podman system service``; when nothing answers on the socket,
+the daemon starts one in its own session so it outlives the daemon (containers never depend
+on it: conmon supervises them) and exits by itself after ten idle minutes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from podman import PodmanClient
+from podman.errors import APIError, PodmanError
+
+from gateway_bot.config.sandbox import PodmanSettings
+from gateway_bot.sandbox.base import SandboxUnavailable
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+OnLine = Callable[[str], Awaitable[None]]
+
+SERVICE_IDLE_SECONDS = 600
+_HOST_ENV = (
+    "PATH",
+    "HOME",
+    "XDG_RUNTIME_DIR",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+    "TMPDIR",
+    "CONTAINERS_CONF",
+    "CONTAINERS_STORAGE_CONF",
+    "CONTAINERS_REGISTRIES_CONF",
+)
+"""What the podman CLI needs from the daemon's environment; nothing else is passed."""
+
+
+class PodmanCommandError(Exception):
+    """A podman CLI command failed; the message has its argv and podman's last words."""
+
+
+@dataclass(frozen=True)
+class CliResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def default_socket() -> Path:
+    """Where podman itself puts its service socket."""
+    if os.geteuid() == 0:
+        return Path("/run/podman/podman.sock")
+    runtime_dir = os.environ.get("XDG_RUNTIME_DIR") or f"/run/user/{os.getuid()}"
+    return Path(runtime_dir) / "podman" / "podman.sock"
+
+
+def resolve_runtime(setting: str | None) -> str | None:
+    """'auto' -> runc on cgroup-hybrid hosts (crun refuses them), else podman's default."""
+    if setting != "auto":
+        return setting
+    hybrid = Path("/sys/fs/cgroup/unified").is_dir()
+    return "runc" if hybrid and shutil.which("runc") else None
+
+
+class PodmanService:
+    def __init__(self, settings: PodmanSettings, log_dir: Path) -> None:
+        self.command = settings.command
+        self.socket = settings.socket or default_socket()
+        self.runtime = resolve_runtime(settings.runtime)
+        self.ulimits = dict(settings.ulimits)
+        self._log_dir = log_dir
+        self._start_lock = asyncio.Lock()
+
+    # -- settings as podman wants them ---------------------------------------------------
+
+    def api_ulimits(self) -> list[dict[str, Any]]:
+        limits = []
+        for name, value in self.ulimits.items():
+            soft, _, hard = str(value).partition(":")
+            limits.append({"Name": name, "Soft": int(soft), "Hard": int(hard or soft)})
+        return limits
+
+    def cli_limit_flags(self) -> list[str]:
+        flags = [f"--runtime={self.runtime}"] if self.runtime else []
+        for name, value in self.ulimits.items():
+            flags += ["--ulimit", f"{name}={value}"]
+        return flags
+
+    def cli_env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        env = {key: os.environ[key] for key in _HOST_ENV if key in os.environ}
+        env.update(extra or {})
+        return env
+
+    # -- availability ---------------------------------------------------------------------
+
+    async def check(self) -> None:
+        """One clear SandboxUnavailable when podman is missing, broken or has no service."""
+        if shutil.which(self.command) is None:
+            raise SandboxUnavailable(
+                f"podman was not found (sandbox.podman.command is {self.command!r}). Install "
+                "it (apt-get install podman runc conmon slirp4netns fuse-overlayfs uidmap, or "
+                "run scripts/setup.sh), or set `sandbox: {kind: none}` to run the agent "
+                "unconfined on this host."
+            )
+        try:
+            result = await self.cli("info", "--format", "{{.Host.OCIRuntime.Name}}", timeout_s=60)
+        except (PodmanCommandError, TimeoutError) as exc:
+            raise SandboxUnavailable(f"podman does not work here: {exc}") from exc
+        log.debug("podman works (runtime %s)", result.stdout.strip())
+        await self.ensure_running()
+
+    async def ensure_running(self) -> None:
+        """Make sure the REST service answers; start it when nothing does."""
+        if await self._answers():
+            return
+        async with self._start_lock:
+            if await self._answers():
+                return
+            await self._start_service()
+
+    async def _answers(self) -> bool:
+        if not self.socket.exists():
+            return False
+        try:
+            return bool(await self.api(lambda client: client.ping()))
+        except (PodmanError, OSError):
+            return False
+
+    async def _start_service(self) -> None:
+        self.socket.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            self.socket.unlink()  # stale: nothing answered on it
+        self._log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self._log_dir / "podman-service.log"
+        argv = [self.command]
+        if self.runtime:
+            argv.append(f"--runtime={self.runtime}")
+        argv += ["system", "service", f"--time={SERVICE_IDLE_SECONDS}", f"unix://{self.socket}"]
+        log.info("starting the podman service: %s", " ".join(argv))
+        # setsid --fork: the service is not our child, so neither our exit (asyncio kills
+        # running children it still holds) nor a kill -9 of the daemon touches it.
+        with log_path.open("ab") as log_file:
+            launcher = await asyncio.create_subprocess_exec(
+                "setsid",
+                "--fork",
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=log_file,
+                env=self.cli_env(),
+            )
+            await launcher.wait()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if await self._answers():
+                return
+            await asyncio.sleep(0.1)
+        tail = log_path.read_text(errors="replace").strip().splitlines()[-3:]
+        raise SandboxUnavailable(
+            f"the podman service did not answer on {self.socket}: {' / '.join(tail) or 'no output'}"
+        )
+
+    # -- calls ----------------------------------------------------------------------------
+
+    async def api(self, call: Callable[[PodmanClient], T]) -> T:
+        """Run a blocking podman-py call on a thread, with a client of its own (a requests
+        session is not meant to be shared between threads)."""
+
+        def run() -> T:
+            with PodmanClient(base_url=f"unix://{self.socket}", timeout=120) as client:
+                return call(client)
+
+        return await asyncio.to_thread(run)
+
+    async def cli(
+        self,
+        *args: str,
+        on_line: OnLine | None = None,
+        timeout_s: float | None = None,
+        check: bool = True,
+        env: Mapping[str, str] | None = None,
+    ) -> CliResult:
+        """Run ``podman ARGS``; with ``on_line`` every output line is passed on as it comes
+        (build progress). Raises PodmanCommandError on a non-zero exit when ``check``."""
+        process = await asyncio.create_subprocess_exec(
+            self.command,
+            *args,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT if on_line else asyncio.subprocess.PIPE,
+            env=self.cli_env(env),
+        )
+        try:
+            async with asyncio.timeout(timeout_s):
+                if on_line is None:
+                    out, err = await process.communicate()
+                else:
+                    out, err = await _follow(process, on_line), b""
+                    await process.wait()
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
+            raise
+        result = CliResult(
+            process.returncode or 0,
+            out.decode("utf-8", "replace"),
+            (err or b"").decode("utf-8", "replace"),
+        )
+        if check and result.returncode != 0:
+            detail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise PodmanCommandError(
+                f"`podman {' '.join(_short(args))}` failed (exit {result.returncode}): {detail[0]}"
+            )
+        return result
+
+
+async def _follow(process: asyncio.subprocess.Process, on_line: OnLine) -> bytes:
+    assert process.stdout is not None
+    collected: list[bytes] = []
+    async for raw in process.stdout:
+        collected.append(raw)
+        await on_line(raw.decode("utf-8", "replace").rstrip("\n"))
+    return b"".join(collected[-50:])
+
+
+def _short(args: Sequence[str]) -> list[str]:
+    return [arg if len(arg) < 80 else arg[:77] + "..." for arg in args[:8]]
+
+
+def api_error_text(exc: BaseException) -> str:
+    """podman-py errors carry the service's explanation; that is what a user needs."""
+    if isinstance(exc, APIError) and exc.explanation:
+        return str(exc.explanation)
+    return str(exc)

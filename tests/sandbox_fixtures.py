@@ -1,0 +1,215 @@
+"""Fixtures for the Podman sandbox tests: real podman, real images, a real egress proxy.
+
+The fake model API must be reachable from the egress proxy's container and from nowhere
+else, and no test traffic may leave loopback or the podman networks the tests create. So
+the session creates its own egress network (``gwb-test-egress-*``) for the proxies, and a
+small TCP relay listens on that network's gateway address (on the host's side of its
+bridge) and forwards to the fake API on 127.0.0.1. The agent containers sit on their own
+internal networks and reach the relay only through the proxy, as they would the real API.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import gateway_env, write_config
+from tests.fake_anthropic import FakeAnthropic
+
+PODMAN = "podman"
+IP_FREEBIND = getattr(socket, "IP_FREEBIND", 15)
+"""Bind the relay before the network's bridge exists (it appears with the first container)."""
+
+
+def podman(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PODMAN, *args], capture_output=True, text=True, check=check, timeout=timeout
+    )
+
+
+@dataclass(frozen=True)
+class EgressNetwork:
+    name: str
+    gateway: str
+
+
+class Relay:
+    """host:port on the egress network's gateway -> 127.0.0.1:target_port (the fake API)."""
+
+    def __init__(self, host: str, target_port: int) -> None:
+        self._target = target_port
+        self._server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._server.setsockopt(socket.IPPROTO_IP, IP_FREEBIND, 1)
+        self._server.bind((host, 0))
+        self._server.listen(64)
+        self.host, self.port = host, self._server.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._server.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self._target))
+            except OSError:
+                client.close()
+                continue
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=_pipe, args=(source, sink), daemon=True).start()
+
+    def close(self) -> None:
+        self._server.close()
+
+
+def _pipe(source: socket.socket, sink: socket.socket) -> None:
+    try:
+        while data := source.recv(65536):
+            sink.sendall(data)
+        sink.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+    finally:
+        source.close()
+
+
+@pytest.fixture(scope="session")
+def sandbox_images() -> None:
+    """Build (or find up to date) the base, agent and proxy images, as the set-up step does."""
+    for step in (["bootstrap"], ["build"]):
+        result = subprocess.run(
+            [sys.executable, "-m", "gateway_bot", "image", *step],
+            capture_output=True,
+            text=True,
+            env=gateway_env(),
+            timeout=1500,
+        )
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+@pytest.fixture(scope="session")
+def egress_network(sandbox_images: None) -> Iterator[EgressNetwork]:
+    name = f"gwb-test-egress-{os.getpid()}"
+    podman("network", "create", "--disable-dns", name)
+    info = json.loads(podman("network", "inspect", name).stdout)[0]
+    yield EgressNetwork(name, info["subnets"][0]["gateway"])
+    podman("network", "rm", "--force", name, check=False)
+
+
+@pytest.fixture(scope="session")
+def model_relay(egress_network: EgressNetwork, fake_api_server: FakeAnthropic) -> Iterator[Relay]:
+    port = int(fake_api_server.base_url.rsplit(":", 1)[1])
+    relay = Relay(egress_network.gateway, port)
+    yield relay
+    relay.close()
+
+
+@dataclass
+class SandboxSetup:
+    """What a sandbox test needs: a config writer and podman views of its deployment."""
+
+    deployment: str
+    egress: EgressNetwork
+    relay: Relay
+    tmp_path: Path
+    repo: Path
+    api: FakeAnthropic
+
+    def config(self, **sandbox: Any) -> Path:
+        settings = {
+            "kind": "podman",
+            "deployment": self.deployment,
+            "egress_network": self.egress.name,
+            **sandbox,
+        }
+        env = {
+            "ANTHROPIC_BASE_URL": self.relay.url,
+            "ANTHROPIC_API_KEY": "test-key",
+            "CLAUDE_CODE_MAX_RETRIES": "0",
+        }
+        return write_config(
+            self.tmp_path,
+            self.repo,
+            self.api,
+            sandbox=settings,
+            agent={"timeout_seconds": 120, "env": env},
+        )
+
+    def containers(self) -> dict[str, dict[str, Any]]:
+        """This deployment's agent containers by context id: id, state, start time, ip."""
+        listed = podman(
+            "ps", "-a", "--format", "json",
+            "--filter", f"label=gateway-bot.deployment={self.deployment}",
+            "--filter", "label=gateway-bot.role=agent",
+        )  # fmt: skip
+        found = {}
+        for entry in json.loads(listed.stdout or "[]"):
+            info = json.loads(podman("inspect", entry["Id"]).stdout)[0]
+            networks = info["NetworkSettings"]["Networks"]
+            found[info["Config"]["Labels"]["gateway-bot.context"]] = {
+                "id": info["Id"],
+                "name": info["Name"],
+                "running": info["State"]["Running"],
+                "started": info["State"]["StartedAt"],
+                "image": info["ImageName"],
+                "ip": next(iter(networks.values()))["IPAddress"] if networks else None,
+            }
+        return found
+
+    def only_container(self) -> tuple[str, dict[str, Any]]:
+        found = self.containers()
+        assert len(found) == 1, found
+        return next(iter(found.items()))
+
+    def exec(self, container: str, script: str) -> subprocess.CompletedProcess[str]:
+        return podman("exec", container, "bash", "-c", script, check=False, timeout=60)
+
+    def conversation_dir(self, context_id: str) -> Path:
+        return self.tmp_path / "state" / "conversations" / context_id
+
+    def remove_all(self) -> None:
+        for kind in ("agent", "proxy", "test"):
+            listed = podman(
+                "ps", "-aq",
+                "--filter", f"label=gateway-bot.deployment={self.deployment}",
+                "--filter", f"label=gateway-bot.role={kind}",
+            ).stdout.split()  # fmt: skip
+            if listed:
+                podman("rm", "-f", "-t", "0", *listed, check=False)
+        networks = podman(
+            "network", "ls", "-q", "--filter", f"label=gateway-bot.deployment={self.deployment}"
+        ).stdout.split()
+        if networks:
+            podman("network", "rm", "-f", *networks, check=False)
+
+
+@pytest.fixture
+def sandbox(
+    tmp_path: Path,
+    target_repo: Path,
+    fake_api: FakeAnthropic,
+    egress_network: EgressNetwork,
+    model_relay: Relay,
+) -> Iterator[SandboxSetup]:
+    setup = SandboxSetup(
+        f"test-{secrets.token_hex(4)}", egress_network, model_relay, tmp_path, target_repo, fake_api
+    )
+    yield setup
+    setup.remove_all()
