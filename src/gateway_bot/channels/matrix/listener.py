@@ -1,0 +1,297 @@
+"""Hears the bot's rooms through /sync and hands each new message to the core.
+
+Exactly once, across restarts: a batch's events are submitted in timeline order, and only
+when every one is durably stored does the sync token (with the set of joined rooms) move
+past them. A crash re-reads the batch; the core ignores event ids it already holds. When a
+timeline comes back ``limited`` (more happened than one response carries, typically while
+the daemon was down), the gap back to the previous token is read with /messages.
+
+Never replayed as tasks: anything before the first sync of a fresh state, and, in a room
+joined within a batch, anything before the bot's own join.
+
+Also here: invites (joined when the inviter is allowed, otherwise handed to the core as a
+RoomInvite for its approval policy), the one-time
+"cannot read encrypted rooms" notice, and health (DEGRADED with exponential back-off while
+syncs fail; FAILED when the credentials are refused).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+import uuid
+from typing import Any
+
+from gateway_bot.channels.matrix.api import MatrixError
+from gateway_bot.channels.matrix.events import (
+    EventKind,
+    classify,
+    invite_details,
+    invite_of,
+    new_timeline_events,
+    reaction_of,
+    user_allowed,
+)
+from gateway_bot.channels.matrix.render import in_conversation, notice_content
+from gateway_bot.channels.matrix.session import LoginRefused, MatrixSession
+from gateway_bot.core.channel import Submit
+from gateway_bot.core.messages import ChannelHealth, ChannelStatus, RawMessage
+
+log = logging.getLogger(__name__)
+
+JsonDict = dict[str, Any]
+
+_TIMELINE_TYPES = ["m.room.message", "m.room.encrypted", "m.reaction", "m.room.member"]
+_GAP_PAGES = 20
+_MAX_BACKOFF_S = 60.0
+
+ENCRYPTED_NOTICE = (
+    "I cannot read end-to-end encrypted rooms yet, so I did not see that message. "
+    "Please talk to me in a room without encryption (encryption cannot be turned off once "
+    "it is on: create a new room with encryption disabled and invite me there)."
+)
+
+
+def sync_filter(timeline_limit: int) -> str:
+    """Only what the bot acts on: messages, reactions, encrypted events and memberships."""
+    nothing: JsonDict = {"types": []}
+    room = {
+        "timeline": {"limit": timeline_limit, "types": _TIMELINE_TYPES},
+        "state": {"types": [], "lazy_load_members": True},
+        "ephemeral": nothing,
+        "account_data": nothing,
+    }
+    return json.dumps({"room": room, "presence": nothing, "account_data": nothing})
+
+
+class MatrixListener:
+    def __init__(self, session: MatrixSession, channel: str) -> None:
+        self._session = session
+        self._channel = channel
+        self._status = ChannelStatus(ChannelHealth.STARTING)
+        self._submit: Submit | None = None
+        self._stopping = asyncio.Event()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._next_batch: str | None = None
+        self._joined: set[str] = set()
+        self._filter = sync_filter(session.settings.sync_timeline_limit)
+
+    @property
+    def status(self) -> ChannelStatus:
+        return self._status
+
+    async def start(self, submit: Submit) -> None:
+        self._submit = submit
+        self._stopping.clear()
+        self._loop_task = asyncio.create_task(self._run(), name="matrix-sync")
+
+    async def stop(self) -> None:
+        """Stop after the batch in hand (a long poll is abandoned at once), so no
+        half-submitted batch is cut short; the HTTP session closes once it is idle."""
+        self._stopping.set()
+        if self._loop_task is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._loop_task), 30)
+            except TimeoutError:
+                self._loop_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._loop_task
+        await self._session.api.retire()
+
+    # -- the loop ------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        backoff = 1.0
+        while not self._stopping.is_set():
+            try:
+                if not self._session.logged_in:
+                    await self._session.log_in()
+                    position = await self._session.store.load_position(self._session.user_id)
+                    self._next_batch = position.next_batch
+                    self._joined = set(position.joined_rooms)
+                response = await self._poll()
+                if response is None:
+                    return
+                await self._handle_batch(response)
+            except LoginRefused as exc:
+                log.error("matrix: %s", exc)
+                self._status = ChannelStatus(ChannelHealth.FAILED, f"login refused: {exc}")
+                return
+            except MatrixError as exc:
+                if exc.status == 401 and exc.errcode == "M_UNKNOWN_TOKEN":
+                    try:
+                        await self._session.token_lost()
+                    except LoginRefused as refused:
+                        self._status = ChannelStatus(ChannelHealth.FAILED, str(refused))
+                        return
+                backoff = await self._degraded(f"sync failed: {exc}", backoff)
+                continue
+            except Exception as exc:
+                log.exception("matrix: handling a sync batch failed")
+                backoff = await self._degraded(f"sync batch failed: {exc!r}", backoff)
+                continue
+            backoff = 1.0
+            if self._status.health is not ChannelHealth.CONNECTED:
+                log.info("matrix: syncing as %s", self._session.user_id)
+                self._status = ChannelStatus(
+                    ChannelHealth.CONNECTED, f"syncing as {self._session.user_id}"
+                )
+
+    async def _degraded(self, reason: str, backoff: float) -> float:
+        log.warning("matrix: %s; retrying in %.0f s", reason, backoff)
+        self._status = ChannelStatus(
+            ChannelHealth.DEGRADED, f"{reason}; retrying in {backoff:.0f} s"
+        )
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), backoff)
+        return min(backoff * 2, _MAX_BACKOFF_S)
+
+    async def _poll(self) -> JsonDict | None:
+        """One /sync long poll, abandoned (None) when the listener is stopped."""
+        timeout_ms = int(self._session.settings.sync_timeout_seconds * 1000)
+        if self._next_batch is None:
+            timeout_ms = 0  # the first sync returns at once anyway
+        poll = asyncio.create_task(
+            self._session.api.sync(self._next_batch, timeout_ms, self._filter)
+        )
+        stop = asyncio.create_task(self._stopping.wait())
+        await asyncio.wait({poll, stop}, return_when=asyncio.FIRST_COMPLETED)
+        if not poll.done():
+            poll.cancel()
+            with contextlib.suppress(asyncio.CancelledError, MatrixError):
+                await poll
+            return None
+        stop.cancel()
+        return poll.result()
+
+    # -- one batch -----------------------------------------------------------------------
+
+    async def _handle_batch(self, response: JsonDict) -> None:
+        since = self._next_batch
+        rooms = response.get("rooms") or {}
+        for room_id, invited in (rooms.get("invite") or {}).items():
+            state = (invited.get("invite_state") or {}).get("events") or []
+            await self._on_invite(room_id, state, since)
+        joined_now: list[str] = []
+        for room_id, joined in (rooms.get("join") or {}).items():
+            timeline = joined.get("timeline") or {}
+            events: list[JsonDict] = list(timeline.get("events") or [])
+            if since is not None:
+                if timeline.get("limited") and timeline.get("prev_batch"):
+                    events = await self._fill_gap(room_id, timeline["prev_batch"], since) + events
+                known = room_id in self._joined
+                for event in new_timeline_events(
+                    events, self._session.user_id, joined_before=known
+                ):
+                    await self._on_event(room_id, event)
+            joined_now.append(room_id)
+        left = list((rooms.get("leave") or {}).keys())
+        next_batch = str(response["next_batch"])
+        await self._session.store.save_position(self._session.user_id, next_batch, joined_now, left)
+        self._next_batch = next_batch
+        self._joined.update(joined_now)
+        self._joined.difference_update(left)
+
+    async def _fill_gap(self, room_id: str, prev_batch: str, since: str) -> list[JsonDict]:
+        """The events between the previous sync token and a limited timeline, oldest first."""
+        collected: list[JsonDict] = []
+        token = prev_batch
+        for _ in range(_GAP_PAGES):
+            page = await self._session.api.messages(room_id, token, since, limit=100)
+            chunk = page.get("chunk") or []
+            collected.extend(chunk)
+            end = page.get("end")
+            if not chunk or not end or end == token:
+                break
+            token = str(end)
+        else:
+            log.warning(
+                "matrix: %s: more than %d events missed; older ones skipped",
+                room_id,
+                len(collected),
+            )
+        if collected:
+            log.info("matrix: %s: read %d missed events", room_id, len(collected))
+        return list(reversed(collected))
+
+    async def _on_invite(
+        self, room_id: str, invite_state: list[JsonDict], since: str | None
+    ) -> None:
+        """Join at once when an allowed user invites; hand any other invite to the core
+        (as a RoomInvite), whose policy cards an owner or declines it."""
+        invite = invite_of(invite_state, self._session.user_id)
+        if invite is None:
+            return
+        inviter, direct = invite
+        if direct:
+            await self._session.store.mark_direct(self._session.user_id, room_id)
+        if not user_allowed(inviter, self._session.settings.allowed_users):
+            await self._accept(
+                RawMessage(
+                    channel=self._channel,
+                    # Stripped invite state has no event id; the batch's token keeps the id
+                    # stable when a crash makes us read the same batch again.
+                    message_id=f"invite|{room_id}|{inviter}|{since or 'initial'}",
+                    sender=inviter,
+                    payload={
+                        "kind": "invite",
+                        "room_id": room_id,
+                        **invite_details(invite_state, inviter),
+                    },
+                    received_at=time.time(),
+                )
+            )
+            return
+        try:
+            await self._session.api.join(room_id)
+            log.info("matrix: joined %s, invited by %s", room_id, inviter)
+        except MatrixError as exc:
+            if exc.transient:
+                raise
+            log.warning("matrix: invite to %s from %s: %s", room_id, inviter, exc)
+
+    async def _on_event(self, room_id: str, event: JsonDict) -> None:
+        kind = classify(event, self._session.user_id)
+        if kind is EventKind.MESSAGE:
+            await self._accept_event(room_id, event)
+        elif kind is EventKind.REACTION:
+            reaction = reaction_of(event)
+            emojis = await self._session.store.card_emojis(reaction[0]) if reaction else None
+            if reaction and emojis and reaction[1] in emojis:
+                await self._accept_event(room_id, event)
+        elif kind is EventKind.ENCRYPTED:
+            await self._say_encrypted(room_id, event)
+
+    async def _accept_event(self, room_id: str, event: JsonDict) -> None:
+        timestamp = event.get("origin_server_ts")
+        await self._accept(
+            RawMessage(
+                channel=self._channel,
+                message_id=str(event["event_id"]),
+                sender=str(event.get("sender", "")),
+                payload={"kind": "event", "room_id": room_id, "event": event},
+                received_at=timestamp / 1000 if isinstance(timestamp, int | float) else time.time(),
+            )
+        )
+
+    async def _accept(self, raw: RawMessage) -> None:
+        assert self._submit is not None
+        if not await self._submit(raw):
+            raise RuntimeError(f"the core did not store {raw.message_id}; will retry")
+
+    async def _say_encrypted(self, room_id: str, event: JsonDict) -> None:
+        sender = str(event.get("sender", ""))
+        if not user_allowed(sender, self._session.settings.allowed_users):
+            return
+        store = self._session.store
+        if await store.encrypted_room_told(room_id):
+            return
+        content = in_conversation(notice_content(ENCRYPTED_NOTICE), None, event.get("event_id"))
+        await self._session.api.send(
+            room_id, "m.room.message", content, f"gwb-encrypted-{uuid.uuid4().hex}"
+        )
+        await store.mark_encrypted_room_told(room_id)
+        log.info("matrix: told %s that encrypted rooms are not supported", room_id)
