@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import gateway_env, write_config
+from gateway_bot.config.sandbox import PodmanSettings
+from gateway_bot.sandbox.podman.service import PodmanService
+from tests.conftest import GIT_IDENTITY, gateway_env, write_config
 from tests.fake_anthropic import FakeAnthropic
 
 PODMAN = "podman"
@@ -32,7 +35,9 @@ IP_FREEBIND = getattr(socket, "IP_FREEBIND", 15)
 """Bind the relay before the network's bridge exists (it appears with the first container)."""
 
 
-def podman(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def podman(
+    *args: str, check: bool = True, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [PODMAN, *args], capture_output=True, text=True, check=check, timeout=timeout
     )
@@ -213,3 +218,38 @@ def sandbox(
     )
     yield setup
     setup.remove_all()
+
+
+def wait_until(predicate: Any, what: str, timeout: float = 90) -> None:
+    """Poll ``predicate`` until it holds; fail naming ``what`` (a deadline, not a speed check)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting: {what}")
+        time.sleep(0.2)
+
+
+def podman_run_flags() -> list[str]:
+    """The runtime and ulimit flags the sandbox itself uses on this host (its defaults)."""
+    return PodmanService(PodmanSettings(), Path("/nonexistent")).cli_limit_flags()
+
+
+def current_image(repository: str) -> str:
+    """The newest local tag of ``repository`` (e.g. localhost/gateway-bot/proxy)."""
+    listed = podman(
+        "images", "--sort", "created", "--format", "{{.Repository}}:{{.Tag}}",
+        "--filter", f"reference={repository}",
+    ).stdout.split()  # fmt: skip
+    assert listed, f"no {repository} image"
+    return listed[0]
+
+
+def commit_file(repo: Path, name: str, text: str) -> None:
+    """A new commit on the target repo's default branch (what the daemon reads at task start)."""
+    target = repo / name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text)
+    subprocess.run(["git", "-C", str(repo), "add", name], check=True)
+    subprocess.run(
+        ["git", "-C", str(repo), *GIT_IDENTITY, "commit", "-q", "-m", f"change {name}"], check=True
+    )

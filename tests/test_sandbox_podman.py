@@ -4,13 +4,7 @@ CLI inside it, the fake model API reachable only through the egress proxy."""
 from __future__ import annotations
 
 from tests.fake_anthropic import FakeAnthropic
-from tests.sandbox_fixtures import (  # noqa: F401  # fixtures
-    SandboxSetup,
-    egress_network,
-    model_relay,
-    sandbox,
-    sandbox_images,
-)
+from tests.sandbox_fixtures import SandboxSetup
 
 
 def test_tasks_run_in_the_conversations_container_and_the_next_reuses_it(

@@ -292,9 +292,11 @@ class PodmanSandbox:
     # -- podman queries -------------------------------------------------------------------
 
     async def _our_containers(self) -> list[dict[str, Any]]:
-        filters = {"label": [f"{LABEL_DEPLOYMENT}={self.deployment}", f"{LABEL_ROLE}=agent"]}
+        # One label per filter: podman-py turns a list of labels into one garbled string.
+        filters = {"label": f"{LABEL_DEPLOYMENT}={self.deployment}"}
         found = await self.service.api(lambda c: c.containers.list(all=True, filters=filters))
-        return [dict(container.attrs) for container in found]
+        infos = [dict(container.attrs) for container in found]
+        return [info for info in infos if (info.get("Labels") or {}).get(LABEL_ROLE) == "agent"]
 
     async def _running_contexts(self) -> list[str]:
         return [
@@ -304,9 +306,10 @@ class PodmanSandbox:
         ]
 
     async def _networks(self) -> list[tuple[str, str]]:
-        filters = {"label": [f"{LABEL_DEPLOYMENT}={self.deployment}", f"{LABEL_ROLE}=network"]}
+        filters = {"label": f"{LABEL_DEPLOYMENT}={self.deployment}"}
         found = await self.service.api(lambda c: c.networks.list(filters=filters))
-        contexts = [n.attrs["labels"][LABEL_CONTEXT] for n in found]
+        labelled = [n.attrs.get("labels") or {} for n in found]
+        contexts = [n[LABEL_CONTEXT] for n in labelled if n.get(LABEL_ROLE) == "network"]
         networks = [await spec.ensure_network(self.service, self.deployment, c) for c in contexts]
         return [(n.name, n.proxy_address) for n in networks]
 
