@@ -66,12 +66,16 @@ class EgressProxy:
     def log_path(self, context_id: str) -> Path:
         return self.directory / "logs" / f"{context_id}.log"
 
-    async def ensure(self, networks: Iterable[tuple[str, str]]) -> None:
-        """The proxy runs on the current proxy image and is on every ``(network, address)``."""
+    async def ensure(
+        self, networks: Iterable[tuple[str, str]], *, may_recreate: bool = True
+    ) -> None:
+        """The proxy runs and is on every ``(network, address)``. A new proxy image replaces
+        the container only when ``may_recreate`` (no other context is mid-task: replacing it
+        would cut their connections); otherwise the next quiet moment does it."""
         async with self._lock:
             image = await self._images.proxy_image()
             info = await self._inspect()
-            if info is not None and info.get("Image") != image.id:
+            if info is not None and info.get("Image") != image.id and may_recreate:
                 log.info("egress proxy: new image %s, recreating %s", image.tag, self.name)
                 await self._service.api(lambda c: c.containers.get(self.name).remove(force=True))
                 info = None

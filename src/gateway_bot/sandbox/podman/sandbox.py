@@ -172,7 +172,10 @@ class PodmanSandbox:
         await self.service.ensure_running()
         image = await self.images.agent_image(context.containerfile)
         network = await spec.ensure_network(self.service, self.deployment, context.id)
-        await self.proxy.ensure([(network.name, network.proxy_address)])
+        others_busy = any(s.busy for c, s in self._contexts.items() if c != context.id)
+        await self.proxy.ensure(
+            [(network.name, network.proxy_address)], may_recreate=not others_busy
+        )
         await self.proxy.set_route(network.agent_address, context.id, context.allowlist)
         if context.network_log is not None:
             await asyncio.to_thread(_link, context.network_log, self.proxy.log_path(context.id))

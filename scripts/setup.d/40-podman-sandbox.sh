@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The Podman sandbox: podman and its helpers (apt, when root), then the images it runs:
+# a Debian base made with debootstrap (no registry needed), the agent image (the default
+# Containerfile plus the pinned Claude Code from .tools) and the egress proxy image.
+# Idempotent and quick when everything is in place: images are tagged by a hash of their
+# inputs, and `gateway-bot image build` skips what is up to date.
+set -euo pipefail
+export PATH="$PWD/.tools/node_modules/.bin:$HOME/.local/bin:$PATH"
+need=()
+for tool in podman runc conmon slirp4netns fuse-overlayfs newuidmap debootstrap setsid; do
+  command -v "$tool" >/dev/null || need+=("$tool")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+    # runc named explicitly: podman then takes it instead of crun, which fails on
+    # cgroup-hybrid hosts. catatonit, netavark and aardvark-dns come with podman.
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+      podman runc conmon slirp4netns fuse-overlayfs uidmap debootstrap util-linux >/dev/null
+  else
+    echo "missing for the podman sandbox: ${need[*]} (install them, or use sandbox: {kind: none})" >&2
+    exit 1
+  fi
+fi
+if [ "$(id -u)" -eq 0 ]; then
+  uv run --frozen gateway-bot image bootstrap
+fi
+uv run --frozen gateway-bot image build
