@@ -387,9 +387,12 @@ def matrix_config(
     synapse: SynapseServer,
     bot: MatrixAccount,
     allowed: list[str],
+    *,
+    sections: dict[str, Any] | None = None,
     **matrix: Any,
 ) -> Path:
-    """A daemon config with only the Matrix channel, the bot logging in by password."""
+    """A daemon config with only the Matrix channel, the bot logging in by password;
+    ``matrix`` adds channel settings, ``sections`` other top-level keys (``access``...)."""
     from tests.conftest import write_config
 
     settings = {
@@ -405,4 +408,5 @@ def matrix_config(
         api,
         channels={"console": None, "matrix": settings},
         sandbox={"kind": "none"},
+        **(sections or {}),
     )
