@@ -1,6 +1,7 @@
-"""When the homeserver goes away the channel reports itself DEGRADED and retries with
-back-off; when it returns the channel is CONNECTED again and nothing said meanwhile is lost.
-The outage is a switchable proxy in front of the real Synapse."""
+"""The channel's health as the dashboard sees it. When the homeserver goes away the channel
+reports itself DEGRADED and retries with back-off; when it returns the channel is CONNECTED
+again and nothing said meanwhile is lost (the outage is a switchable proxy in front of the
+real Synapse). Credentials the homeserver refuses make it FAILED, not retried forever."""
 
 from __future__ import annotations
 
@@ -119,5 +120,31 @@ async def test_sync_failures_degrade_the_channel_and_it_recovers(
         assert parsed.body == "said during the outage"
         assert parsed.sender_allowed
         assert parsed.is_direct
+    finally:
+        await adapter.listener.stop()
+
+
+async def _noop_submit(raw: RawMessage) -> bool:
+    return True
+
+
+@pytest.mark.parametrize("credential", ["good token", "bad token", "bad password"])
+async def test_credentials_connect_or_fail_for_good(
+    synapse: SynapseServer, tmp_path: Path, credential: str
+) -> None:
+    bot = await synapse.register("bot")
+    secret = {
+        "good token": {"access_token": bot.access_token},
+        "bad token": {"access_token": "syt_not_a_token"},
+        "bad password": {"password": "not-the-password"},
+    }[credential]
+    settings = MatrixChannelSettings(homeserver=synapse.base_url, user_id=bot.user_id, **secret)
+    adapter = MatrixAdapter(settings, tmp_path)
+    await adapter.listener.start(_noop_submit)
+    try:
+        expected = ChannelHealth.CONNECTED if credential == "good token" else ChannelHealth.FAILED
+        await _until(lambda: adapter.listener.status.health is expected, f"never {expected}")
+        if expected is ChannelHealth.FAILED:
+            assert "login refused" in adapter.listener.status.message
     finally:
         await adapter.listener.stop()
