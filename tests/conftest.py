@@ -20,7 +20,7 @@ import yaml
 
 from tests.fake_anthropic import FakeAnthropic
 
-pytest_plugins: list[str] = ["tests.synapse_fixtures", "tests.sandbox_fixtures"]
+pytest_plugins: list[str] = ["tests.synapse_fixtures", "tests.fake_slack", "tests.sandbox_fixtures"]
 
 GIT_IDENTITY = ["-c", "user.name=Test", "-c", "user.email=test@example.test"]
 

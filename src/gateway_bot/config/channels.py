@@ -7,6 +7,7 @@ package in through it.
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
@@ -79,6 +80,43 @@ class MatrixChannelSettings(Section):
         return self.threads if room is None or room.threads is None else room.threads
 
 
+class SlackChannelSettings(Section):
+    """A Slack app: bot token always; Socket Mode needs the app token, the HTTP Events API
+    the signing secret. Only events of ``team_ids`` count."""
+
+    enabled: bool = True
+    bot_token: str = Field(min_length=1, description="Bot token (xoxb-...).")
+    app_token: str | None = Field(default=None, description="App-level token (xapp-...).")
+    signing_secret: str | None = Field(default=None, description="For transport: http.")
+    transport: Literal["socket", "http"] = "socket"
+    http_host: str = Field(default="127.0.0.1", description="Put a TLS proxy in front.")
+    http_port: int = Field(default=3000, ge=1, le=65535)
+    http_path: str = Field(default="/slack/events", pattern=r"^/")
+    team_ids: list[str] = Field(min_length=1, description="Workspaces (T...) served.")
+    allowed_users: list[str] = Field(default_factory=list, description="User ids (U...).")
+    allowed_user_groups: list[str] = Field(default_factory=list, description="Groups (S...).")
+    allow_workspace: bool = Field(default=False, description="Everyone in team_ids is allowed.")
+    allow_guests: bool = False
+    listen: Literal["all", "engaging"] = Field(
+        default="all",
+        description="all: every message people type where the bot is goes to the core's "
+        "engage rules; engaging: only DMs, mentions and replies in the bot's threads.",
+    )
+    api_base_url: str = Field(default="https://slack.com/api/", pattern=r"^https?://.*/$")
+    max_file_bytes: PositiveInt = 50 * 1024 * 1024
+    progress_interval_seconds: PositiveFloat = 1.0
+    reconnect_max_delay_seconds: PositiveFloat = 60.0
+
+    @model_validator(mode="after")
+    def _transport_credentials(self) -> SlackChannelSettings:
+        if self.transport == "socket" and not self.app_token:
+            raise ValueError("transport socket needs app_token (xapp-...)")
+        if self.transport == "http" and not self.signing_secret:
+            raise ValueError("transport http needs signing_secret")
+        return self
+
+
 class ChannelsSettings(Section):
     console: ConsoleChannelSettings | None = None
     matrix: MatrixChannelSettings | None = None
+    slack: SlackChannelSettings | None = None

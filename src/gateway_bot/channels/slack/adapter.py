@@ -1,0 +1,367 @@
+"""The Slack channel as the core sees it: authenticate and parse what the listener stored,
+and answer in the message's thread.
+
+A thread is a conversation: the first engaging message names it (team:channel:thread_ts)
+and everything the bot says about it goes into that thread. The acknowledgement is one
+message, edited in place (chat.update) into the live progress display and, at the end,
+into a summary of the steps; the reply is posted as new messages (Slack notifies people of
+new messages, not of edits), converted to mrkdwn and split below Slack's limits.
+
+Exactly once: Slack has no idempotency key, so every post for a task goes through
+``_post_once``: a local record (``records.py``) before and after the call, and messages
+carry ``metadata`` with the task id, so a post the daemon died inside can be found in the
+thread (conversations.replies) instead of being posted again.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from gateway_bot.channels.slack import events, render
+from gateway_bot.channels.slack.access import (
+    Directory,
+    SlackUser,
+    foreign_team,
+    is_allowed,
+    refusal,
+)
+from gateway_bot.channels.slack.files import SlackFiles
+from gateway_bot.channels.slack.listener import CHANNEL, SlackListener
+from gateway_bot.channels.slack.records import SlackRecords
+from gateway_bot.channels.slack.webapi import next_cursor, retrying
+from gateway_bot.config.channels import SlackChannelSettings
+from gateway_bot.core.channel import AuthenticationError
+from gateway_bot.core.messages import (
+    Attachment,
+    Card,
+    ChannelCapabilities,
+    Decision,
+    InboundMessage,
+    JsonDict,
+    Progress,
+    RawMessage,
+    Reply,
+    RoomInvite,
+)
+
+log = logging.getLogger(__name__)
+
+METADATA_EVENT = "gateway_bot_post"
+"""Message metadata event type marking the bot's posts with their task id and part."""
+
+
+class SlackAdapter:
+    name = CHANNEL
+
+    def __init__(self, settings: SlackChannelSettings, state_dir: Path) -> None:
+        self._settings = settings
+        self._client = AsyncWebClient(token=settings.bot_token, base_url=settings.api_base_url)
+        self._records = SlackRecords(state_dir / "slack.db")
+        self._directory = Directory(self._client)
+        self._files = SlackFiles(
+            self._client, self._records, settings.bot_token, settings.max_file_bytes
+        )
+        self._listener = SlackListener(settings, self._client, self._records)
+        self._steps: dict[str, tuple[str, ...]] = {}
+        self.capabilities = ChannelCapabilities(
+            edits=True,
+            buttons=True,
+            threads=True,
+            files=True,
+            progress_interval_s=settings.progress_interval_seconds,
+        )
+
+    @property
+    def listener(self) -> SlackListener:
+        return self._listener
+
+    # -- inbound -----------------------------------------------------------------------
+
+    async def authenticate_and_parse(
+        self, raw: RawMessage
+    ) -> InboundMessage | Decision | RoomInvite:
+        if raw.payload.get("kind") == "click":
+            return await self._parse_click(raw, raw.payload["body"])
+        if raw.payload.get("kind") == "joined":
+            return await self._parse_added(raw, raw.payload["event"])
+        event: dict[str, Any] = raw.payload["event"]
+        team = str(raw.payload.get("team_id") or "")
+        foreign = foreign_team(
+            [team, event.get("user_team", ""), event.get("team", "")], self._settings
+        )
+        if foreign is not None or not team:
+            raise AuthenticationError(raw.sender, f"event from another workspace ({foreign})")
+        if not events.is_person_talking(event):
+            raise AuthenticationError(raw.sender, "not a message typed by a person")
+        user = await self._person(raw.sender)
+        bot_user_id = str(raw.payload.get("bot_user_id") or "")
+        direct = events.is_direct(event)
+        channel = str(event["channel"])
+        return InboundMessage(
+            channel=CHANNEL,
+            message_id=raw.message_id,
+            sender_id=user.id,
+            sender_name=user.name,
+            body=events.slack_text_to_plain(
+                events.strip_bot_mention(str(event.get("text") or ""), bot_user_id)
+            ),
+            conversation_key=events.conversation_key(team, event),
+            received_at=raw.received_at,
+            channel_context={
+                "team": team,
+                "channel": channel,
+                "thread_ts": events.thread_root(event),
+            },
+            attachments=_attachments(event),
+            sender_allowed=await self._allowed(user),
+            room=channel,
+            room_title=(
+                f"DM with {user.name}"
+                if direct
+                else await self._directory.room_title(channel, channel)
+            ),
+            is_direct=direct,
+            mentioned=events.mentions_bot(event, bot_user_id),
+        )
+
+    async def _parse_click(self, raw: RawMessage, body: dict[str, Any]) -> Decision:
+        team = str((body.get("team") or {}).get("id") or "")
+        clicker = body.get("user") or {}
+        foreign = foreign_team([team, str(clicker.get("team_id") or "")], self._settings)
+        if foreign is not None or not team:
+            raise AuthenticationError(raw.sender, f"click from another workspace ({foreign})")
+        actions = body.get("actions") or []
+        if body.get("type") != "block_actions" or not actions:
+            raise AuthenticationError(raw.sender, "not a button click")
+        user = await self._person(str(clicker.get("id") or ""))
+        action = actions[0]
+        return Decision(
+            channel=CHANNEL,
+            action_id=str(action.get("action_id") or ""),
+            decider_id=user.id,
+            decider_name=user.name,
+            decided_at=float(action.get("action_ts") or raw.received_at),
+        )
+
+    async def _parse_added(self, raw: RawMessage, event: dict[str, Any]) -> RoomInvite:
+        team = str(raw.payload.get("team_id") or "")
+        foreign = foreign_team([team, str(event.get("team") or "")], self._settings)
+        if foreign is not None or not team:
+            raise AuthenticationError(raw.sender, f"added from another workspace ({foreign})")
+        channel = str(event["channel"])
+        inviter = await self._person(raw.sender) if raw.sender else None
+        return RoomInvite(
+            channel=CHANNEL,
+            room=channel,
+            room_title=await self._directory.room_title(channel, channel),
+            inviter_id=inviter.id if inviter else "",
+            inviter_name=inviter.name if inviter else "someone (Slack named no inviter)",
+            received_at=raw.received_at,
+        )
+
+    async def _person(self, user_id: str) -> SlackUser:
+        """The Slack user behind an event, refused if not a live person of our workspace."""
+        if not user_id:
+            raise AuthenticationError("unknown", "no user on the event")
+        try:
+            user = await retrying(lambda: self._directory.user(user_id))
+        except SlackApiError as exc:
+            error = exc.response.get("error")
+            raise AuthenticationError(user_id, f"users.info failed: {error}") from exc
+        reason = refusal(user, self._settings)
+        if reason is not None:
+            raise AuthenticationError(user_id, reason, unauthorized=True)
+        return user
+
+    async def _allowed(self, user: SlackUser) -> bool:
+        if self._settings.allow_workspace or user.id in self._settings.allowed_users:
+            return True
+        if not self._settings.allowed_user_groups:
+            return False
+        groups = self._settings.allowed_user_groups
+        members = await retrying(lambda: self._directory.members_of(groups))
+        return is_allowed(user.id, members, self._settings)
+
+    async def save_attachments(self, message: InboundMessage, inbox_dir: str) -> list[str]:
+        result = await self._files.download(message.attachments, Path(inbox_dir))
+        if result.problems:
+            await self._say(message.channel_context, ":paperclip: " + " ".join(result.problems))
+        return result.saved
+
+    # -- outbound ----------------------------------------------------------------------
+
+    async def send_acknowledgement(self, context: JsonDict, task_id: str, text: str) -> None:
+        await self._post_once(task_id, "ack", 0, context, f":hourglass_flowing_sand: {text}")
+        await self._records.join_thread(
+            str(context.get("team") or ""), str(context["channel"]), _thread(context)
+        )
+
+    async def send_progress(self, context: JsonDict, progress: Progress) -> None:
+        self._steps[progress.task_id] = progress.steps
+        text = render.progress_from(progress)
+        record = await self._records.post(progress.task_id, "ack", 0)
+        if record is None or record.ts is None:
+            await self._post_once(progress.task_id, "ack", 0, context, text)
+            return
+        await self._client.chat_update(channel=record.channel, ts=record.ts, text=text)
+
+    async def send_reply(self, context: JsonDict, task_id: str, reply: Reply) -> None:
+        for part, text in enumerate(render.render_reply(reply)):
+            await self._post_once(task_id, "reply", part, context, text)
+        problems = await self._files.upload(context, reply.files)
+        if problems:
+            await self._say(context, ":paperclip: " + " ".join(problems))
+        await self._close_progress(task_id, reply)
+
+    async def _close_progress(self, task_id: str, reply: Reply) -> None:
+        """Turn the acknowledgement into the outcome and the steps taken, once: after a
+        restart the steps are no longer known, and a second edit would erase them."""
+        steps = self._steps.pop(task_id, ())
+        ack = await self._records.post(task_id, "ack", 0)
+        closed = await self._records.post(task_id, "closed", 0)
+        if ack is None or ack.ts is None or (closed is not None and closed.ts is not None):
+            return
+        await self._records.intend_post(task_id, "closed", 0, ack.channel)
+        try:
+            await self._client.chat_update(
+                channel=ack.channel, ts=ack.ts, text=render.done_text(reply, steps)
+            )
+        except SlackApiError as exc:  # the reply is out; a stale progress line is cosmetic
+            log.warning("could not close the progress message of %s: %s", task_id, exc)
+        await self._records.confirm_post(task_id, "closed", 0, ack.ts)
+
+    async def send_error(self, context: JsonDict, text: str) -> None:
+        await self._say(context, f":warning: {render.to_mrkdwn(text)}")
+
+    async def send_rejection(self, context: JsonDict, text: str) -> None:
+        await self._say(context, f":no_entry_sign: {render.to_mrkdwn(text)}")
+
+    async def send_card(self, context: JsonDict, card: Card) -> str:
+        channel = str(context["channel"])
+        response = await self._client.chat_postMessage(
+            channel=channel,
+            thread_ts=context.get("thread_ts") or None,
+            text=render.card_fallback(card),
+            blocks=render.card_blocks(card),
+        )
+        return f"{channel}:{response['ts']}"
+
+    async def update_card(self, context: JsonDict, card_ref: str, card: Card) -> None:
+        channel, _, ts = card_ref.partition(":")
+        await self._client.chat_update(
+            channel=channel,
+            ts=ts,
+            text=render.card_fallback(card),
+            blocks=render.card_blocks(card, with_buttons=False),
+        )
+
+    async def join_room(self, room: str) -> None:
+        """The bot is in the channel already (Slack adds apps directly); joining matters only
+        for a public channel it left, and fails harmlessly for the rest."""
+        try:
+            await self._client.conversations_join(channel=room)
+        except SlackApiError as exc:
+            log.info("conversations.join %s: %s", room, exc.response.get("error"))
+
+    async def leave_room(self, room: str) -> None:
+        try:
+            await self._client.conversations_leave(channel=room)
+        except SlackApiError as exc:
+            log.warning("could not leave %s: %s", room, exc.response.get("error"))
+
+    async def _say(self, context: JsonDict, text: str) -> None:
+        await self._client.chat_postMessage(
+            channel=str(context["channel"]),
+            thread_ts=context.get("thread_ts") or None,
+            text=text,
+            unfurl_links=False,
+            unfurl_media=False,
+        )
+
+    async def _post_once(
+        self, task_id: str, kind: str, part: int, context: JsonDict, text: str
+    ) -> str:
+        """Post (task, kind, part) unless it already was; return its ts."""
+        channel = str(context["channel"])
+        thread = context.get("thread_ts") or None
+        record = await self._records.post(task_id, kind, part)
+        if record is not None and record.ts is not None:
+            return record.ts
+        if record is None:
+            await self._records.intend_post(task_id, kind, part, channel)
+        else:
+            found = await self._find_post(channel, thread, task_id, kind, part, record.intended_at)
+            if found is not None:
+                log.info("task %s: %s %d was already posted (%s)", task_id, kind, part, found)
+                await self._records.confirm_post(task_id, kind, part, found)
+                return found
+        response = await self._client.chat_postMessage(
+            channel=channel,
+            thread_ts=thread,
+            text=text,
+            unfurl_links=False,
+            unfurl_media=False,
+            metadata={
+                "event_type": METADATA_EVENT,
+                "event_payload": {"task_id": task_id, "kind": kind, "part": part},
+            },
+        )
+        ts = str(response["ts"])
+        await self._records.confirm_post(task_id, kind, part, ts)
+        return ts
+
+    async def _find_post(
+        self, channel: str, thread: str | None, task_id: str, kind: str, part: int, since: float
+    ) -> str | None:
+        """The ts of our post for (task, kind, part) in the thread, by its metadata."""
+        wanted = {"task_id": task_id, "kind": kind, "part": part}
+        cursor: str | None = None
+        while True:
+            arguments: dict[str, Any] = {
+                "channel": channel,
+                "oldest": f"{since - 5:.6f}",
+                "include_all_metadata": True,
+                "limit": 200,
+                "cursor": cursor,
+            }
+            if thread:
+                response = await self._client.conversations_replies(ts=thread, **arguments)
+            else:
+                response = await self._client.conversations_history(**arguments)
+            for message in response.get("messages") or []:
+                metadata = message.get("metadata") or {}
+                if (
+                    metadata.get("event_type") == METADATA_EVENT
+                    and metadata.get("event_payload") == wanted
+                ):
+                    return str(message["ts"])
+            cursor = next_cursor(response)
+            if not cursor:
+                return None
+
+
+def _attachments(event: dict[str, Any]) -> tuple[Attachment, ...]:
+    found = []
+    for shared in event.get("files") or []:
+        if shared.get("mode") in ("tombstone", "hidden_by_limit"):
+            continue
+        found.append(
+            Attachment(
+                filename=str(shared.get("name") or shared.get("title") or shared.get("id")),
+                content_type=str(shared.get("mimetype") or "application/octet-stream"),
+                size=int(shared.get("size") or 0),
+                source_ref=str(
+                    shared.get("url_private_download") or shared.get("url_private") or ""
+                ),
+            )
+        )
+    return tuple(found)
+
+
+def _thread(context: JsonDict) -> str:
+    return str(context.get("thread_ts") or "")

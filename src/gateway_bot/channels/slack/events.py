@@ -1,0 +1,144 @@
+"""Pure rules over Slack event payloads: which events are people talking, which of them engage
+the bot, how a message is named and threaded, and how Slack's text markup reads as plain text.
+
+No I/O here, so every rule is tested on plain dicts.
+
+Engagement (what the listener submits), kept deliberately simple until the core's engage
+modes decide instead:
+
+* only messages people typed count: plain messages, file shares and thread broadcasts.
+  Edits (``message_changed``), deletions, joins, bot posts and anything with ``edited``
+  never start a task;
+* in a DM (and the assistant pane) every message engages;
+* in a channel, a message that mentions the bot engages (``app_mention``, or ``<@BOT>`` in
+  the text), and so does any reply in a thread the bot already takes part in;
+* ``listen: all`` submits every message people type where the bot is, with the facts
+  (``mentioned``, ``is_direct``) set, for a core that decides itself.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import Any
+
+JsonDict = dict[str, Any]
+
+_HUMAN_SUBTYPES = frozenset({None, "file_share", "thread_broadcast"})
+_MESSAGE_TYPES = frozenset({"message", "app_mention"})
+
+
+def is_person_talking(event: JsonDict) -> bool:
+    """A message a person typed (or a file they shared), not an edit, deletion or bot post."""
+    return (
+        event.get("type") in _MESSAGE_TYPES
+        and event.get("subtype") in _HUMAN_SUBTYPES
+        and not event.get("bot_id")
+        and not event.get("hidden")
+        and "edited" not in event
+        and isinstance(event.get("user"), str)
+        and isinstance(event.get("ts"), str)
+        and isinstance(event.get("channel"), str)
+    )
+
+
+def is_bot_added(event: JsonDict, bot_user_id: str) -> bool:
+    """Someone added the bot to a channel. Slack has no pending invitation for apps: the
+    bot is a member already, and the core's answer is to stay or to leave."""
+    return (
+        event.get("type") == "member_joined_channel"
+        and bool(bot_user_id)
+        and event.get("user") == bot_user_id
+        and isinstance(event.get("channel"), str)
+    )
+
+
+def is_direct(event: JsonDict) -> bool:
+    """A one-to-one DM with the bot (``im``; app_mention events omit channel_type)."""
+    channel_type = event.get("channel_type")
+    if channel_type is not None:
+        return bool(channel_type == "im")
+    return str(event.get("channel", "")).startswith("D")
+
+
+def mentions_bot(event: JsonDict, bot_user_id: str) -> bool:
+    if event.get("type") == "app_mention":
+        return True
+    return bool(bot_user_id) and f"<@{bot_user_id}>" in str(event.get("text", ""))
+
+
+def thread_root(event: JsonDict) -> str:
+    """The ts naming the event's thread: its parent's, or its own for a top-level message."""
+    return str(event.get("thread_ts") or event["ts"])
+
+
+def is_thread_reply(event: JsonDict) -> bool:
+    return bool(event.get("thread_ts")) and event.get("thread_ts") != event.get("ts")
+
+
+def should_submit(
+    event: JsonDict, bot_user_id: str, bot_in_thread: bool, *, listen_all: bool
+) -> bool:
+    """Does this event go to the core at all (see the module docstring)?"""
+    if not is_person_talking(event):
+        return False
+    if listen_all or is_direct(event) or mentions_bot(event, bot_user_id):
+        return True
+    return is_thread_reply(event) and bot_in_thread
+
+
+def message_id(team_id: str, event: JsonDict) -> str:
+    """Stable over retries and over the two events (message, app_mention) one post makes."""
+    return f"{team_id}:{event['channel']}:{event['ts']}"
+
+
+def conversation_key(team_id: str, event: JsonDict) -> str:
+    return f"{team_id}:{event['channel']}:{thread_root(event)}"
+
+
+def action_message_id(body: JsonDict) -> str:
+    """A button press: the same click redelivered keeps its id, a second click does not."""
+    team = str((body.get("team") or {}).get("id", ""))
+    user = str((body.get("user") or {}).get("id", ""))
+    action = (body.get("actions") or [{}])[0]
+    container = body.get("container") or {}
+    where = f"{container.get('channel_id', '')}:{container.get('message_ts', '')}"
+    return (
+        f"{team}:action:{where}:{user}:{action.get('action_id', '')}:{action.get('action_ts', '')}"
+    )
+
+
+_LINK = re.compile(r"<([^<>|]+)(?:\|([^<>]*))?>")
+
+
+def strip_bot_mention(text: str, bot_user_id: str) -> str:
+    """The message without the bot's mention: ``<@BOT> fix the tests`` -> ``fix the tests``.
+    Line breaks stay (code blocks pasted after a mention keep their shape)."""
+    mention = f"<@{bot_user_id}>" if bot_user_id else None
+    lines = []
+    for line in text.split("\n"):
+        if mention is not None and mention in line:
+            line = re.sub(r"[ \t]{2,}", " ", line.replace(mention, " ")).strip()
+        lines.append(line)
+    return "\n".join(lines).strip()
+
+
+def slack_text_to_plain(text: str) -> str:
+    """Slack's markup as a person reads it: ``<https://x|label>`` -> ``label (https://x)``,
+    ``<#C1|general>`` -> ``#general``, ``<@U1>`` -> ``@U1``, ``<!here>`` -> ``@here``, and
+    the ``&amp; &lt; &gt;`` escapes undone (last, so they cannot forge markup)."""
+
+    def plain(match: re.Match[str]) -> str:
+        target, label = match.group(1), match.group(2)
+        if target.startswith("#"):
+            return f"#{label}" if label else target
+        if target.startswith("@"):
+            return f"@{label}" if label else target
+        if target.startswith("!"):
+            name = target[1:].split("^", 1)[0]
+            return f"@{label or name}"
+        if label and label != target:
+            return f"{label} ({target})"
+        return target
+
+    return html.unescape(_LINK.sub(plain, text))

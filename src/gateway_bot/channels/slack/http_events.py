@@ -1,0 +1,45 @@
+"""The HTTP Events API transport: Slack POSTs events and button clicks to the daemon's own
+aiohttp server, which hands each request to Bolt.
+
+Bolt checks the ``X-Slack-Signature`` HMAC with the signing secret and refuses a
+``X-Slack-Request-Timestamp`` older than five minutes (both answered 401, nothing runs),
+and answers ``url_verification`` and ``ssl_check`` itself. A message is committed to
+SQLite before the 200 goes out; if that fails the answer is 500 and Slack retries.
+
+Binds 127.0.0.1 unless configured otherwise: put a TLS reverse proxy in front of it.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.async_app import AsyncApp
+
+
+class HttpEventsServer:
+    def __init__(self, app: AsyncApp, host: str, port: int, path: str) -> None:
+        self._app = app
+        self._host = host
+        self._port = port
+        self._path = path
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        application = web.Application(client_max_size=4 * 1024 * 1024)
+        application.router.add_post(self._path, self._receive)
+        self._runner = web.AppRunner(application, access_log=None, shutdown_timeout=2.0)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, self._host, self._port).start()
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    @property
+    def address(self) -> str:
+        return f"http://{self._host}:{self._port}{self._path}"
+
+    async def _receive(self, request: web.Request) -> web.Response:
+        bolt_response = await self._app.async_dispatch(await to_bolt_request(request))
+        return await to_aiohttp_response(bolt_response)

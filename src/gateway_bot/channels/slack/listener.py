@@ -1,0 +1,269 @@
+"""Hears Slack through Bolt (async) over Socket Mode or the HTTP Events API, and submits
+what engages the bot.
+
+Bolt runs with ``process_before_response=True``: our handler runs *before* Bolt answers
+Slack, so the Socket Mode ack (or the HTTP 200) goes out only after ``submit`` committed
+the message to SQLite. If storing fails the handler raises, Bolt answers 500, nothing is
+acked, and Slack delivers the event again. Retried deliveries and the two events Slack
+sends for one post (``message`` and ``app_mention``) share one message id (team, channel,
+ts), so the core runs the message once.
+
+Identity (``auth.test``: the bot's user id) is learnt once at start and handed to Bolt
+through ``authorize``, which also lets Bolt drop the bot's own posts before they reach us.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from slack_bolt.async_app import AsyncApp
+from slack_bolt.authorization import AuthorizeResult
+from slack_bolt.context.ack.async_ack import AsyncAck
+from slack_bolt.context.async_context import AsyncBoltContext
+from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from gateway_bot.channels.slack import events
+from gateway_bot.channels.slack.health import FATAL_ERRORS, Health, backoff_delay
+from gateway_bot.channels.slack.http_events import HttpEventsServer
+from gateway_bot.channels.slack.records import SlackRecords
+from gateway_bot.channels.slack.socket_mode import Envelope, SocketModeConnection, stop_task
+from gateway_bot.config.channels import SlackChannelSettings
+from gateway_bot.core.channel import Submit
+from gateway_bot.core.messages import ChannelHealth, ChannelStatus, RawMessage
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "slack"
+
+
+@dataclass(frozen=True)
+class BotIdentity:
+    user_id: str
+    bot_id: str
+    team_id: str
+
+
+class NotStored(RuntimeError):
+    """submit() did not commit the message: Slack must deliver it again."""
+
+
+class SlackListener:
+    def __init__(
+        self, settings: SlackChannelSettings, client: AsyncWebClient, records: SlackRecords
+    ) -> None:
+        self._settings = settings
+        self._client = client
+        self._records = records
+        self._health = Health()
+        self._identity: BotIdentity | None = None
+        self._identity_lock = asyncio.Lock()
+        self._submit: Submit | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._socket: SocketModeConnection | None = None
+        self._http: HttpEventsServer | None = None
+
+        # Bolt passes arguments by parameter name, so it gets plain functions, not methods.
+        async def authorize(
+            enterprise_id: str | None, team_id: str | None, user_id: str | None
+        ) -> AuthorizeResult:
+            return await self._authorize(enterprise_id, team_id, user_id)
+
+        async def on_event(body: dict[str, Any], context: AsyncBoltContext) -> None:
+            await self._on_event(body, context)
+
+        async def on_click(body: dict[str, Any], ack: AsyncAck) -> None:
+            await self._on_click(body, ack)
+
+        self.app = AsyncApp(
+            client=AsyncWebClient(base_url=settings.api_base_url),
+            authorize=authorize,
+            signing_secret=settings.signing_secret or "",
+            request_verification_enabled=settings.transport == "http",
+            process_before_response=True,
+        )
+        self.app.event(re.compile(".*"))(on_event)
+        self.app.block_action(re.compile(".*"))(on_click)
+
+    @property
+    def status(self) -> ChannelStatus:
+        return self._health.status
+
+    async def start(self, submit: Submit) -> None:
+        """Returns at once; connecting (and reconnecting) runs in the background."""
+        self._submit = submit
+        if self._settings.transport == "http":
+            self._http = HttpEventsServer(
+                self.app,
+                self._settings.http_host,
+                self._settings.http_port,
+                self._settings.http_path,
+            )
+            try:
+                await self._http.start()
+            except OSError as exc:
+                self._health.set(
+                    ChannelHealth.FAILED, f"cannot listen on {self._http.address}: {exc.strerror}"
+                )
+                return
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._socket is not None:
+            await self._socket.stop()
+        await stop_task(self._task)
+        if self._http is not None:
+            await self._http.stop()
+
+    async def _run(self) -> None:
+        if await self._learn_identity() is None:
+            return
+        if self._http is not None:
+            self._health.set(ChannelHealth.CONNECTED, f"Events API on {self._http.address}")
+            return
+        app_token = self._settings.app_token or ""
+        app_client = AsyncWebClient(token=app_token, base_url=self._settings.api_base_url)
+        self._socket = SocketModeConnection(
+            app_client,
+            app_token,
+            self._handle_envelope,
+            self._health,
+            max_delay_s=self._settings.reconnect_max_delay_seconds,
+        )
+        await self._socket.run()
+
+    # -- identity ----------------------------------------------------------------------
+
+    async def identity(self) -> BotIdentity:
+        async with self._identity_lock:
+            if self._identity is None:
+                response = await self._client.auth_test()
+                self._identity = BotIdentity(
+                    user_id=str(response.get("user_id") or ""),
+                    bot_id=str(response.get("bot_id") or ""),
+                    team_id=str(response.get("team_id") or ""),
+                )
+            return self._identity
+
+    async def _learn_identity(self) -> BotIdentity | None:
+        """auth.test with backoff; None (and FAILED) when Slack refuses the bot token."""
+        attempt = 0
+        while True:
+            try:
+                return await self.identity()
+            except SlackApiError as exc:
+                error = str(exc.response.get("error", "unknown_error"))
+                if error in FATAL_ERRORS:
+                    self._health.set(
+                        ChannelHealth.FAILED,
+                        f"Slack refused the bot token ({error}): check channels.slack.bot_token",
+                    )
+                    return None
+                reason = f"auth.test failed: {error}"
+            except Exception as exc:  # network trouble of any kind: retry
+                reason = f"cannot reach Slack: {exc or type(exc).__name__}"
+            delay = backoff_delay(attempt, self._settings.reconnect_max_delay_seconds)
+            attempt += 1
+            self._health.set(ChannelHealth.DEGRADED, f"{reason}; retrying in {delay:.1f} s")
+            await asyncio.sleep(delay)
+
+    async def _authorize(
+        self, enterprise_id: str | None, team_id: str | None, user_id: str | None
+    ) -> AuthorizeResult:
+        identity = await self.identity()
+        return AuthorizeResult(
+            enterprise_id=enterprise_id,
+            team_id=team_id,
+            bot_token=self._settings.bot_token,
+            bot_user_id=identity.user_id,
+            bot_id=identity.bot_id,
+            user_id=user_id,
+        )
+
+    # -- Socket Mode -------------------------------------------------------------------
+
+    async def _handle_envelope(self, envelope: Envelope) -> Envelope | None:
+        headers: dict[str, str | Sequence[str]] = {}
+        if envelope.get("retry_attempt"):
+            headers["x-slack-retry-num"] = str(envelope["retry_attempt"])
+            headers["x-slack-retry-reason"] = str(envelope.get("retry_reason") or "")
+        request = AsyncBoltRequest(
+            mode="socket_mode", body=envelope.get("payload") or {}, headers=headers or None
+        )
+        response = await self.app.async_dispatch(request)
+        if response.status >= 500:
+            log.warning(
+                "envelope %s left unacked: Slack will redeliver it", envelope["envelope_id"]
+            )
+            return None
+        ack: Envelope = {"envelope_id": envelope["envelope_id"]}
+        if response.body and response.body.startswith("{"):
+            ack["payload"] = json.loads(response.body)
+        return ack
+
+    # -- Bolt listeners ----------------------------------------------------------------
+
+    async def _on_event(self, body: dict[str, Any], context: AsyncBoltContext) -> None:
+        event: dict[str, Any] = body.get("event") or {}
+        team = str(body.get("team_id") or context.team_id or "")
+        bot_user_id = context.bot_user_id or ""
+        if events.is_bot_added(event, bot_user_id):
+            await self._submit_or_raise(
+                RawMessage(
+                    channel=CHANNEL,
+                    message_id=f"{team}:joined:{event['channel']}:{event.get('event_ts', '')}",
+                    sender=str(event.get("inviter") or ""),
+                    payload={"kind": "joined", "team_id": team, "event": event},
+                    received_at=time.time(),
+                )
+            )
+            return
+        if not events.is_person_talking(event):
+            return
+        in_thread = events.is_thread_reply(event) and await self._records.in_thread(
+            team, event["channel"], events.thread_root(event)
+        )
+        listen_all = self._settings.listen == "all"
+        if not events.should_submit(event, bot_user_id, in_thread, listen_all=listen_all):
+            return
+        await self._submit_or_raise(
+            RawMessage(
+                channel=CHANNEL,
+                message_id=events.message_id(team, event),
+                sender=str(event["user"]),
+                payload={
+                    "kind": "message",
+                    "team_id": team,
+                    "bot_user_id": bot_user_id,
+                    "event": event,
+                },
+                received_at=time.time(),
+            )
+        )
+        engaging = events.is_direct(event) or events.mentions_bot(event, bot_user_id)
+        if engaging and not events.is_thread_reply(event):
+            await self._records.join_thread(team, event["channel"], event["ts"])
+
+    async def _on_click(self, body: dict[str, Any], ack: AsyncAck) -> None:
+        await self._submit_or_raise(
+            RawMessage(
+                channel=CHANNEL,
+                message_id=events.action_message_id(body),
+                sender=str((body.get("user") or {}).get("id", "")),
+                payload={"kind": "click", "body": body},
+                received_at=time.time(),
+            )
+        )
+        await ack()
+
+    async def _submit_or_raise(self, raw: RawMessage) -> None:
+        if self._submit is None or not await self._submit(raw):
+            raise NotStored(f"message {raw.message_id} was not stored")

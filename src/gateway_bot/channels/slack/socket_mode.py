@@ -1,0 +1,143 @@
+"""Socket Mode: one websocket to Slack, reopened with backoff whenever it drops.
+
+Why our own loop instead of slack_sdk's SocketModeClient: that client retries at a fixed
+interval, hides whether it is connected, and acks envelopes in its own time. The daemon
+needs three things it cannot give: an envelope acked only after the message is committed
+to SQLite (an unacked envelope is redelivered by Slack, so a crash loses nothing), a
+health the core can show (DEGRADED while retrying, FAILED on a token Slack refuses), and
+backoff. The protocol is small: ``apps.connections.open`` gives a wss URL; Slack sends
+``hello``, then envelopes (``events_api``, ``interactive``, ``slash_commands``) that we
+answer with ``{"envelope_id": ...}``, and ``disconnect`` when it wants us elsewhere.
+
+Envelopes are handled one at a time in arrival order, so messages reach the core in the
+order people sent them; handling is a SQLite commit, not the agent's work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from gateway_bot.channels.slack.health import FATAL_ERRORS, Health, backoff_delay
+from gateway_bot.core.messages import ChannelHealth
+
+log = logging.getLogger(__name__)
+
+Envelope = dict[str, Any]
+HandleEnvelope = Callable[[Envelope], Awaitable[Envelope | None]]
+"""Returns the ack to send (``{"envelope_id": ...}`` plus an optional payload), or None to
+leave the envelope unacked so that Slack delivers it again."""
+
+HEARTBEAT_S = 10.0
+
+
+class SocketModeConnection:
+    def __init__(
+        self,
+        app_client: AsyncWebClient,
+        app_token: str,
+        handle: HandleEnvelope,
+        health: Health,
+        *,
+        max_delay_s: float,
+    ) -> None:
+        self._client = app_client
+        self._app_token = app_token
+        self._handle = handle
+        self._health = health
+        self._max_delay = max_delay_s
+        self._stopping = False
+        self._session: aiohttp.ClientSession | None = None
+        self._ws: aiohttp.ClientWebSocketResponse | None = None
+
+    async def run(self) -> None:
+        """Connect, serve, reconnect; return only when stopped or when Slack refuses the
+        token (FAILED)."""
+        self._session = aiohttp.ClientSession()
+        attempt = 0
+        try:
+            while not self._stopping:
+                try:
+                    url = await self._open_url()
+                except SlackApiError as exc:
+                    error = str(exc.response.get("error", "unknown_error"))
+                    if error in FATAL_ERRORS:
+                        self._health.set(
+                            ChannelHealth.FAILED,
+                            f"Slack refused the app token ({error}): check channels.slack."
+                            "app_token and that Socket Mode is enabled for the app",
+                        )
+                        return
+                    reason = f"apps.connections.open failed: {error}"
+                except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+                    reason = f"cannot reach Slack: {exc or type(exc).__name__}"
+                else:
+                    ended, greeted = await self._serve(url)
+                    if greeted:
+                        attempt = 0
+                    if ended is None:  # Slack asked us to reconnect: no pause, no alarm
+                        continue
+                    reason = ended
+                if self._stopping:
+                    break
+                delay = backoff_delay(attempt, self._max_delay)
+                attempt += 1
+                self._health.set(ChannelHealth.DEGRADED, f"{reason}; retrying in {delay:.1f} s")
+                await asyncio.sleep(delay)
+        finally:
+            await self._session.close()
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self._ws is not None:
+            await self._ws.close()
+
+    async def _open_url(self) -> str:
+        response = await self._client.apps_connections_open(app_token=self._app_token)
+        return str(response["url"])
+
+    async def _serve(self, url: str) -> tuple[str | None, bool]:
+        """Serve one websocket. Returns (why it ended or None for a requested reconnect,
+        whether Slack said hello)."""
+        assert self._session is not None
+        greeted = False
+        try:
+            async with self._session.ws_connect(url, heartbeat=HEARTBEAT_S) as ws:
+                self._ws = ws
+                async for frame in ws:
+                    if frame.type is not aiohttp.WSMsgType.TEXT:
+                        break
+                    message = json.loads(frame.data)
+                    kind = message.get("type")
+                    if kind == "hello":
+                        greeted = True
+                        self._health.set(ChannelHealth.CONNECTED, "Socket Mode connected")
+                    elif kind == "disconnect":
+                        log.info("Slack asked to reconnect (%s)", message.get("reason"))
+                        return None, greeted
+                    elif "envelope_id" in message:
+                        ack = await self._handle(message)
+                        if ack is not None:
+                            await ws.send_str(json.dumps(ack))
+                close_code = ws.close_code
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+            return f"Socket Mode connection failed: {exc or type(exc).__name__}", greeted
+        finally:
+            self._ws = None
+        return f"Socket Mode connection closed (code {close_code})", greeted
+
+
+async def stop_task(task: asyncio.Task[None] | None) -> None:
+    if task is None:
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
