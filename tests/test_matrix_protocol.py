@@ -23,9 +23,10 @@ from gateway_bot.channels.matrix.events import (
     user_allowed,
 )
 from gateway_bot.channels.matrix.files import safe_filename, unused_path
-from gateway_bot.channels.matrix.render import markdown_to_html, split_markdown
+from gateway_bot.channels.matrix.render import finished_content, markdown_to_html, split_markdown
 from gateway_bot.config.server import build_server_config, load_server_config
 from gateway_bot.config.yaml_tags import ConfigError
+from gateway_bot.core.messages import Reply, Usage
 
 BOT = "@gateway:example.org"
 
@@ -231,3 +232,12 @@ def test_config_mistakes_are_reported_with_their_key(
     with pytest.raises(ConfigError) as raised:
         build_server_config({"repo": {"url": "."}, "channels": {"matrix": matrix}}, "test")
     assert any(problem in line for line in raised.value.problems), raised.value.problems
+
+
+def test_the_progress_display_ends_saying_how_the_task_ended() -> None:
+    usage = Usage(cost_usd=0.01, num_turns=2, duration_s=1.23)
+    assert finished_content(Reply("ok", usage=usage), 3)["body"] == "Done · 3 steps · 1.2 s"
+    assert finished_content(Reply("boom", usage=usage, is_error=True), 1)["body"].startswith(
+        "Failed · 1 step"
+    )
+    assert finished_content(Reply("Stopped. The task was cancelled."), None)["body"] == "Ended"

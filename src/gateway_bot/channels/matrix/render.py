@@ -178,8 +178,9 @@ def progress_content(progress: Progress) -> JsonDict:
 
 
 def finished_content(reply: Reply, steps: int | None) -> JsonDict:
-    """What the acknowledgement says once the reply is out."""
-    word = "Failed" if reply.is_error else "Done"
+    """What the acknowledgement says once the reply is out. A reply without usage did not
+    come from a finished run (/stop, a refusal): the display just ends, the reply says why."""
+    word = "Failed" if reply.is_error else "Done" if reply.usage else "Ended"
     seconds = reply.usage.duration_s if reply.usage else None
     details = []
     if steps is not None:
