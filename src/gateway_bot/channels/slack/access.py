@@ -12,14 +12,18 @@ person of the workspace who is simply not on the allow lists is *not allowed*
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
+from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from gateway_bot.config.channels import SlackChannelSettings
+
+log = logging.getLogger(__name__)
 
 _TTL_S = 300.0
 
@@ -101,8 +105,13 @@ class Directory:
         for group in groups:
             cached = self._groups.get(group)
             if cached is None or cached[0] <= time.monotonic():
-                response = await self._client.usergroups_users_list(usergroup=group)
-                cached = (time.monotonic() + _TTL_S, frozenset(response.get("users") or ()))
+                try:
+                    response = await self._client.usergroups_users_list(usergroup=group)
+                    users = frozenset(response.get("users") or ())
+                except SlackApiError as exc:  # a wrong group id admits nobody, loudly
+                    log.warning("user group %s: %s", group, exc.response.get("error"))
+                    users = frozenset()
+                cached = (time.monotonic() + _TTL_S, users)
                 self._groups[group] = cached
             members |= cached[1]
         return frozenset(members)

@@ -102,7 +102,7 @@ class SlackFiles:
 
     def _too_big(self, name: str, size: int) -> str:
         return (
-            f"{name} is {size / _MB:.1f} MB, over the {self._max_bytes / _MB:.0f} MB limit "
+            f"{name} is {_human(size)}, over the {_human(self._max_bytes)} limit "
             "(channels.slack.max_file_bytes); the agent did not get it"
         )
 
@@ -162,6 +162,14 @@ class SlackFiles:
 
 class _FetchError(Exception):
     pass
+
+
+def _human(size: int) -> str:
+    if size < 1024:
+        return f"{size} bytes"
+    if size < _MB:
+        return f"{size / 1024:.0f} KB"
+    return f"{size / _MB:.1f} MB"
 
 
 def _names_in(directory: Path) -> list[str]:
