@@ -61,7 +61,7 @@ class SlackAdapter:
     def __init__(self, settings: SlackChannelSettings, state_dir: Path) -> None:
         self._settings = settings
         self._client = AsyncWebClient(token=settings.bot_token, base_url=settings.api_base_url)
-        self._records = SlackRecords(state_dir / "slack.db")
+        self._records = SlackRecords(state_dir / "slack" / "slack.db")
         self._directory = Directory(self._client)
         self._files = SlackFiles(
             self._client, self._records, settings.bot_token, settings.max_file_bytes

@@ -10,7 +10,7 @@ The same two steps guard outbox uploads (per thread and file content, so a file 
 uploaded once even though the outbox keeps it across tasks), and the table of threads the
 bot takes part in decides which un-mentioned thread replies engage it.
 
-Kept in its own SQLite file (``slack.db`` beside ``state.db``): the Slack channel is its
+Kept in its own SQLite file (``<state_dir>/slack/slack.db``): the Slack channel is its
 only writer, and the core's schema stays free of channel details. Calls are tiny; they run
 on a worker thread (``asyncio.to_thread``) one at a time.
 """
