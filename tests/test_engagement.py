@@ -40,6 +40,7 @@ def test_mention_sticky_engages_the_rest_of_a_started_thread() -> None:
     assert not engages(message(), room, conversation_started=False)
     assert engages(message(mentioned=True), room, conversation_started=False)
     assert engages(message(), room, conversation_started=True)
+    assert engages(message(is_direct=True), room, conversation_started=False)
 
 
 def test_room_settings_first_match_wins_and_channel_filters() -> None:

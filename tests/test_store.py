@@ -96,3 +96,18 @@ async def test_newer_schema_is_refused_with_a_clear_error(tmp_path: Path) -> Non
         db.execute(f"PRAGMA user_version = {len(MIGRATIONS) + 1}")
     with pytest.raises(RuntimeError, match="upgrade gateway-bot"):
         await SqliteStore(path).open()
+
+
+async def test_concurrent_writers_do_not_collide(store: SqliteStore) -> None:
+    """Many coroutines accepting messages and making conversations on one connection."""
+    import asyncio
+
+    results = await asyncio.gather(
+        *(store.accept_inbound(raw(f"m{n}")) for n in range(30)),
+        *(store.create_conversation("console", f"room{n % 3}", None) for n in range(30)),
+        *(store.approvals.add_member("matrix", "!r", f"@u{n}:hs", "@o:hs") for n in range(10)),
+    )
+    assert len({task_id for task_id, _ in results[:30]}) == 30
+    assert len(await store.tasks_in_states([TaskState.QUEUED])) == 30
+    for n in range(3):
+        assert await store.active_conversation("console", f"room{n}") is not None

@@ -269,7 +269,7 @@ def pending_card(approval: ApprovalRecord) -> Card:
             body=(
                 f"{approval.sender_name} ({approval.sender_id}) invited the bot to "
                 f"{approval.room_title} ({approval.channel}). Join, or ignore the invitation? "
-                f"Or reply /approve {approval.code} or /deny {approval.code}."
+                f"Or reply !approve {approval.code} or !deny {approval.code}."
             ),
             buttons=(
                 Button(
@@ -286,7 +286,7 @@ def pending_card(approval: ApprovalRecord) -> Card:
         body=(
             f"{approval.sender_name} ({approval.sender_id}) wrote in {approval.room_title} "
             f"({approval.channel}):\n{quoted}\n\nAllow runs their message and lets them use "
-            f"the bot in this room. Or reply /approve {approval.code} or /deny {approval.code}."
+            f"the bot in this room. Or reply !approve {approval.code} or !deny {approval.code}."
         ),
         buttons=(
             Button("Allow", approval_action(approval.code, "allow"), emoji="✅", style="primary"),

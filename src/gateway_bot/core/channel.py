@@ -76,11 +76,12 @@ class ChannelAdapter(Protocol):
 
     async def authenticate_and_parse(
         self, raw: RawMessage
-    ) -> InboundMessage | Decision | RoomInvite:
+    ) -> InboundMessage | Decision | RoomInvite | None:
         """Verify the sender and parse; raise AuthenticationError to refuse.
 
         A button press or an approval reaction parses to a Decision; an invitation into a
-        room to a RoomInvite."""
+        room to a RoomInvite; None means there is nothing to act on (a reaction on a card
+        already decided, an edit) and is not a refusal. Other exceptions are retried."""
         ...
 
     async def save_attachments(self, message: InboundMessage, inbox_dir: str) -> list[str]:

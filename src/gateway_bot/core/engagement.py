@@ -21,5 +21,5 @@ def engages(message: InboundMessage, room: RoomSettings, conversation_started: b
     if mode is EngageMode.PATTERN:
         return re.search(room.pattern, message.body) is not None
     if mode is EngageMode.MENTION_STICKY:
-        return message.mentioned or conversation_started
+        return message.is_direct or message.mentioned or conversation_started
     return message.mentioned

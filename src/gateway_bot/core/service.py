@@ -30,6 +30,7 @@ from gateway_bot.core.executor import TaskExecutor, TaskResult
 from gateway_bot.core.lifecycle import CompletionReason, TaskState
 from gateway_bot.core.messages import Decision, InboundMessage, RawMessage, Reply, RoomInvite
 from gateway_bot.core.progress import ProgressReporter
+from gateway_bot.core.retries import call_channel
 from gateway_bot.state.records import ContextLine, ConversationRecord, TaskRecord
 from gateway_bot.state.store import Store
 
@@ -180,7 +181,10 @@ class GatewayService:
         task = await self._store.transition(task_id, TaskState.AUTHENTICATING)
         adapter = self._adapters[task.channel]
         try:
-            message = await adapter.authenticate_and_parse(task.raw)
+            message = await call_channel(
+                f"{task.channel}: parsing task {task_id}",
+                lambda: adapter.authenticate_and_parse(task.raw),
+            )
         except AuthenticationError as exc:
             reason = (
                 CompletionReason.UNAUTHORIZED if exc.unauthorized else CompletionReason.AUTH_FAILED
@@ -188,6 +192,14 @@ class GatewayService:
             log.warning("task %s refused: %s (%s)", task_id, exc.sender, exc.reason)
             await self._store.transition(
                 task_id, TaskState.COMPLETED, reason=reason, error=exc.reason
+            )
+            return
+        if message is None:
+            await self._store.transition(
+                task_id,
+                TaskState.COMPLETED,
+                reason=CompletionReason.REJECTED,
+                error="nothing to act on",
             )
             return
         if isinstance(message, Decision):
@@ -382,7 +394,10 @@ class GatewayService:
         self, task_id: str, message: InboundMessage, reply: Reply, reason: CompletionReason
     ) -> None:
         adapter = self._adapters[message.channel]
-        await adapter.send_reply(message.channel_context, task_id, reply)
+        await call_channel(
+            f"{message.channel}: sending the reply of task {task_id}",
+            lambda: adapter.send_reply(message.channel_context, task_id, reply),
+        )
         await self._store.mark_reply_delivered(task_id)
         await self._store.transition(
             task_id,

@@ -9,21 +9,21 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from collections.abc import Callable
 from typing import Any
 
 import aiosqlite
 
+from gateway_bot.state.database import Database
 from gateway_bot.state.records import ApprovalRecord, ApprovalState, ContextLine
 
 
 class SqliteApprovals:
-    def __init__(self, connection: Callable[[], aiosqlite.Connection]) -> None:
-        self._connection = connection
+    def __init__(self, database: Database) -> None:
+        self._database = database
 
     @property
     def db(self) -> aiosqlite.Connection:
-        return self._connection()
+        return self._database.connection
 
     async def pending_for(self, channel: str, room: str, sender_id: str) -> ApprovalRecord | None:
         async with self.db.execute(
@@ -52,7 +52,7 @@ class SqliteApprovals:
         kind: str = "sender",
     ) -> ApprovalRecord:
         code = secrets.token_hex(3)
-        await self.db.execute(
+        await self._database.write(
             "INSERT INTO approvals (code, channel, room, room_title, sender_id, sender_name,"
             " preview, state, created_at, expires_at, kind)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
@@ -76,14 +76,14 @@ class SqliteApprovals:
     async def set_card(
         self, code: str, card_channel: str, card_context: dict[str, Any], card_ref: str
     ) -> None:
-        await self.db.execute(
+        await self._database.write(
             "UPDATE approvals SET card_channel = ?, card_context = ?, card_ref = ? WHERE code = ?",
             (card_channel, json.dumps(card_context), card_ref, code),
         )
 
     async def hold(self, code: str, task_id: str) -> None:
         """Attach a task to the approval (idempotent: a re-authenticated task stays once)."""
-        await self.db.execute(
+        await self._database.write(
             "INSERT OR IGNORE INTO approval_tasks (code, task_id, held_at) VALUES (?, ?, ?)",
             (code, task_id, time.time()),
         )
@@ -96,12 +96,12 @@ class SqliteApprovals:
 
     async def decide(self, code: str, state: ApprovalState, decided_by: str) -> bool:
         """Move a pending approval to ``state``; False if it was no longer pending."""
-        cursor = await self.db.execute(
+        changed = await self._database.write(
             "UPDATE approvals SET state = ?, decided_by = ?, decided_at = ?"
             " WHERE code = ? AND state = 'pending'",
             (state.value, decided_by, time.time(), code),
         )
-        return cursor.rowcount == 1
+        return changed == 1
 
     async def expired(self, now: float) -> list[ApprovalRecord]:
         async with self.db.execute(
@@ -110,7 +110,7 @@ class SqliteApprovals:
             return [_approval(row) for row in await cursor.fetchall()]
 
     async def add_member(self, channel: str, room: str, sender_id: str, added_by: str) -> None:
-        await self.db.execute(
+        await self._database.write(
             "INSERT OR IGNORE INTO room_members (channel, room, sender_id, added_by, added_at)"
             " VALUES (?, ?, ?, ?, ?)",
             (channel, room, sender_id, added_by, time.time()),
@@ -125,30 +125,32 @@ class SqliteApprovals:
 
     async def add_context(self, channel: str, key: str, line: ContextLine, keep: int) -> None:
         """Keep a non-engaging message as context; only the newest ``keep`` survive."""
-        await self.db.execute(
-            "INSERT INTO context_messages (channel, conversation_key, sender_name, body,"
-            " received_at) VALUES (?, ?, ?, ?, ?)",
-            (channel, key, line.sender_name, line.body, line.received_at),
-        )
-        await self.db.execute(
-            "DELETE FROM context_messages WHERE channel = ? AND conversation_key = ? AND rowid"
-            " NOT IN (SELECT rowid FROM context_messages WHERE channel = ? AND"
-            " conversation_key = ? ORDER BY received_at DESC, rowid DESC LIMIT ?)",
-            (channel, key, channel, key, keep),
-        )
+        async with self._database.transaction() as db:
+            await db.execute(
+                "INSERT INTO context_messages (channel, conversation_key, sender_name, body,"
+                " received_at) VALUES (?, ?, ?, ?, ?)",
+                (channel, key, line.sender_name, line.body, line.received_at),
+            )
+            await db.execute(
+                "DELETE FROM context_messages WHERE channel = ? AND conversation_key = ? AND rowid"
+                " NOT IN (SELECT rowid FROM context_messages WHERE channel = ? AND"
+                " conversation_key = ? ORDER BY received_at DESC, rowid DESC LIMIT ?)",
+                (channel, key, channel, key, keep),
+            )
 
     async def take_context(self, channel: str, key: str) -> list[ContextLine]:
         """Return and forget the accumulated context, oldest first."""
-        async with self.db.execute(
-            "SELECT sender_name, body, received_at FROM context_messages WHERE channel = ? AND"
-            " conversation_key = ? ORDER BY received_at, rowid",
-            (channel, key),
-        ) as cursor:
-            lines = [ContextLine(r[0], r[1], r[2]) for r in await cursor.fetchall()]
-        await self.db.execute(
-            "DELETE FROM context_messages WHERE channel = ? AND conversation_key = ?",
-            (channel, key),
-        )
+        async with self._database.transaction() as db:
+            async with db.execute(
+                "SELECT sender_name, body, received_at FROM context_messages"
+                " WHERE channel = ? AND conversation_key = ? ORDER BY received_at, rowid",
+                (channel, key),
+            ) as cursor:
+                lines = [ContextLine(r[0], r[1], r[2]) for r in await cursor.fetchall()]
+            await db.execute(
+                "DELETE FROM context_messages WHERE channel = ? AND conversation_key = ?",
+                (channel, key),
+            )
         return lines
 
 

@@ -18,6 +18,7 @@ import aiosqlite
 from gateway_bot.core.lifecycle import CompletionReason, TaskState, check_transition
 from gateway_bot.core.messages import InboundMessage, RawMessage, Reply, Usage
 from gateway_bot.state.approvals import SqliteApprovals
+from gateway_bot.state.database import Database
 from gateway_bot.state.migrations import MIGRATIONS
 from gateway_bot.state.records import ConversationRecord, TaskRecord
 
@@ -25,23 +26,22 @@ from gateway_bot.state.records import ConversationRecord, TaskRecord
 class SqliteStore:
     def __init__(self, path: Path) -> None:
         self._path = path
-        self._db: aiosqlite.Connection | None = None
-        self.approvals = SqliteApprovals(lambda: self.db)
+        self._database = Database()
+        self.approvals = SqliteApprovals(self._database)
 
     @property
     def db(self) -> aiosqlite.Connection:
-        if self._db is None:
-            raise RuntimeError("store is not open")
-        return self._db
+        return self._database.connection
 
     async def open(self) -> None:
         self._path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = await aiosqlite.connect(self._path, isolation_level=None)
-        self._db.row_factory = aiosqlite.Row
-        await self._db.execute("PRAGMA journal_mode=WAL")
-        await self._db.execute("PRAGMA synchronous=FULL")
-        await self._db.execute("PRAGMA foreign_keys=ON")
-        await self._db.execute("PRAGMA busy_timeout=5000")
+        connection = await aiosqlite.connect(self._path, isolation_level=None)
+        connection.row_factory = aiosqlite.Row
+        self._database.attach(connection)
+        await connection.execute("PRAGMA journal_mode=WAL")
+        await connection.execute("PRAGMA synchronous=FULL")
+        await connection.execute("PRAGMA foreign_keys=ON")
+        await connection.execute("PRAGMA busy_timeout=5000")
         try:
             await self._migrate()
         except BaseException:
@@ -61,26 +61,27 @@ class SqliteStore:
             await self.db.executescript(f"BEGIN;\n{script}\nPRAGMA user_version={number};\nCOMMIT;")
 
     async def close(self) -> None:
-        if self._db is not None:
-            await self._db.close()
-            self._db = None
+        try:
+            connection = self._database.connection
+        except RuntimeError:
+            return
+        self._database.attach(None)
+        await connection.close()
 
     # -- tasks -------------------------------------------------------------------------
 
     async def accept_inbound(self, raw: RawMessage) -> tuple[str, bool]:
-        await self.db.execute("BEGIN IMMEDIATE")
-        try:
-            async with self.db.execute(
+        async with self._database.transaction() as db:
+            async with db.execute(
                 "SELECT task_id FROM inbound_messages WHERE channel = ? AND message_id = ?",
                 (raw.channel, raw.message_id),
             ) as cursor:
                 existing = await cursor.fetchone()
             if existing is not None:
-                await self.db.execute("COMMIT")
                 return str(existing[0]), False
             task_id = secrets.token_hex(6)
             now = time.time()
-            await self.db.execute(
+            await db.execute(
                 "INSERT INTO tasks (id, channel, message_id, state, raw_json, created_at)"
                 " VALUES (?, ?, ?, ?, ?, ?)",
                 (
@@ -92,15 +93,11 @@ class SqliteStore:
                     now,
                 ),
             )
-            await self.db.execute(
+            await db.execute(
                 "INSERT INTO inbound_messages (channel, message_id, task_id, received_at)"
                 " VALUES (?, ?, ?, ?)",
                 (raw.channel, raw.message_id, task_id, raw.received_at),
             )
-            await self.db.execute("COMMIT")
-        except BaseException:
-            await self.db.execute("ROLLBACK")
-            raise
         return task_id, True
 
     async def get_task(self, task_id: str) -> TaskRecord:
@@ -161,28 +158,28 @@ class SqliteStore:
         if error is not None:
             sets.append("error = ?")
             values.append(error)
-        await self.db.execute(
+        await self._database.write(
             f"UPDATE tasks SET {', '.join(sets)} WHERE id = ?", [*values, task_id]
         )
         return await self.get_task(task_id)
 
     async def save_parsed(self, task_id: str, parsed: InboundMessage) -> None:
-        await self.db.execute(
+        await self._database.write(
             "UPDATE tasks SET parsed_json = ? WHERE id = ?",
             (json.dumps(parsed.to_json()), task_id),
         )
 
     async def record_reply(self, task_id: str, reply: Reply) -> None:
-        await self.db.execute(
+        await self._database.write(
             "UPDATE tasks SET reply_json = ? WHERE id = ?",
             (json.dumps(reply.to_json()), task_id),
         )
 
     async def mark_reply_delivered(self, task_id: str) -> None:
-        await self.db.execute("UPDATE tasks SET reply_delivered = 1 WHERE id = ?", (task_id,))
+        await self._database.write("UPDATE tasks SET reply_delivered = 1 WHERE id = ?", (task_id,))
 
     async def record_usage(self, task_id: str, usage: Usage) -> None:
-        await self.db.execute(
+        await self._database.write(
             "UPDATE tasks SET cost_usd = ?, num_turns = ? WHERE id = ?",
             (usage.cost_usd, usage.num_turns, task_id),
         )
@@ -211,22 +208,17 @@ class SqliteStore:
     ) -> ConversationRecord:
         conversation_id = secrets.token_hex(4)
         now = time.time()
-        await self.db.execute("BEGIN IMMEDIATE")
-        try:
-            await self.db.execute(
+        async with self._database.transaction() as db:
+            await db.execute(
                 "UPDATE conversations SET active = 0, updated_at = ?"
                 " WHERE channel = ? AND channel_key = ? AND active = 1",
                 (now, channel, key),
             )
-            await self.db.execute(
+            await db.execute(
                 "INSERT INTO conversations (id, channel, channel_key, model, active,"
                 " created_at, updated_at) VALUES (?, ?, ?, ?, 1, ?, ?)",
                 (conversation_id, channel, key, model, now, now),
             )
-            await self.db.execute("COMMIT")
-        except BaseException:
-            await self.db.execute("ROLLBACK")
-            raise
         return await self.get_conversation(conversation_id)
 
     async def update_conversation(
@@ -252,7 +244,7 @@ class SqliteStore:
                 values.append(value)
         if clear_session:
             sets.append("agent_session_id = NULL")
-        await self.db.execute(
+        await self._database.write(
             f"UPDATE conversations SET {', '.join(sets)} WHERE id = ?",
             [*values, conversation_id],
         )
