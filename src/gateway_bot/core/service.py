@@ -25,6 +25,7 @@ from gateway_bot.core.commands import (
     UnknownCommand,
     parse_command,
 )
+from gateway_bot.core.delivery import ReplyDelivery
 from gateway_bot.core.engagement import engages
 from gateway_bot.core.executor import TaskExecutor, TaskResult
 from gateway_bot.core.lifecycle import CompletionReason, TaskState
@@ -59,6 +60,7 @@ class GatewayService:
         self._gate = Gatekeeper(store, access, self._adapters, self._release_held, timezone)
         self._sweeper: asyncio.Task[None] | None = None
         self._running: dict[str, RunningTask] = {}
+        self._replies = ReplyDelivery(store, self._adapters)
         self._commands = ChatCommands(store, self._gate, self._running, self.start_new_conversation)
         self._slots = asyncio.Semaphore(max_concurrent_tasks)
         self._max_pending = max_pending_per_conversation
@@ -163,7 +165,7 @@ class GatewayService:
             if task.state is TaskState.EXECUTING:
                 if task.reply is not None:
                     log.info("recovery: delivering the stored reply of task %s", task.id)
-                    self._spawn(self._finish_delivery(task))
+                    self._spawn(self._replies.finish(task))
                     continue
                 log.info("recovery: task %s was interrupted mid-run; running it again", task.id)
                 task = await self._store.transition(task.id, TaskState.PENDING)
@@ -224,15 +226,15 @@ class GatewayService:
         try:
             command = parse_command(message.body)
         except UnknownCommand as exc:
-            await self._answer_now(task, message, str(exc), CompletionReason.REJECTED)
+            await self._replies.answer_now(task, message, str(exc), CompletionReason.REJECTED)
             return
         if command is not None:
             conversation = await self._conversation_for(message)
             text = await self._commands.answer(conversation, message, command)
-            await self._answer_now(task, message, text, CompletionReason.SUCCESS)
+            await self._replies.answer_now(task, message, text, CompletionReason.SUCCESS)
             return
         if not message.body.strip() and not message.attachments:
-            await self._answer_now(
+            await self._replies.answer_now(
                 task, message, "Your message was empty: nothing to do.", CompletionReason.REJECTED
             )
             return
@@ -374,43 +376,4 @@ class GatewayService:
         finally:
             await reporter.close()
             self._running.pop(conversation_id, None)
-        await self._store.record_reply(task_id, result.reply)
-        if result.reply.usage is not None:
-            await self._store.record_usage(task_id, result.reply.usage)
-        await self._deliver(task_id, message, result.reply, result.reason)
-
-    async def _finish_delivery(self, task: TaskRecord) -> None:
-        assert task.parsed is not None
-        assert task.reply is not None
-        reason = (
-            CompletionReason.EXECUTION_FAILED if task.reply.is_error else CompletionReason.SUCCESS
-        )
-        if task.reply_delivered:
-            await self._store.transition(task.id, TaskState.COMPLETED, reason=reason)
-            return
-        await self._deliver(task.id, task.parsed, task.reply, reason)
-
-    async def _deliver(
-        self, task_id: str, message: InboundMessage, reply: Reply, reason: CompletionReason
-    ) -> None:
-        adapter = self._adapters[message.channel]
-        await call_channel(
-            f"{message.channel}: sending the reply of task {task_id}",
-            lambda: adapter.send_reply(message.channel_context, task_id, reply),
-        )
-        await self._store.mark_reply_delivered(task_id)
-        await self._store.transition(
-            task_id,
-            TaskState.COMPLETED,
-            reason=reason,
-            error=reply.text if reply.is_error else None,
-        )
-
-    async def _answer_now(
-        self, task: TaskRecord, message: InboundMessage, text: str, reason: CompletionReason
-    ) -> None:
-        """Reply without queueing (commands, refusals): store, send, complete."""
-        await self._store.transition(task.id, TaskState.EXECUTING, parsed=message)
-        reply = Reply(text=text, is_error=reason is not CompletionReason.SUCCESS)
-        await self._store.record_reply(task.id, reply)
-        await self._deliver(task.id, message, reply, reason)
+        await self._replies.store_and_send(task_id, message, result.reply, result.reason)
