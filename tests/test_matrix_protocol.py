@@ -22,10 +22,10 @@ from gateway_bot.channels.matrix.events import (
     strip_reply_fallback,
     user_allowed,
 )
-from gateway_bot.channels.matrix.files import safe_filename, unused_path
 from gateway_bot.channels.matrix.render import finished_content, markdown_to_html, split_markdown
 from gateway_bot.config.server import build_server_config, load_server_config
 from gateway_bot.config.yaml_tags import ConfigError
+from gateway_bot.core.inbox_files import safe_filename, unused_path
 from gateway_bot.core.messages import Reply, Usage
 
 BOT = "@gateway:example.org"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from gateway_bot.channels.slack import events, render
 from gateway_bot.channels.slack.access import SlackUser, refusal
-from gateway_bot.channels.slack.files import safe_name
 from gateway_bot.config.channels import SlackChannelSettings
 from gateway_bot.core.messages import Button, Card, Reply, Usage
 
@@ -107,11 +106,3 @@ def test_who_is_refused_outright() -> None:
     guest = SlackUser("U1", "a", "T1", is_guest=True)
     assert "guest" in str(refusal(guest, settings))
     assert refusal(guest, settings.model_copy(update={"allow_guests": True})) is None
-
-
-def test_saved_file_names_stay_in_the_inbox_and_never_collide() -> None:
-    taken = {"report.txt"}
-    assert safe_name("../../etc/passwd", taken) == "passwd"
-    assert safe_name("report.txt", taken) == "report-1.txt"
-    assert safe_name("report.txt", taken) == "report-2.txt"
-    assert safe_name(".hidden", taken) == "hidden"

@@ -1,52 +1,19 @@
-"""Files in and out: safe inbox names, size-limited downloads, outbox uploads.
-
-A sender chooses a file's name; the agent then sees it as a path. Names are therefore cut
-to a plain basename of safe characters, and never overwrite an earlier file in the inbox.
-"""
+"""Files in and out: size-limited downloads into the inbox (named by core.inbox_files),
+outbox uploads."""
 
 from __future__ import annotations
 
 import asyncio
 import mimetypes
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gateway_bot.channels.matrix.api import FileTooLarge, MatrixApi, MatrixError
+from gateway_bot.core.inbox_files import safe_filename, size_text, unused_path
 from gateway_bot.core.messages import Attachment
 
 JsonDict = dict[str, Any]
-
-_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
-_MAX_NAME = 100
-
-
-def safe_filename(name: str) -> str:
-    """A basename of ``[A-Za-z0-9._+-]`` that does not start with a dot, at most 100
-    characters, keeping the extension when it has to shorten."""
-    base = name.replace("\\", "/").rsplit("/", 1)[-1]
-    base = _UNSAFE.sub("_", base).strip("._") or "file"
-    if len(base) > _MAX_NAME:
-        stem, dot, suffix = base.rpartition(".")
-        if dot and 0 < len(suffix) <= 10:
-            base = f"{stem[: _MAX_NAME - len(suffix) - 1]}.{suffix}"
-        else:
-            base = base[:_MAX_NAME]
-    return base
-
-
-def unused_path(directory: Path, name: str) -> Path:
-    """``name`` in ``directory``, or ``stem-2.ext``, ``stem-3.ext``... if it is taken."""
-    candidate = directory / name
-    stem, dot, suffix = name.rpartition(".")
-    if not dot or not stem:
-        stem, suffix = name, ""
-    number = 2
-    while candidate.exists() or candidate.with_name(candidate.name + ".partial").exists():
-        candidate = directory / (f"{stem}-{number}.{suffix}" if suffix else f"{stem}-{number}")
-        number += 1
-    return candidate
 
 
 @dataclass(frozen=True)
@@ -54,14 +21,6 @@ class SaveOutcome:
     saved: list[str]
     problems: list[str]
     """One sentence per file that was not saved, for the sender."""
-
-
-def size_text(size: int) -> str:
-    if size >= 1_000_000:
-        return f"{size / 1_000_000:.1f} MB"
-    if size >= 1_000:
-        return f"{size / 1_000:.0f} KB"
-    return f"{size} bytes"
 
 
 async def save_attachments(

@@ -22,6 +22,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from gateway_bot.channels.slack.records import SlackRecords
 from gateway_bot.channels.slack.webapi import next_cursor
+from gateway_bot.core.inbox_files import safe_filename, size_text, unused_path
 from gateway_bot.core.messages import Attachment, JsonDict
 
 log = logging.getLogger(__name__)
@@ -35,18 +36,6 @@ class Downloaded:
     saved: list[str]
     problems: list[str]
     """One human sentence per file the agent will not get."""
-
-
-def safe_name(name: str, taken: set[str]) -> str:
-    """A plain file name in the inbox: no directories, no leading dots, never overwriting."""
-    base = _UNSAFE.sub("_", Path(name).name).strip(" .") or "file"
-    stem, dot, suffix = base.partition(".")
-    candidate, number = base, 1
-    while candidate in taken:
-        candidate = f"{stem}-{number}{dot}{suffix}"
-        number += 1
-    taken.add(candidate)
-    return candidate
 
 
 class SlackFiles:
@@ -63,7 +52,6 @@ class SlackFiles:
     async def download(self, attachments: tuple[Attachment, ...], inbox: Path) -> Downloaded:
         saved: list[str] = []
         problems: list[str] = []
-        taken = set(await asyncio.to_thread(_names_in, inbox))
         headers = {"Authorization": f"Bearer {self._token}"}
         async with aiohttp.ClientSession(headers=headers) as session:
             for attachment in attachments:
@@ -75,9 +63,9 @@ class SlackFiles:
                 except _FetchError as exc:
                     problems.append(f"{attachment.filename}: {exc}")
                     continue
-                name = safe_name(attachment.filename, taken)
-                await asyncio.to_thread(_write, inbox / name, data)
-                saved.append(name)
+                path = unused_path(inbox, safe_filename(attachment.filename))
+                await asyncio.to_thread(_write, path, data)
+                saved.append(path.name)
         return Downloaded(saved, problems)
 
     async def _fetch(self, session: aiohttp.ClientSession, attachment: Attachment) -> bytes:
@@ -102,7 +90,7 @@ class SlackFiles:
 
     def _too_big(self, name: str, size: int) -> str:
         return (
-            f"{name} is {_human(size)}, over the {_human(self._max_bytes)} limit "
+            f"{name} is {size_text(size)}, over the {size_text(self._max_bytes)} limit "
             "(channels.slack.max_file_bytes); the agent did not get it"
         )
 
@@ -162,18 +150,6 @@ class SlackFiles:
 
 class _FetchError(Exception):
     pass
-
-
-def _human(size: int) -> str:
-    if size < 1024:
-        return f"{size} bytes"
-    if size < _MB:
-        return f"{size / 1024:.0f} KB"
-    return f"{size / _MB:.1f} MB"
-
-
-def _names_in(directory: Path) -> list[str]:
-    return [p.name for p in directory.iterdir()] if directory.exists() else []
 
 
 def _write(path: Path, data: bytes) -> None:
