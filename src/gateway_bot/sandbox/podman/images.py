@@ -63,14 +63,20 @@ class ImageBuilder:
         settings: ImageSettings,
         agent_files: Mapping[str, Path],
         work_dir: Path,
+        *,
+        refresh_in_background: bool = False,
     ) -> None:
         """``agent_files`` go into the agent image's build context by name (the Claude Code
-        binary as ``claude``, which the default Containerfile copies in)."""
+        binary as ``claude``, which the default Containerfile copies in). With
+        ``refresh_in_background`` (the daemon) an image past its age is still used while its
+        rebuild runs, so no task waits for it; the next task after it gets the new one."""
         self._service = service
         self._settings = settings
         self._agent_files = dict(agent_files)
         self._work_dir = work_dir
         self._locks: dict[str, asyncio.Lock] = {}
+        self._refresh_in_background = refresh_in_background
+        self._refreshing: dict[str, asyncio.Task[None]] = {}
 
     async def base_image(self) -> str:
         if self._settings.base_image:
@@ -114,12 +120,34 @@ class ImageBuilder:
                 if on_line is not None:
                     await on_line(f"{tag} is up to date")
                 return BuiltImage(tag, str(info["Id"]))
+            if info is not None and self._refresh_in_background:
+                if tag not in self._refreshing:
+                    log.info("refreshing %s in the background (older than the maximum age)", tag)
+                    refresh = self._build(
+                        tag, digest, containerfile, base, files, None, no_cache=True
+                    )
+                    job = asyncio.create_task(refresh)
+                    self._refreshing[tag] = job
+                    job.add_done_callback(lambda done: self._refreshed(tag, done))
+                return BuiltImage(tag, str(info["Id"]))
             why = "older than the maximum age" if stale else "not built yet"
             log.info("building %s (%s)", tag, why)
             await self._build(tag, digest, containerfile, base, files, on_line, no_cache=stale)
             built = await self.inspect(tag)
             assert built is not None, f"{tag} missing right after its build"
             return BuiltImage(tag, str(built["Id"]))
+
+    async def close(self) -> None:
+        """Abandon background refreshes (the next start finds the image still old)."""
+        jobs = list(self._refreshing.values())
+        for job in jobs:
+            job.cancel()
+        await asyncio.gather(*jobs, return_exceptions=True)
+
+    def _refreshed(self, tag: str, job: asyncio.Task[None]) -> None:
+        self._refreshing.pop(tag, None)
+        if not job.cancelled() and job.exception() is not None:
+            log.warning("refreshing %s failed, keeping the old image: %s", tag, job.exception())
 
     async def _build(
         self,

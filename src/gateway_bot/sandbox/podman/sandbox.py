@@ -66,7 +66,9 @@ class PodmanSandbox:
         self.deployment = settings.deployment or deployment_for(state_dir)
         work_dir = state_dir / "sandbox"
         self.service = PodmanService(settings.podman, work_dir)
-        self.images = ImageBuilder(self.service, settings.image, agent_files, work_dir)
+        self.images = ImageBuilder(
+            self.service, settings.image, agent_files, work_dir, refresh_in_background=True
+        )
         self.proxy = EgressProxy(
             self.service, self.images, self.deployment, settings.egress_network, work_dir / "egress"
         )
@@ -110,6 +112,7 @@ class PodmanSandbox:
             self._housekeeping.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._housekeeping
+        await self.images.close()
 
     def paths(self, context: ExecutionContext) -> SandboxPaths:
         return spec.PATHS
