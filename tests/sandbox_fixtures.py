@@ -166,7 +166,10 @@ class SandboxSetup:
         )  # fmt: skip
         found = {}
         for entry in json.loads(listed.stdout or "[]"):
-            info = json.loads(podman("inspect", entry["Id"]).stdout)[0]
+            inspected = podman("inspect", entry["Id"], check=False)
+            if inspected.returncode != 0:
+                continue  # removed between the listing and now
+            info = json.loads(inspected.stdout)[0]
             networks = info["NetworkSettings"]["Networks"]
             found[info["Config"]["Labels"]["gateway-bot.context"]] = {
                 "id": info["Id"],
