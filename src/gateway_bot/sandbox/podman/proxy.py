@@ -18,6 +18,8 @@ import contextlib
 import json
 import logging
 import os
+import shutil
+import ssl
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -152,8 +154,7 @@ class EgressProxy:
         return await self._service.api(call)
 
     async def _create(self, image: str) -> None:
-        for sub in ("ca", "logs"):
-            (self.directory / sub).mkdir(parents=True, exist_ok=True)
+        upstream_ca = await asyncio.to_thread(self._prepare_directory)
         await self._ensure_egress_network()
         command = [
             "--listen-port", str(PROXY_PORT),
@@ -162,6 +163,8 @@ class EgressProxy:
             "--set", "flow_detail=0",
             "--set", "termlog_verbosity=warn",
         ]  # fmt: skip
+        if upstream_ca:  # upstream servers are checked against what the host trusts
+            command += ["--set", f"ssl_verify_upstream_trusted_ca={_MOUNT}/upstream-ca.pem"]
 
         def call(client: Any) -> None:
             client.containers.create(
@@ -184,6 +187,17 @@ class EgressProxy:
             raise SandboxUnavailable(
                 f"could not create the egress proxy: {api_error_text(exc)}"
             ) from exc
+
+    def _prepare_directory(self) -> bool:
+        """Make the shared directory; copy the host's CA bundle in for upstream checks.
+        Returns whether there was one."""
+        for sub in ("ca", "logs"):
+            (self.directory / sub).mkdir(parents=True, exist_ok=True)
+        bundle = Path(ssl.get_default_verify_paths().cafile or "/etc/ssl/certs/ca-certificates.crt")
+        if not bundle.is_file():
+            return False
+        shutil.copyfile(bundle, self.directory / "upstream-ca.pem")
+        return True
 
     async def _start(self) -> None:
         ready = self.directory / "ready"
