@@ -8,16 +8,22 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import gateway_env, write_config
 from tests.fake_anthropic import FakeAnthropic
 from tests.sandbox_fixtures import SandboxSetup, commit_file, podman
 
 
-def test_without_podman_check_and_start_fail_with_one_clear_message(
-    gateway, tmp_path: Path, target_repo: Path, fake_api: FakeAnthropic
+@pytest.mark.parametrize(
+    ("command", "reason"),
+    [("no-such-podman", "podman was not found"), ("/bin/false", "podman does not work here")],
+)
+def test_without_a_working_podman_check_and_start_fail_with_one_clear_message(
+    gateway, tmp_path: Path, target_repo: Path, fake_api: FakeAnthropic, command: str, reason: str
 ) -> None:
-    missing = {"kind": "podman", "podman": {"command": str(tmp_path / "no-such-podman")}}
-    config = write_config(tmp_path, target_repo, fake_api, sandbox=missing)
+    broken = {"kind": "podman", "podman": {"command": command}}
+    config = write_config(tmp_path, target_repo, fake_api, sandbox=broken)
     check = subprocess.run(
         [sys.executable, "-m", "gateway_bot", "check", "--config", str(config)],
         capture_output=True,
@@ -26,11 +32,11 @@ def test_without_podman_check_and_start_fail_with_one_clear_message(
         timeout=60,
     )
     assert check.returncode == 2
-    assert "error: the sandbox (podman) cannot run: podman was not found" in check.stdout
+    assert f"error: the sandbox (podman) cannot run: {reason}" in check.stdout
 
     chat = gateway("chat", "--config", str(config))
     assert chat.wait() == 2
-    assert "The sandbox cannot run: podman was not found" in chat.stderr
+    assert f"The sandbox cannot run: {reason}" in chat.stderr
     assert "Traceback" not in chat.stderr
     assert chat.count(r"^agent> ") == 0
 
