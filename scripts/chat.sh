@@ -8,6 +8,7 @@ set -euo pipefail
 here=$PWD
 root=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$root/.tools"
+echo "Setting up (the first run takes a few minutes; log: .tools/setup.log)…" >&2
 if ! (cd "$root" && bash scripts/setup.sh >"$root/.tools/setup.log" 2>&1); then
   cat "$root/.tools/setup.log" >&2
   echo "set-up failed (log: .tools/setup.log)" >&2
