@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from podman.errors import ImageNotFound
+from podman.errors import APIError, ImageNotFound
 
 from gateway_bot.config.sandbox import ImageSettings
 from gateway_bot.sandbox.podman.service import OnLine, PodmanService
@@ -37,6 +37,8 @@ LOCAL_BASE = "localhost/gateway-bot/base:bookworm"
 REGISTRY_BASE = "docker.io/library/debian:bookworm-slim"
 AGENT_IMAGE = "localhost/gateway-bot/agent"
 PROXY_IMAGE = "localhost/gateway-bot/proxy"
+_OURS = (AGENT_IMAGE + ":", PROXY_IMAGE + ":")
+_HASH = "gateway-bot.content-hash"
 
 _PROJECT_ROOT = Path(__file__).resolve().parents[4]
 DEFAULT_CONTAINERFILE = _PROJECT_ROOT / "Containerfile"
@@ -137,6 +139,28 @@ class ImageBuilder:
             assert built is not None, f"{tag} missing right after its build"
             return BuiltImage(tag, str(built["Id"]))
 
+    async def prune(self) -> list[str]:
+        """Remove our images that no container uses and that are past the maximum age
+        (superseded tags, old ids a rebuild left untagged). Returns what went."""
+
+        def call(client: Any) -> list[str]:
+            removed = []
+            for image in client.images.list(all=True):
+                all_tags = image.attrs.get("RepoTags") or []
+                tags = [t for t in all_tags if t.startswith(_OURS)]
+                labels = image.attrs.get("Labels") or {}
+                ours = bool(tags) or (not all_tags and _HASH in labels)
+                if not ours or _age_hours(image.attrs) <= self._settings.max_age_hours:
+                    continue
+                try:
+                    client.images.remove(image.id)  # refused while a container uses it
+                except (APIError, ImageNotFound):
+                    continue
+                removed.append(", ".join(tags) or image.id[:12])
+            return removed
+
+        return await self._service.api(call)
+
     async def close(self) -> None:
         """Abandon background refreshes (the next start finds the image still old)."""
         jobs = list(self._refreshing.values())
@@ -168,7 +192,7 @@ class ImageBuilder:
                 args += ["--build-arg", f"{name}={os.environ[name]}"]
         if no_cache:
             args.append("--no-cache")
-        args += ["--label", f"gateway-bot.content-hash={digest}", "-t", tag]
+        args += ["--label", f"{_HASH}={digest}", "-t", tag]
         args += ["-f", str(context / "Containerfile"), str(context)]
         try:
             await self._service.cli(*args, on_line=on_line or _log_line, timeout_s=1800)

@@ -233,10 +233,15 @@ class PodmanSandbox:
 
     async def _housekeep(self) -> None:
         interval = max(0.5, min(60.0, self._settings.idle_stop_minutes * 60 / 4))
+        pruned_at = time.monotonic()
         while True:
             await asyncio.sleep(interval)
             try:
                 await self.stop_idle()
+                if time.monotonic() - pruned_at > 3600:
+                    pruned_at = time.monotonic()
+                    for image in await self.images.prune():
+                        log.info("removed unused old image %s", image)
             except (PodmanError, OSError, SandboxUnavailable) as exc:
                 log.warning("sandbox housekeeping failed: %s", exc)
 
