@@ -8,18 +8,15 @@ daemon logs a loud warning whenever this sandbox is selected.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
-import shutil
-import signal
 from collections.abc import Mapping, Sequence
 
 from gateway_bot.sandbox.base import ExecutionContext, IsKnown, SandboxPaths
+from gateway_bot.sandbox.child import kill_group, read_bounded, spawn_fed
 
 log = logging.getLogger(__name__)
 
-_STDERR_LIMIT = 64 * 1024
 _PASSED_THROUGH = ("PATH", "LANG", "LC_ALL", "TZ", "TMPDIR", "SSL_CERT_FILE")
 """Host variables an agent process needs; everything else it gets is passed explicitly."""
 
@@ -27,22 +24,12 @@ _PASSED_THROUGH = ("PATH", "LANG", "LC_ALL", "TZ", "TMPDIR", "SSL_CERT_FILE")
 class HostProcess:
     def __init__(self, process: asyncio.subprocess.Process) -> None:
         self._process = process
-        self._stderr_task = asyncio.create_task(self._collect_stderr())
+        self._stderr_task = asyncio.create_task(read_bounded(process.stderr))
 
     @property
     def stdout(self) -> asyncio.StreamReader:
         assert self._process.stdout is not None
         return self._process.stdout
-
-    async def _collect_stderr(self) -> str:
-        assert self._process.stderr is not None
-        chunks: list[bytes] = []
-        size = 0
-        while chunk := await self._process.stderr.read(4096):
-            if size < _STDERR_LIMIT:
-                chunks.append(chunk)
-                size += len(chunk)
-        return b"".join(chunks)[:_STDERR_LIMIT].decode("utf-8", "replace")
 
     async def read_stderr(self) -> str:
         return await self._stderr_task
@@ -51,19 +38,13 @@ class HostProcess:
         return await self._process.wait()
 
     def kill(self) -> None:
-        if self._process.returncode is not None:
-            return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self._process.pid, signal.SIGKILL)
+        kill_group(self._process)
 
 
 class HostSandbox:
     """Runs argv in the workspace directory, in its own process group."""
 
     name = "none"
-
-    def __init__(self) -> None:
-        self._setpriv = shutil.which("setpriv")
 
     async def check(self) -> None:
         log.warning(
@@ -97,26 +78,7 @@ class HostSandbox:
         full_env["HOME"] = str(context.home)
         full_env.update(context.env)
         full_env.update(env)
-        command = list(argv)
-        if self._setpriv:
-            # If the daemon dies (even by kill -9) the agent dies with it, so a restarted
-            # daemon never races an orphaned run of the same task.
-            command = [self._setpriv, "--pdeathsig", "KILL", "--", *command]
-        process = await asyncio.create_subprocess_exec(
-            *command,
-            cwd=context.workspace,
-            env=full_env,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
-            limit=16 * 1024 * 1024,
-        )
-        assert process.stdin is not None
-        process.stdin.write(stdin_data)
-        with contextlib.suppress(ConnectionError):
-            await process.stdin.drain()
-        process.stdin.close()
+        process = await spawn_fed(argv, env=full_env, stdin_data=stdin_data, cwd=context.workspace)
         return HostProcess(process)
 
     async def close(self) -> None:

@@ -10,12 +10,9 @@ container before the interrupted task is run again.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
-import signal
 from collections.abc import Awaitable, Callable
 
-_STDERR_LIMIT = 64 * 1024
+from gateway_bot.sandbox.child import kill_group, read_bounded
 
 AfterExit = Callable[[int, bool], Awaitable[str]]
 """Called once when the CLI has exited, with its exit code and whether it was killed;
@@ -27,7 +24,7 @@ class PodmanExecProcess:
         self._process = process
         self._after_exit = after_exit
         self._killed = False
-        self._stderr_task = asyncio.create_task(self._collect_stderr())
+        self._stderr_task = asyncio.create_task(read_bounded(process.stderr))
         self._exit: asyncio.Task[int] | None = None
         self._note = ""
 
@@ -35,16 +32,6 @@ class PodmanExecProcess:
     def stdout(self) -> asyncio.StreamReader:
         assert self._process.stdout is not None
         return self._process.stdout
-
-    async def _collect_stderr(self) -> str:
-        assert self._process.stderr is not None
-        chunks: list[bytes] = []
-        size = 0
-        while chunk := await self._process.stderr.read(4096):
-            if size < _STDERR_LIMIT:
-                chunks.append(chunk)
-                size += len(chunk)
-        return b"".join(chunks)[:_STDERR_LIMIT].decode("utf-8", "replace")
 
     async def read_stderr(self) -> str:
         text = await self._stderr_task
@@ -63,6 +50,4 @@ class PodmanExecProcess:
 
     def kill(self) -> None:
         self._killed = True
-        if self._process.returncode is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self._process.pid, signal.SIGKILL)
+        kill_group(self._process)

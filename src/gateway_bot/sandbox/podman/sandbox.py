@@ -16,7 +16,6 @@ import contextlib
 import hashlib
 import logging
 import re
-import shutil
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from podman.errors import NotFound, PodmanError
 
 from gateway_bot.config.sandbox import SandboxSettings
 from gateway_bot.sandbox.base import ExecutionContext, IsKnown, SandboxPaths, SandboxUnavailable
+from gateway_bot.sandbox.child import spawn_fed
 from gateway_bot.sandbox.podman import containers as spec
 from gateway_bot.sandbox.podman.images import ImageBuilder
 from gateway_bot.sandbox.podman.process import PodmanExecProcess
@@ -75,7 +75,6 @@ class PodmanSandbox:
         self._contexts: dict[str, _Context] = {}
         self._foreign: set[str] = set()
         self._housekeeping: asyncio.Task[None] | None = None
-        self._setpriv = shutil.which("setpriv")
 
     # -- daemon lifecycle -----------------------------------------------------------------
 
@@ -146,22 +145,9 @@ class PodmanSandbox:
         for key in exec_env:
             command += ["--env", key]  # value from the CLI's environment, not from argv
         command += [name, *argv]
-        if self._setpriv:
-            command = [self._setpriv, "--pdeathsig", "KILL", "--", *command]
-        process = await asyncio.create_subprocess_exec(
-            *command,
-            env=self.service.cli_env(exec_env),
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
-            limit=16 * 1024 * 1024,
+        process = await spawn_fed(
+            command, env=self.service.cli_env(exec_env), stdin_data=stdin_data
         )
-        assert process.stdin is not None
-        process.stdin.write(stdin_data)
-        with contextlib.suppress(ConnectionError):
-            await process.stdin.drain()
-        process.stdin.close()
 
         async def after_exit(code: int, killed: bool) -> str:
             return await self._after_exit(context.id, state, code, killed)
