@@ -80,3 +80,16 @@ def test_repo_config_refuses_env_and_resolves_secrets() -> None:
     assert config.resolved_env({"gh": "s3cret"}) == {"TOKEN": "s3cret", "PLAIN": "x"}
     with pytest.raises(ConfigError, match="secret 'gh' is not in the server"):
         config.resolved_env({})
+
+
+def test_a_loopback_model_endpoint_with_the_podman_sandbox_is_refused_up_front(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "ok.yaml"
+    config.write_text(
+        f"state_dir: {tmp_path / 'state'}\nrepo: {{url: /tmp/x}}\n"
+        "agent: {env: {ANTHROPIC_API_KEY: k, ANTHROPIC_BASE_URL: 'http://127.0.0.1:9'}}\n"
+    )
+    result = run_cli("chat", "--config", str(config))
+    assert result.returncode == 2
+    assert "is this host's loopback, which the sandboxed agent cannot reach" in result.stderr

@@ -23,7 +23,10 @@ def test_without_a_working_podman_check_and_start_fail_with_one_clear_message(
     gateway, tmp_path: Path, target_repo: Path, fake_api: FakeAnthropic, command: str, reason: str
 ) -> None:
     broken = {"kind": "podman", "podman": {"command": command}}
-    config = write_config(tmp_path, target_repo, fake_api, sandbox=broken)
+    # A model host the sandbox could reach (loopback is refused up front); no request is
+    # ever made: the daemon stops at the sandbox.
+    agent = {"env": {"ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": "http://model.test"}}
+    config = write_config(tmp_path, target_repo, fake_api, sandbox=broken, agent=agent)
     check = subprocess.run(
         [sys.executable, "-m", "gateway_bot", "check", "--config", str(config)],
         capture_output=True,

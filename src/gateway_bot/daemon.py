@@ -4,6 +4,7 @@ config and runs them until a signal (or, for ``chat``, the end of input)."""
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import os
 import shutil
@@ -11,6 +12,7 @@ import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from gateway_bot.agents.claude_code import ClaudeCodeRunner
 from gateway_bot.config.server import ServerConfig, environment_with_dotenv
@@ -63,7 +65,22 @@ def check_agent_setup(config: ServerConfig, agent_env: Mapping[str, str]) -> Set
             "Anthropic-compatible endpoint also ANTHROPIC_BASE_URL) in the environment, in .env, "
             "or under agent.env in the config."
         )
+    base_url = agent_env.get("ANTHROPIC_BASE_URL", "")
+    host = urlsplit(base_url).hostname or ""
+    if config.sandbox.kind == "podman" and (host == "localhost" or _is_loopback(host)):
+        return SetupProblem(
+            f"ANTHROPIC_BASE_URL {base_url} is this host's loopback, which the sandboxed agent "
+            "cannot reach: use an address the egress proxy can reach (sandbox.egress_network), "
+            "or sandbox: {kind: none} for a local endpoint."
+        )
     return None
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def agent_image_files(config: ServerConfig) -> dict[str, Path]:
