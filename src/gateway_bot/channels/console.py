@@ -132,9 +132,6 @@ class ConsoleAdapter:
         if reply.usage is not None:
             self.say(f"  [{reply.usage.summary()}]")
 
-    async def send_error(self, context: JsonDict, text: str) -> None:
-        self.say(f"error> {text}")
-
     async def send_rejection(self, context: JsonDict, text: str) -> None:
         self.say(f"refused> {text}")
 

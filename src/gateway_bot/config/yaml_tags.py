@@ -31,10 +31,6 @@ class SecretRef:
     name: str
 
 
-class _MissingEnv(Exception):
-    pass
-
-
 def load_server_yaml(text: str, source: str, environ: Mapping[str, str]) -> Any:
     """Parse server config YAML, resolving ``!env`` from ``environ``."""
     missing: list[str] = []

@@ -31,10 +31,6 @@ class CompletionReason(enum.Enum):
     CANCELLED = "cancelled"
 
 
-ACTIVE_STATES = frozenset(
-    {TaskState.QUEUED, TaskState.AUTHENTICATING, TaskState.PENDING, TaskState.EXECUTING}
-)
-
 _ALLOWED: dict[TaskState, frozenset[TaskState]] = {
     TaskState.QUEUED: frozenset({TaskState.AUTHENTICATING, TaskState.COMPLETED}),
     TaskState.AUTHENTICATING: frozenset(

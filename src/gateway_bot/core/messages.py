@@ -47,7 +47,7 @@ class RawMessage:
 
 @dataclass(frozen=True)
 class Attachment:
-    """A file the sender attached; ``saved_path`` is filled once it sits in the inbox."""
+    """A file the sender attached; the channel fetches it into the inbox on demand."""
 
     filename: str
     content_type: str = "application/octet-stream"

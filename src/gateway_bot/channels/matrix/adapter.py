@@ -290,9 +290,6 @@ class MatrixAdapter:
         )
         await self._send(str(context["room_id"]), content, f"gwb-notice-{uuid.uuid4().hex}")
 
-    async def send_error(self, context: JsonDict, text: str) -> None:
-        await self._notice(context, f"⚠️ {text}")
-
     async def send_rejection(self, context: JsonDict, text: str) -> None:
         await self._notice(context, text)
 

@@ -66,10 +66,6 @@ def new_timeline_events(
     return list(events[joins[-1] + 1 :]) if joins else []
 
 
-def contains_own_join(events: Sequence[JsonDict], bot_user_id: str) -> bool:
-    return any(_is_own_join(event, bot_user_id) for event in events)
-
-
 def classify(event: JsonDict, bot_user_id: str) -> EventKind:
     """What the listener does with an event. Its own events, notices (how bots talk, so two
     bots never answer each other), edits and redacted messages are ignored."""

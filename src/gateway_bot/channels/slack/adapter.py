@@ -235,9 +235,6 @@ class SlackAdapter:
             log.warning("could not close the progress message of %s: %s", task_id, exc)
         await self._records.confirm_post(task_id, "closed", 0, ack.ts)
 
-    async def send_error(self, context: JsonDict, text: str) -> None:
-        await self._say(context, f":warning: {render.to_mrkdwn(text)}")
-
     async def send_rejection(self, context: JsonDict, text: str) -> None:
         await self._say(context, f":no_entry_sign: {render.to_mrkdwn(text)}")
 
