@@ -5,8 +5,12 @@ that were not for the bot handed over as context."""
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.fake_anthropic import FakeAnthropic
 from tests.synapse_fixtures import (
@@ -28,6 +32,18 @@ def localpart(user_id: str) -> str:
     return user_id[1:].split(":")[0]
 
 
+@dataclass
+class Office:
+    alice: Human
+    mallory: Human
+    eve: Human
+    bot: str
+    desk: str
+    team: str
+    config: Path
+    daemon: Any
+
+
 async def card_ready(owner: Human, desk: str, bot: str, pattern: str) -> dict[str, Any]:
     """The card, once the bot's own ✅ and ❌ are on it (so a tap has something to press)."""
     card = await owner.wait_for(desk, bot_text(bot, pattern))
@@ -44,67 +60,75 @@ async def card_ready(owner: Human, desk: str, bot: str, pattern: str) -> dict[st
     return card
 
 
-async def setting(
-    meet,
-    synapse: SynapseServer,
-    tmp_path: Path,
-    repo: Path,
-    api: FakeAnthropic,
-    rooms: list[dict[str, Any]] | None = None,
-) -> tuple[Human, Human, Human, Any, str, str, Path]:
-    """alice owns the bot; mallory is in the team room but not allowed; eve is a third user
-    who can see the owner's desk. Returns the people, the bot, both rooms and the config."""
-    alice, mallory, eve = await meet("alice"), await meet("mallory"), await meet("eve")
-    bot = await synapse.register("bot")
-    desk = await alice.create_room([bot.user_id, eve.user_id], name="Owner desk")
-    await eve.join(desk)
-    team = await alice.create_room([bot.user_id, mallory.user_id], name="Team")
-    await mallory.join(team)
-    access: dict[str, Any] = {
-        "owners": {"matrix": [alice.user_id]},
-        "approval_destination": {"channel": "matrix", "context": {"room_id": desk}},
-        "rooms": [{**room, "match": room.get("match", team)} for room in rooms or []],
-    }
-    config = matrix_config(
-        tmp_path, repo, api, synapse, bot, [alice.user_id, eve.user_id], sections={"access": access}
-    )
-    return alice, mallory, eve, bot, desk, team, config
-
-
-async def test_one_card_for_three_messages_only_the_owner_decides_all_three_run(
+@pytest.fixture
+def office(
     gateway,
     meet,
     synapse: SynapseServer,
     tmp_path: Path,
     target_repo: Path,
     fake_api: FakeAnthropic,
+) -> Callable[..., Awaitable[Office]]:
+    """alice owns the bot; mallory is in the team room but not allowed; eve is a third user
+    who can see the owner's desk. The daemon is running and in both rooms."""
+
+    async def open_office(rooms: list[dict[str, Any]] | None = None) -> Office:
+        alice, mallory, eve = await meet("alice"), await meet("mallory"), await meet("eve")
+        account = await synapse.register("bot")
+        bot = account.user_id
+        desk = await alice.create_room([bot, eve.user_id], name="Owner desk")
+        await eve.join(desk)
+        team = await alice.create_room([bot, mallory.user_id], name="Team")
+        await mallory.join(team)
+        access: dict[str, Any] = {
+            "owners": {"matrix": [alice.user_id]},
+            "approval_destination": {"channel": "matrix", "context": {"room_id": desk}},
+            "rooms": [{**room, "match": room.get("match", team)} for room in rooms or []],
+        }
+        config = matrix_config(
+            tmp_path,
+            target_repo,
+            fake_api,
+            synapse,
+            account,
+            [alice.user_id, eve.user_id],
+            sections={"access": access},
+        )
+        daemon = gateway("run", "--config", str(config))
+        await alice.wait_for(team, membership(bot, "join"))
+        await alice.wait_for(desk, membership(bot, "join"))
+        return Office(alice, mallory, eve, bot, desk, team, config, daemon)
+
+    return open_office
+
+
+async def test_one_card_for_three_messages_only_the_owner_decides_all_three_run(
+    office, fake_api: FakeAnthropic
 ) -> None:
-    alice, mallory, eve, bot, desk, team, config = await setting(
-        meet, synapse, tmp_path, target_repo, fake_api
-    )
-    gateway("run", "--config", str(config))
-    await alice.wait_for(team, membership(bot.user_id, "join"))
+    o = await office()
+    alice, mallory, eve, desk, team = o.alice, o.mallory, o.eve, o.desk, o.team
+    bot = o.bot
 
     for n in (1, 2, 3):
-        await mallory.say(team, f"STRANGER-{n} please", mention=bot.user_id)
-    card = await card_ready(alice, desk, bot.user_id, r"Unknown sender in Team")
+        await mallory.say(team, f"STRANGER-{n} please", mention=bot)
+    card = await card_ready(alice, desk, bot, r"Unknown sender in Team")
     await eve.send(desk, "m.reaction", reaction(card["event_id"], "✅"))  # not an owner
     await alice.send(desk, "m.reaction", reaction(card["event_id"], "✅"))
 
     for n in (1, 2, 3):
-        await mallory.wait_for(team, bot_text(bot.user_id, rf"Echo: STRANGER-{n} please"))
-    edit = await alice.wait_for(desk, bot_edit(bot.user_id, card["event_id"], r"Allowed by"))
+        await mallory.wait_for(team, bot_text(bot, rf"Echo: STRANGER-{n} please"))
+    edit = await alice.wait_for(desk, bot_edit(bot, card["event_id"], r"Allowed by"))
     body = str(edit["content"]["body"])
     assert localpart(alice.user_id) in body
     assert localpart(eve.user_id) not in body, "the third user's tap must not decide"
 
     history = await alice.history(desk)
-    cards = [e for e in history if bot_text(bot.user_id, r"Unknown sender in Team")(e)]
+    cards = [e for e in history if bot_text(bot, r"Unknown sender in Team")(e)]
     assert len(cards) == 1, "one card per (room, sender) while pending"
     answers = [
         str(e["content"]["body"])
         for e in await mallory.history(team)
-        if bot_text(bot.user_id, r"Echo: STRANGER-")(e)
+        if bot_text(bot, r"Echo: STRANGER-")(e)
     ]
     assert [re.search(r"STRANGER-\d", a).group(0) for a in answers] == [  # type: ignore[union-attr]
         "STRANGER-1",
@@ -113,116 +137,80 @@ async def test_one_card_for_three_messages_only_the_owner_decides_all_three_run(
     ]
 
 
-async def test_deny_drops_the_held_message(
-    gateway,
-    meet,
-    synapse: SynapseServer,
-    tmp_path: Path,
-    target_repo: Path,
-    fake_api: FakeAnthropic,
-) -> None:
-    alice, mallory, _eve, bot, desk, team, config = await setting(
-        meet, synapse, tmp_path, target_repo, fake_api
-    )
-    gateway("run", "--config", str(config))
-    await alice.wait_for(team, membership(bot.user_id, "join"))
+async def test_deny_drops_the_held_message(office, fake_api: FakeAnthropic) -> None:
+    o = await office()
+    alice, mallory, desk, team = o.alice, o.mallory, o.desk, o.team
+    bot = o.bot
 
-    await mallory.say(team, "DENIED-WORK please", mention=bot.user_id)
-    card = await card_ready(alice, desk, bot.user_id, r"Unknown sender in Team")
+    await mallory.say(team, "DENIED-WORK please", mention=bot)
+    card = await card_ready(alice, desk, bot, r"Unknown sender in Team")
     await alice.send(desk, "m.reaction", reaction(card["event_id"], "❌"))
-    await alice.wait_for(desk, bot_edit(bot.user_id, card["event_id"], r"Denied by"))
+    await alice.wait_for(desk, bot_edit(bot, card["event_id"], r"Denied by"))
     # Intake is in order: once the owner's later message is answered, the denied one is
     # long settled.
-    await alice.say(team, "OWNER-CHECK", mention=bot.user_id)
-    await alice.wait_for(team, bot_text(bot.user_id, r"Echo: OWNER-CHECK"))
-    assert not any(bot_text(bot.user_id, r"DENIED-WORK")(e) for e in await alice.history(team))
+    await alice.say(team, "OWNER-CHECK", mention=bot)
+    await alice.wait_for(team, bot_text(bot, r"Echo: OWNER-CHECK"))
+    assert not any(bot_text(bot, r"DENIED-WORK")(e) for e in await alice.history(team))
 
 
 async def test_restarts_around_the_decision_lose_nothing(
-    gateway,
-    meet,
-    synapse: SynapseServer,
-    tmp_path: Path,
-    target_repo: Path,
-    fake_api: FakeAnthropic,
+    office, gateway, fake_api: FakeAnthropic
 ) -> None:
-    alice, mallory, eve, bot, desk, team, config = await setting(
-        meet, synapse, tmp_path, target_repo, fake_api
-    )
-    daemon = gateway("run", "--config", str(config))
-    await alice.wait_for(team, membership(bot.user_id, "join"))
+    o = await office()
+    alice, mallory, eve, desk, team = o.alice, o.mallory, o.eve, o.desk, o.team
+    bot, config, daemon = o.bot, o.config, o.daemon
 
     # Restart between the card and the decision.
-    await mallory.say(team, "BEFORE-RESTART please", mention=bot.user_id)
-    card = await card_ready(alice, desk, bot.user_id, r"Unknown sender in Team")
+    await mallory.say(team, "BEFORE-RESTART please", mention=bot)
+    card = await card_ready(alice, desk, bot, r"Unknown sender in Team")
     daemon.kill()
     daemon = gateway("run", "--config", str(config))
     await alice.send(desk, "m.reaction", reaction(card["event_id"], "✅"))
-    await mallory.wait_for(team, bot_text(bot.user_id, r"Echo: BEFORE-RESTART please"))
+    await mallory.wait_for(team, bot_text(bot, r"Echo: BEFORE-RESTART please"))
 
     # A decision made while the daemon is down is applied when it is back.
-    other = await alice.create_room([bot.user_id, eve.user_id], name="Other")
+    other = await alice.create_room([bot, eve.user_id], name="Other")
     await eve.join(other)
-    await alice.wait_for(other, membership(bot.user_id, "join"))
+    await alice.wait_for(other, membership(bot, "join"))
     stranger = mallory
     await alice.client.room_invite(other, stranger.user_id)
     await stranger.join(other)
-    await stranger.say(other, "WHILE-DOWN please", mention=bot.user_id)
-    second = await card_ready(alice, desk, bot.user_id, r"Unknown sender in Other")
+    await stranger.say(other, "WHILE-DOWN please", mention=bot)
+    second = await card_ready(alice, desk, bot, r"Unknown sender in Other")
     daemon.kill()
     await alice.send(desk, "m.reaction", reaction(second["event_id"], "✅"))
     gateway("run", "--config", str(config))
-    await stranger.wait_for(other, bot_text(bot.user_id, r"Echo: WHILE-DOWN please"))
-    cards = [e for e in await alice.history(desk) if bot_text(bot.user_id, r"Unknown sender")(e)]
+    await stranger.wait_for(other, bot_text(bot, r"Echo: WHILE-DOWN please"))
+    cards = [e for e in await alice.history(desk) if bot_text(bot, r"Unknown sender")(e)]
     assert len(cards) == 2, "a restart must not send a second card"
 
 
 async def test_an_invitation_from_a_stranger_is_joined_on_the_owners_word(
-    gateway,
-    meet,
-    synapse: SynapseServer,
-    tmp_path: Path,
-    target_repo: Path,
-    fake_api: FakeAnthropic,
+    office, fake_api: FakeAnthropic
 ) -> None:
-    alice, mallory, _eve, bot, desk, _team, config = await setting(
-        meet, synapse, tmp_path, target_repo, fake_api
-    )
-    gateway("run", "--config", str(config))
-    await alice.wait_for(desk, membership(bot.user_id, "join"))
+    o = await office()
+    alice, mallory, desk = o.alice, o.mallory, o.desk
+    bot = o.bot
 
-    lab = await mallory.create_room([bot.user_id], name="Mallory lab")
-    card = await alice.wait_for(desk, bot_text(bot.user_id, r"Invitation to Mallory lab"))
+    lab = await mallory.create_room([bot], name="Mallory lab")
+    card = await alice.wait_for(desk, bot_text(bot, r"Invitation to Mallory lab"))
     code = re.search(r"!approve (\w+)", str(card["content"]["body"]))
     assert code is not None, card["content"]["body"]
     await alice.say(desk, f"!approve {code.group(1)}")
-    await mallory.wait_for(lab, membership(bot.user_id, "join"))
-    await alice.wait_for(desk, bot_edit(bot.user_id, card["event_id"], r"Joined by"))
+    await mallory.wait_for(lab, membership(bot, "join"))
+    await alice.wait_for(desk, bot_edit(bot, card["event_id"], r"Joined by"))
 
 
 async def test_messages_not_for_the_bot_become_context_for_the_next_one(
-    gateway,
-    meet,
-    synapse: SynapseServer,
-    tmp_path: Path,
-    target_repo: Path,
-    fake_api: FakeAnthropic,
+    office, fake_api: FakeAnthropic
 ) -> None:
-    alice, _mallory, _eve, bot, _desk, team, config = await setting(
-        meet,
-        synapse,
-        tmp_path,
-        target_repo,
-        fake_api,
-        rooms=[{"engage": "mention", "ignored": "accumulate", "context_size": 2}],
-    )
-    gateway("run", "--config", str(config))
-    await alice.wait_for(team, membership(bot.user_id, "join"))
+    o = await office(rooms=[{"engage": "mention", "ignored": "accumulate", "context_size": 2}])
+    alice, bot, team = o.alice, o.bot, o.team
 
     for text in ("the build broke at noon", "it was the cache", "cache key is CK-42"):
         await alice.say(team, text)
-    await alice.say(team, "ACT-NOW what do you make of it?", mention=bot.user_id)
-    await alice.wait_for(team, bot_text(bot.user_id, r"Echo: .*ACT-NOW"))
+    await alice.say(team, "ACT-NOW what do you make of it?", mention=bot)
+    await alice.wait_for(team, bot_text(bot, r"Echo: .*ACT-NOW"))
 
     prompt = " ".join(fake_api.user_texts(fake_api.requests[-1]))
     assert "[context]" in prompt
