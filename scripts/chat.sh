@@ -2,8 +2,9 @@
 # Set up (the first run takes a minute) and chat with the agent in this terminal.
 # The agent works on the git repo you run this from, or on a sample repo outside one.
 # Needs model credentials: ANTHROPIC_API_KEY (plus ANTHROPIC_BASE_URL for another
-# Anthropic-compatible endpoint) in the environment or in .env. Arguments go to
-# `gateway-bot chat` (--new, --config FILE, --conversation NAME).
+# Anthropic-compatible endpoint) in the environment or in .env at the project root (the
+# environment wins). Arguments go to `gateway-bot chat` (--new, --config FILE,
+# --conversation NAME).
 set -euo pipefail
 here=$PWD
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -15,6 +16,14 @@ if ! (cd "$root" && bash scripts/setup.sh >"$root/.tools/setup.log" 2>&1); then
   exit 1
 fi
 cd "$root" && source scripts/env.sh
-if [ -f "$root/.env" ]; then set -a; source "$root/.env"; set +a; fi
+if [ -f "$root/.env" ]; then
+  # .env fills in what the environment lacks; exported variables win, as in the config
+  # loader. .env is read in a subshell; only names not set here are taken from it.
+  while IFS= read -r -d '' pair; do
+    name=${pair%%=*}
+    [[ $name =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || continue
+    [ -n "${!name+set}" ] || export "$pair"
+  done < <(set -a && source "$root/.env" >/dev/null && env -0)
+fi
 cd "$here"
 exec uv run --project "$root" --frozen gateway-bot chat "$@"

@@ -3,6 +3,8 @@ driver for the real ``gateway-bot`` process talked to through pipes as a user wo
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import queue
 import re
@@ -226,3 +228,134 @@ def gateway() -> Iterator[Any]:
     yield start
     for process in started:
         process.terminate()
+
+
+# ----- the session leaves nothing behind ---------------------------------------------------
+
+_SESSION_TEMP: list[Path] = []
+LABEL_DEPLOYMENT = "gateway-bot.deployment"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_temp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's base temp directory: what its processes work in, for the end check."""
+    base = tmp_path_factory.getbasetemp()
+    _SESSION_TEMP.append(base)
+    return base
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run when this session left something running: a container or network of
+    its deployments, or a process it started (gateway-bot, claude, synapse, dovecot...).
+    The podman service the daemons under test started on the session's socket outlives
+    them by design (as for `run`); the session stops it here first. Other sessions on the
+    same host are never looked at: only this session's labels, children and temp dir."""
+    from tests.sandbox_fixtures import SESSION_PODMAN, podman
+
+    if SESSION_PODMAN.socket is not None:
+        service = f"unix://{SESSION_PODMAN.socket}"
+        _end_processes(live_processes(lambda pid, argv: service in argv))
+    base = str(_SESSION_TEMP[0]) if _SESSION_TEMP else None
+    descendants = _descendants(os.getpid())
+    processes = live_processes(lambda pid, argv: pid in descendants or _works_in(pid, argv, base))
+    containers: list[str] = []
+    networks: list[str] = []
+    if SESSION_PODMAN.deployments or SESSION_PODMAN.networks:
+        listed = json.loads(podman("ps", "-a", "--format", "json", check=False).stdout or "[]")
+        containers = [
+            entry["Names"][0]
+            for entry in listed
+            if (entry.get("Labels") or {}).get(LABEL_DEPLOYMENT) in SESSION_PODMAN.deployments
+        ]
+        listed = json.loads(podman("network", "ls", "--format", "json", check=False).stdout or "[]")
+        networks = [
+            entry["name"]
+            for entry in listed
+            if (entry.get("labels") or {}).get(LABEL_DEPLOYMENT) in SESSION_PODMAN.deployments
+            or entry["name"] in SESSION_PODMAN.networks
+        ]
+    left = [f"process {pid}: {argv[:200]}" for pid, argv in processes.items()]
+    left += [f"container {name}" for name in containers]
+    left += [f"podman network {name}" for name in networks]
+    if not left:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    for line in ["FAILED: the test session left these behind (now removed):", *left]:
+        if reporter is not None:
+            reporter.write_line(line, red=True)
+        else:
+            print(line, file=sys.stderr)
+    _end_processes(processes)
+    if containers:
+        podman("rm", "-f", "-t", "0", *containers, check=False)
+    if networks:
+        podman("network", "rm", "-f", *networks, check=False)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _works_in(pid: int, argv: str, base: str | None) -> bool:
+    """Working in (or naming) the session's temp dir: how orphans are found (a setsid'd
+    service, an agent whose daemon was killed), which are no longer our descendants."""
+    if base is None:
+        return False
+    try:
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        cwd = ""
+    named = re.search(re.escape(base) + r"(/|\s|$)", argv) is not None  # not pytest-51 for -5
+    return named or cwd == base or cwd.startswith(base + "/")
+
+
+def _stat_fields(pid: int | str) -> list[str]:
+    """/proc/PID/stat after the command name: [state, ppid, ...]; [] when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
+def _descendants(root: int) -> set[int]:
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (fields := _stat_fields(entry.name)):
+            parents[int(entry.name)] = int(fields[1])
+    found, grew = {root}, True
+    while grew:
+        grown = found | {pid for pid, parent in parents.items() if parent in found}
+        grew, found = grown != found, grown
+    return found - {root}
+
+
+def _alive(pid: int) -> bool:
+    fields = _stat_fields(pid)
+    return bool(fields) and fields[0] != "Z"
+
+
+def live_processes(select: Any) -> dict[int, str]:
+    """Live processes (not zombies, not this one or its parent) that ``select(pid, argv)``
+    picks, with their command lines."""
+    spared = {os.getpid(), os.getppid()}
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) in spared or not _alive(int(entry.name)):
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if argv and select(int(entry.name), argv):
+            found[int(entry.name)] = argv
+    return found
+
+
+def _end_processes(found: dict[int, str]) -> None:
+    for pid in found:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(pid) for pid in found):
+        time.sleep(0.1)
+    for pid in found:
+        if _alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

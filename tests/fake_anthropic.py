@@ -15,6 +15,9 @@ module serves ``POST /v1/messages`` on 127.0.0.1 with a deterministic script:
   its "# Environment" section, seen in 2.1.x), so the file goes to ``<cwd>/<fname>``. If a
   caller replaced the system prompt and that line is gone, the fake falls back to a ``Bash``
   ``printf`` into the relative name, which lands in the same place because Bash runs in cwd;
+* a prompt containing ``RUN_BASH <command>`` (to the end of that line) gets a ``Bash``
+  tool call running exactly that command, so a test can make the agent do what an
+  attacker's agent would (start strays, fill the disk);
 * requests without ``tools`` are the CLI's side requests (titles, topics, other models):
   they get ``ok`` at once (JSON with ``"ok"`` values when ``output_config.format`` asks
   for a schema, as the title request does) and go to ``side_requests``, not ``requests``;
@@ -46,9 +49,11 @@ _REMINDER = "<system-reminder>"
 _CWD_RE = re.compile(r"^ - Primary working directory: (.+)$", re.MULTILINE)
 _HEADER_RE = re.compile(r"^\[.*\]$")
 _WRITE_RE = re.compile(r"WRITE_FILE name=(\S+) text=(.*)", re.DOTALL)
+_BASH_RE = re.compile(r"RUN_BASH (.+)")
 # Auto-compaction (after a 400 "prompt is too long") is a tools-carrying request whose
 # newest user text orders a summary: it is the CLI's business, so it is a side request.
 _COMPACT = "create a detailed summary of the conversation"
+_CREDENTIALS = ("x-api-key", "authorization")
 
 
 def _blocks(message: JSON) -> list[JSON]:
@@ -101,6 +106,8 @@ class FakeAnthropic:
     def __init__(self) -> None:
         self.requests: list[JSON] = []
         self.side_requests: list[JSON] = []
+        self.credentials_seen: list[tuple[str, dict[str, str]]] = []
+        """(path, credential headers) of every request, any path: what reached the API."""
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._hold: str | None = None
@@ -133,6 +140,7 @@ class FakeAnthropic:
         with self._lock:
             self.requests.clear()
             self.side_requests.clear()
+            self.credentials_seen.clear()
             self._hold, self._fail = None, None
         self._released.set()
         self._held.clear()
@@ -212,10 +220,17 @@ class FakeAnthropic:
         await web.SockSite(self._runner, sock).start()
 
     # ----- request handling --------------------------------------------------------------
+    def _note_credentials(self, request: web.Request) -> None:
+        seen = {k.lower(): v for k, v in request.headers.items() if k.lower() in _CREDENTIALS}
+        with self._lock:
+            self.credentials_seen.append((request.path, seen))
+
     async def _not_found(self, request: web.Request) -> web.Response:
+        self._note_credentials(request)
         return web.Response(status=404)
 
     async def _messages(self, request: web.Request) -> web.StreamResponse:
+        self._note_credentials(request)
         body: JSON = await request.json()
         size = request.content_length or 4000
         prompt = _last_prompt(body)
@@ -262,7 +277,9 @@ class FakeAnthropic:
             tool_input: JSON = {"file_path": path, "content": match.group(2)}
             return [{"type": "tool_use", "id": tool_id, "name": "Write", "input": tool_input}]
         command = "echo tool-ran"
-        if match:  # no cwd in the system prompt: Bash runs in cwd, so a relative path works
+        if bash := _BASH_RE.search(prompt):
+            command = bash.group(1)
+        elif match:  # no cwd in the system prompt: Bash runs in cwd, so a relative path works
             command = f"printf %s {shlex.quote(match.group(2))} > {shlex.quote(match.group(1))}"
         tool_input = {"command": command, "description": "Say hello"}
         return [{"type": "tool_use", "id": tool_id, "name": "Bash", "input": tool_input}]

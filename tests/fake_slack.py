@@ -157,9 +157,18 @@ class FakeSlack:
         files: list[tuple[str, bytes]] | None = None,
         team: str = TEAM,
         via: str = "socket",
+        remote_files: list[tuple[str, str]] | None = None,
     ) -> str:
         """A person posts; the message is in the channel and its events go out. Returns ts."""
-        ts, bodies = self.says(user, channel, text, thread_ts=thread_ts, files=files, team=team)
+        ts, bodies = self.says(
+            user,
+            channel,
+            text,
+            thread_ts=thread_ts,
+            files=files,
+            team=team,
+            remote_files=remote_files,
+        )
         for body in bodies:
             self.deliver(body, via)
         return ts
@@ -173,9 +182,12 @@ class FakeSlack:
         thread_ts: str | None = None,
         files: list[tuple[str, bytes]] | None = None,
         team: str = TEAM,
+        remote_files: list[tuple[str, str]] | None = None,
     ) -> tuple[str, list[JSON]]:
         """The message appears in the channel; returns its ts and the event bodies Slack
-        sends for it (``message``, and ``app_mention`` for a mention outside a DM)."""
+        sends for it (``message``, and ``app_mention`` for a mention outside a DM).
+        ``remote_files`` (name, url) are external files: Slack hands their own URL on as
+        ``url_private`` (files.remote.add, Google Drive and the like)."""
         with self._lock:
             ts = self._next_ts()
             is_im = self.channels[channel]["is_im"]
@@ -192,9 +204,10 @@ class FakeSlack:
             }
             if thread_ts:
                 event["thread_ts"] = thread_ts
-            if files:
+            if files or remote_files:
                 event["subtype"] = "file_share"
-                event["files"] = [self._store_file(name, data, user) for name, data in files]
+                event["files"] = [self._store_file(name, data, user) for name, data in files or []]
+                event["files"] += [self._remote_file(n, url, user) for n, url in remote_files or []]
             self.messages[channel].append(dict(event))
             self._lock.notify_all()
         bodies = [self.event_body(event, team)]
@@ -400,6 +413,7 @@ class FakeSlack:
         app.router.add_get("/link", self._socket_mode)
         app.router.add_post("/upload/{file_id}", self._upload)
         app.router.add_get("/files-pri/{file_id}/{name}", self._download)
+        app.router.add_get("/redirect", self._redirect)
         self._runner = web.AppRunner(app, shutdown_timeout=1.0)
         await self._runner.setup()
         await web.SockSite(self._runner, sock).start()
@@ -424,6 +438,28 @@ class FakeSlack:
         info["url_private_download"] = info["url_private"]
         self.files[file_id] = dict(info, content=data)
         return info
+
+    def _remote_file(self, name: str, url: str, user: str) -> JSON:
+        return {
+            "id": f"F{next(self._ids):08d}",
+            "name": name,
+            "title": name,
+            "mimetype": "text/plain",
+            "size": 10,
+            "user": user,
+            "mode": "external",
+            "is_external": True,
+            "external_type": "app",
+            "url_private": url,
+            "url_private_download": url,
+        }
+
+    def redirect_url(self, target: str) -> str:
+        """A link on the fake Slack's own host that answers 302 to ``target``."""
+        return f"http://127.0.0.1:{self._port}/redirect?" + urllib.parse.urlencode({"to": target})
+
+    async def _redirect(self, request: web.Request) -> web.Response:
+        raise web.HTTPFound(request.query["to"])
 
     def _post(self, channel: str, **fields: Any) -> JSON:
         message = {

@@ -10,6 +10,7 @@ internal networks and reach the relay only through the proxy, as they would the 
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import secrets
@@ -19,7 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -95,12 +96,45 @@ def _pipe(source: socket.socket, sink: socket.socket) -> None:
         source.close()
 
 
+@dataclass
+class SessionPodman:
+    """What this test session made in podman, for the session-end check (tests/conftest.py):
+    sessions run side by side on one host, and each answers only for its own."""
+
+    socket: Path | None = None
+    deployments: set[str] = field(default_factory=set)
+    networks: set[str] = field(default_factory=set)
+
+
+SESSION_PODMAN = SessionPodman()
+
+
 @pytest.fixture(scope="session")
-def sandbox_images() -> None:
+def podman_socket(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's own podman service socket. The daemons under test start the service
+    there when nothing answers and leave it running (as `run` does); the session stops it
+    at its end, and never touches a service another session or the user relies on."""
+    SESSION_PODMAN.socket = tmp_path_factory.getbasetemp() / "podman.sock"
+    return SESSION_PODMAN.socket
+
+
+@pytest.fixture(scope="session")
+def sandbox_images(podman_socket: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     """Build (or find up to date) the base, agent and proxy images, as the set-up step does."""
+    directory = tmp_path_factory.mktemp("images")
+    config = directory / "gateway-bot.yaml"
+    config.write_text(
+        json.dumps(
+            {
+                "state_dir": str(directory / "state"),
+                "repo": {"url": str(directory)},
+                "sandbox": {"kind": "podman", "podman": {"socket": str(podman_socket)}},
+            }
+        )
+    )
     for step in (["bootstrap"], ["build"]):
         result = subprocess.run(
-            [sys.executable, "-m", "gateway_bot", "image", *step],
+            [sys.executable, "-m", "gateway_bot", "image", *step, "--config", str(config)],
             capture_output=True,
             text=True,
             env=gateway_env(),
@@ -112,6 +146,7 @@ def sandbox_images() -> None:
 @pytest.fixture(scope="session")
 def egress_network(sandbox_images: None) -> Iterator[EgressNetwork]:
     name = f"gwb-test-egress-{os.getpid()}"
+    SESSION_PODMAN.networks.add(name)
     podman("network", "create", "--disable-dns", name)
     info = json.loads(podman("network", "inspect", name).stdout)[0]
     yield EgressNetwork(name, info["subnets"][0]["gateway"])
@@ -136,18 +171,23 @@ class SandboxSetup:
     tmp_path: Path
     repo: Path
     api: FakeAnthropic
+    podman_socket: Path
 
-    def config(self, **sandbox: Any) -> Path:
+    def config(self, agent_env: dict[str, str] | None = None, **sandbox: Any) -> Path:
+        """A daemon config for this deployment; ``agent_env`` adds to (or replaces) the
+        agent's model variables (a test's own API key)."""
         settings = {
             "kind": "podman",
             "deployment": self.deployment,
             "egress_network": self.egress.name,
+            "podman": {"socket": str(self.podman_socket)},
             **sandbox,
         }
         env = {
             "ANTHROPIC_BASE_URL": self.relay.url,
             "ANTHROPIC_API_KEY": "test-key",
             "CLAUDE_CODE_MAX_RETRIES": "0",
+            **(agent_env or {}),
         }
         return write_config(
             self.tmp_path,
@@ -215,12 +255,34 @@ def sandbox(
     fake_api: FakeAnthropic,
     egress_network: EgressNetwork,
     model_relay: Relay,
+    podman_socket: Path,
 ) -> Iterator[SandboxSetup]:
+    deployment = f"test-{secrets.token_hex(4)}"
+    SESSION_PODMAN.deployments.add(deployment)
     setup = SandboxSetup(
-        f"test-{secrets.token_hex(4)}", egress_network, model_relay, tmp_path, target_repo, fake_api
+        deployment, egress_network, model_relay, tmp_path, target_repo, fake_api, podman_socket
     )
     yield setup
     setup.remove_all()
+
+
+def http_via_proxy(
+    sandbox: SandboxSetup,
+    container: str,
+    method: str,
+    url: str,
+    headers: dict[str, str] | None = None,
+) -> str:
+    """One HTTP/1.1 request through the egress proxy, byte for byte as given (no client
+    between: dot segments, ``%2e`` and backslashes go out as written), from ``container``.
+    ``headers`` may replace Host. Returns the raw response, status line first."""
+    lines = {"Host": url.split("/")[2], **(headers or {}), "Connection": "close"}
+    head = f"{method} {url} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in lines.items())
+    encoded = base64.b64encode(f"{head}Content-Length: 0\r\n\r\n".encode()).decode()
+    script = (
+        f"exec 3<>/dev/tcp/proxy/8080 && printf %s {encoded} | base64 -d >&3 && timeout 20 cat <&3"
+    )
+    return sandbox.exec(container, script).stdout
 
 
 def wait_until(predicate: Any, what: str, timeout: float = 90) -> None:

@@ -5,101 +5,13 @@ that were not for the bot handed over as context."""
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
-import pytest
-
+from tests import approval_office
+from tests.approval_office import card_ready, localpart, reaction
 from tests.fake_anthropic import FakeAnthropic
-from tests.synapse_fixtures import (
-    Human,
-    SynapseServer,
-    bot_edit,
-    bot_text,
-    matrix_config,
-    membership,
-    relation_of,
-)
+from tests.synapse_fixtures import bot_edit, bot_text, membership
 
-
-def reaction(event_id: str, key: str) -> dict[str, object]:
-    return {"m.relates_to": {"rel_type": "m.annotation", "event_id": event_id, "key": key}}
-
-
-def localpart(user_id: str) -> str:
-    return user_id[1:].split(":")[0]
-
-
-@dataclass
-class Office:
-    alice: Human
-    mallory: Human
-    eve: Human
-    bot: str
-    desk: str
-    team: str
-    config: Path
-    daemon: Any
-
-
-async def card_ready(owner: Human, desk: str, bot: str, pattern: str) -> dict[str, Any]:
-    """The card, once the bot's own ✅ and ❌ are on it (so a tap has something to press)."""
-    card = await owner.wait_for(desk, bot_text(bot, pattern))
-    for key in ("✅", "❌"):
-        await owner.wait_for(
-            desk,
-            lambda e, key=key: (
-                e.get("type") == "m.reaction"
-                and e.get("sender") == bot
-                and relation_of(e).get("event_id") == card["event_id"]
-                and relation_of(e).get("key") == key
-            ),
-        )
-    return card
-
-
-@pytest.fixture
-def office(
-    gateway,
-    meet,
-    synapse: SynapseServer,
-    tmp_path: Path,
-    target_repo: Path,
-    fake_api: FakeAnthropic,
-) -> Callable[..., Awaitable[Office]]:
-    """alice owns the bot; mallory is in the team room but not allowed; eve is a third user
-    who can see the owner's desk. The daemon is running and in both rooms."""
-
-    async def open_office(rooms: list[dict[str, Any]] | None = None) -> Office:
-        alice, mallory, eve = await meet("alice"), await meet("mallory"), await meet("eve")
-        account = await synapse.register("bot")
-        bot = account.user_id
-        desk = await alice.create_room([bot, eve.user_id], name="Owner desk")
-        await eve.join(desk)
-        team = await alice.create_room([bot, mallory.user_id], name="Team")
-        await mallory.join(team)
-        access: dict[str, Any] = {
-            "owners": {"matrix": [alice.user_id]},
-            "approval_destination": {"channel": "matrix", "context": {"room_id": desk}},
-            "rooms": [{**room, "match": room.get("match", team)} for room in rooms or []],
-        }
-        config = matrix_config(
-            tmp_path,
-            target_repo,
-            fake_api,
-            synapse,
-            account,
-            [alice.user_id, eve.user_id],
-            sections={"access": access},
-        )
-        daemon = gateway("run", "--config", str(config))
-        await alice.wait_for(team, membership(bot, "join"))
-        await alice.wait_for(desk, membership(bot, "join"))
-        return Office(alice, mallory, eve, bot, desk, team, config, daemon)
-
-    return open_office
+office = approval_office.office
 
 
 async def test_one_card_for_three_messages_only_the_owner_decides_all_three_run(
@@ -112,6 +24,8 @@ async def test_one_card_for_three_messages_only_the_owner_decides_all_three_run(
     for n in (1, 2, 3):
         await mallory.say(team, f"STRANGER-{n} please", mention=bot)
     card = await card_ready(alice, desk, bot, r"Unknown sender in Team")
+    # Allow runs only what the card quotes: the owner decides once it quotes all three.
+    await alice.wait_for(desk, bot_edit(bot, card["event_id"], r"wrote 3 messages.*STRANGER-3"))
     await eve.send(desk, "m.reaction", reaction(card["event_id"], "✅"))  # not an owner
     await alice.send(desk, "m.reaction", reaction(card["event_id"], "✅"))
 

@@ -105,3 +105,11 @@ def test_repo_config_using_env_is_reported_to_the_user(
     chat.expect(r"^- line 2: !env is not allowed in a repo config")
     chat.finish()
     assert fake_api.requests == []
+
+
+def test_revoke_is_for_owners_only(gateway, config_path: Path, fake_api: FakeAnthropic) -> None:
+    chat = gateway("chat", "--config", str(config_path))
+    chat.send("/revoke @mallory:example.org everywhere")
+    chat.expect(r"^agent> Only an owner of this bot can revoke approvals\.$")
+    chat.finish()
+    assert fake_api.requests == []

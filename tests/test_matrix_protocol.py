@@ -25,7 +25,7 @@ from gateway_bot.channels.matrix.events import (
 from gateway_bot.channels.matrix.render import finished_content, markdown_to_html, split_markdown
 from gateway_bot.config.server import build_server_config, load_server_config
 from gateway_bot.config.yaml_tags import ConfigError
-from gateway_bot.core.inbox_files import safe_filename, unused_path
+from gateway_bot.core.inbox_files import safe_filename
 from gateway_bot.core.messages import Reply, Usage
 
 BOT = "@gateway:example.org"
@@ -191,12 +191,6 @@ def test_markdown_becomes_matrix_html_without_raw_html() -> None:
 )
 def test_file_names_are_made_safe(name: str, safe: str) -> None:
     assert safe_filename(name) == safe
-
-
-def test_a_second_file_of_the_same_name_does_not_overwrite(tmp_path: Path) -> None:
-    (tmp_path / "notes.txt").write_text("first")
-    assert unused_path(tmp_path, "notes.txt").name == "notes-2.txt"
-    assert unused_path(tmp_path, "other.txt").name == "other.txt"
 
 
 def test_the_example_config_loads(monkeypatch: pytest.MonkeyPatch) -> None:

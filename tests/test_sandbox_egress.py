@@ -17,6 +17,7 @@ from tests.sandbox_fixtures import (
     SandboxSetup,
     commit_file,
     current_image,
+    http_via_proxy,
     podman,
     podman_run_flags,
 )
@@ -162,3 +163,38 @@ def test_two_conversations_cannot_reach_each_other(
     assert through_proxy.startswith("HTTP/1.1 403"), "nor through the proxy"
     second_proxy_side = second["ip"].rsplit(".", 1)[0] + ".2"
     assert not tcp_connects(sandbox, first["name"], second_proxy_side, 8080)
+
+
+def test_path_rules_cannot_be_escaped_with_dot_segments(
+    gateway, sandbox: SandboxSetup, fake_api: FakeAnthropic, web_server: str
+) -> None:
+    """The attack: the repo opens only GET /pub/* on a file server; the agent asks for
+    /pub/../etc/hostname (and its encoded forms), which the server resolves to a file
+    outside /pub/. Python's http.server serves / here, so a pass would be a 200."""
+    allowlist = f"allow:\n  - host: '{web_server}'\n    paths: ['/pub/*']\n    methods: [GET]\n"
+    commit_file(sandbox.repo, ".gateway/network-allowlist.yaml", allowlist)
+    chat = gateway("chat", "--config", str(sandbox.config()))
+    chat.send("hello from behind the proxy")
+    chat.expect(r"^agent> Echo: .*hello from behind the proxy")
+    _, info = sandbox.only_container()
+    agent, base = info["name"], f"http://{web_server}:8000"
+    leaked = http_via_proxy(sandbox, agent, "GET", f"{base}/etc/hostname")
+    assert leaked.startswith("HTTP/1.1 403"), "control: the file itself is outside the rule"
+
+    for path, reason in (
+        ("/pub/../etc/hostname", "GET /pub/../etc/hostname (read as /etc/hostname)"),
+        ("/pub/%2e%2e/etc/hostname", "(read as /etc/hostname) is not allowed"),
+        ("/pub/%2E%2E/etc/hostname", "(read as /etc/hostname) is not allowed"),
+        ("/pub/%252e%252e/etc/hostname", "(read as /etc/hostname) is not allowed"),
+        ("/pub//../etc/hostname", "(read as /etc/hostname) is not allowed"),
+        ("/pub/..%2fetc/hostname", "an encoded slash (%2f or %5c) in the path is refused"),
+        ("/pub/%2e%2e%2Fetc%2fhostname", "an encoded slash (%2f or %5c) in the path is refused"),
+        ("/pub/..%5cetc%5chostname", "an encoded slash (%2f or %5c) in the path is refused"),
+        ("/pub/..\\etc\\hostname", "a backslash in the path is refused"),
+    ):
+        answer = http_via_proxy(sandbox, agent, "GET", f"{base}{path}")
+        assert answer.startswith("HTTP/1.1 403"), (path, answer)
+        assert reason in answer, (path, answer)
+    # A dot segment that stays under /pub/ still reaches the server (its own 404).
+    inside = http_via_proxy(sandbox, agent, "GET", f"{base}/pub/sub/../x")
+    assert inside.startswith("HTTP/1.0 404 File not found"), inside

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import pytest
 
+from gateway_bot.agents.claude_code import injected_credentials
 from gateway_bot.config.yaml_tags import ConfigError
 from gateway_bot.sandbox.egress.allowlist import parse_allowlist
-from gateway_bot.sandbox.egress.rules import decide, decide_connect, decide_raw_stream
+from gateway_bot.sandbox.egress.rules import (
+    HeaderInjection,
+    decide,
+    decide_connect,
+    decide_raw_stream,
+)
 
 
 def test_without_a_file_only_the_model_api_host_is_allowed() -> None:
@@ -58,3 +64,101 @@ def test_mistakes_are_reported_with_their_place(text: str, problem: str) -> None
         parse_allowlist(text, None)
     assert raised.value.source == ".gateway/network-allowlist.yaml"
     assert any(problem in line for line in raised.value.problems), raised.value.problems
+
+
+PUB_ONLY = "allow:\n  - host: files.test\n    paths: ['/pub/*']\n  - registry.test\n"
+
+
+@pytest.mark.parametrize(
+    ("path", "refusal"),
+    [
+        ("/pub/../etc/hostname", "is not allowed"),
+        ("/pub/%2e%2e/etc/hostname", "is not allowed"),
+        ("/pub/%2E%2e/etc/hostname", "is not allowed"),
+        ("/pub/.%2e/etc/hostname", "is not allowed"),
+        ("/pub/%252e%252e/etc/hostname", "is not allowed"),  # a server that decodes twice
+        ("/pub//../etc/hostname", "is not allowed"),  # nginx merges the slashes first
+        ("/pub/..;/etc/hostname", "is not allowed"),  # Tomcat drops ;parameters
+        ("/pub/x/../../etc/hostname", "is not allowed"),
+        ("/pub/..", "is not allowed"),
+        ("/pub/..%2fetc/hostname", "an encoded slash"),
+        ("/pub/..%2Fetc/hostname", "an encoded slash"),
+        ("/pub/%2e%2e%2fetc%2fhostname", "an encoded slash"),
+        ("/pub/..%252fetc/hostname", "an encoded slash"),
+        ("/pub/..%5cetc/hostname", "an encoded slash"),
+        ("/pub/..\\etc\\hostname", "a backslash"),
+        ("/pub/%00/x", "a control character"),
+        ("pub/x", "does not start with /"),
+    ],
+)
+def test_paths_cannot_climb_out_of_their_rule(path: str, refusal: str) -> None:
+    rules = parse_allowlist(PUB_ONLY, None)
+    verdict = decide(rules, "GET", "files.test", path)
+    assert not verdict.allowed, path
+    assert refusal in verdict.reason, verdict.reason
+
+
+def test_paths_are_matched_as_the_server_reads_them() -> None:
+    rules = parse_allowlist(PUB_ONLY, None)
+    assert decide(rules, "GET", "files.test", "/pub/x").allowed
+    assert decide(rules, "GET", "files.test", "/pub/sub/../x?q=../../etc").allowed
+    assert decide(rules, "GET", "files.test", "/pub/./a%20b").allowed
+    assert decide(rules, "GET", "files.test", "/x/../pub/y").allowed  # it is /pub/y
+    refused = decide(rules, "GET", "files.test", "/pub/%2e%2e/etc/hostname")
+    assert "(read as /etc/hostname)" in refused.reason
+    # Hosts without path rules never look at the path: npm's scoped names keep working.
+    assert decide(rules, "GET", "registry.test", "/@types%2fnode").allowed
+    assert decide(rules, "GET", "registry.test", "/a/../b").allowed
+
+
+def test_a_credential_header_goes_to_its_own_origin_only() -> None:
+    key = HeaderInjection("https", "api.anthropic.com", 443, "x-api-key", "sk-real")
+    assert "sk-real" not in repr(key)
+    assert key.applies("https", "api.anthropic.com", 443, "api.anthropic.com", None)
+    assert key.applies(
+        "https", "API.anthropic.com.", 443, "api.anthropic.com:443", "api.anthropic.com"
+    )
+    assert key.applies("https", "api.anthropic.com", 443, None, None)
+    # Anything else: another host, port or scheme, or a Host / TLS name that fronts for
+    # another site behind the same CDN.
+    assert not key.applies("https", "evil.test", 443, "evil.test", "evil.test")
+    assert not key.applies("https", "evil.test", 443, "api.anthropic.com", "api.anthropic.com")
+    assert not key.applies("https", "api.anthropic.com", 8443, "api.anthropic.com:8443", None)
+    assert not key.applies("http", "api.anthropic.com", 443, "api.anthropic.com:443", None)
+    assert not key.applies("https", "api.anthropic.com", 443, "evil.test", None)
+    assert not key.applies("https", "api.anthropic.com", 443, "api.anthropic.com:444", None)
+    assert not key.applies("https", "api.anthropic.com", 443, "api.anthropic.com:x", None)
+    assert not key.applies("https", "api.anthropic.com", 443, "api.anthropic.com", "evil.test")
+    v6 = HeaderInjection("http", "fd00::1", 4000, "authorization", "Bearer t")
+    assert v6.applies("http", "fd00::1", 4000, "[fd00::1]:4000", None)
+    assert not v6.applies("http", "fd00::1", 4000, "[fd00::2]:4000", None)
+
+
+def test_model_credentials_become_placeholders_with_an_injected_header() -> None:
+    env = {
+        "ANTHROPIC_API_KEY": "sk-ant-api03-real",
+        "CLAUDE_CODE_OAUTH_TOKEN": "sk-ant-oat01-real",
+        "ANTHROPIC_MODEL": "claude-x",
+    }
+    api_key, oauth = injected_credentials(env)
+    assert (api_key.env_name, api_key.header, api_key.value) == (
+        "ANTHROPIC_API_KEY",
+        "x-api-key",
+        "sk-ant-api03-real",
+    )
+    assert (oauth.header, oauth.value) == ("authorization", "Bearer sk-ant-oat01-real")
+    for credential in (api_key, oauth):
+        assert (credential.scheme, credential.host, credential.port) == (
+            "https",
+            "api.anthropic.com",
+            443,
+        )
+        assert "real" not in credential.placeholder
+        assert "real" not in repr(credential)
+    custom = injected_credentials(
+        {"ANTHROPIC_AUTH_TOKEN": "t", "ANTHROPIC_BASE_URL": "http://10.89.0.1:4000/v1"}
+    )
+    assert [(c.scheme, c.host, c.port, c.header, c.value) for c in custom] == [
+        ("http", "10.89.0.1", 4000, "authorization", "Bearer t")
+    ]
+    assert injected_credentials({"ANTHROPIC_BASE_URL": "http://x"}) == ()

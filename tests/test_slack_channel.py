@@ -13,6 +13,7 @@ import pytest
 
 from gateway_bot.channels.slack import SlackAdapter
 from gateway_bot.config.channels import SlackChannelSettings
+from gateway_bot.core.inbox_files import InboxWriter
 from gateway_bot.core.messages import ChannelHealth, InboundMessage, RawMessage
 from tests.fake_slack import APP_TOKEN, BOT_TOKEN, BOT_USER, TEAM, FakeSlack
 
@@ -143,11 +144,13 @@ async def test_a_file_over_the_limit_is_named_in_the_thread_not_downloaded(
     await channel.until(lambda: channel.submitted, "a submitted message")
     parsed = await channel.parse(channel.submitted[0])
 
-    saved = await channel.adapter.save_attachments(parsed, str(tmp_path / "inbox"))
+    (tmp_path / "conversation" / "inbox").mkdir(parents=True)
+    inbox = InboxWriter(tmp_path / "conversation")
+    saved = await channel.adapter.save_attachments(parsed, inbox)
 
     assert saved == ["small.txt"]
-    assert (tmp_path / "inbox" / "small.txt").read_bytes() == b"tiny"
-    assert not (tmp_path / "inbox" / "big.bin").exists()
+    assert (tmp_path / "conversation" / "inbox" / "small.txt").read_bytes() == b"tiny"
+    assert not (tmp_path / "conversation" / "inbox" / "big.bin").exists()
     [notice] = fake_slack.texts("C0GENERAL", ts)
     assert "big.bin is 100 bytes, over the 10 bytes limit" in notice
     await channel.adapter.listener.stop()

@@ -1,11 +1,13 @@
 """mitmproxy addon: gateway-bot's egress allowlist, one shared proxy for every conversation.
 
-Runs inside the proxy container (``/egress`` is a directory the daemon shares with it). Each
-conversation's container sits alone on its own internal network with a fixed address; the
-daemon writes ``/egress/routes.json`` mapping that source address to the conversation's
-execution context and allowlist. So the source address of a connection says whose request
-it is, which rules apply and which log gets the line (``/egress/logs/<context>.log``, linked
-as ``network.log`` beside the conversation's ``events.jsonl``).
+Runs inside the proxy container (``/egress`` is a directory the daemon shares with it,
+read-only but for ``/egress/logs``). Each conversation's container sits alone on its own
+internal network with a fixed address; the daemon writes ``/egress/routes.json`` mapping that
+source address to the conversation's execution context, allowlist and injected credentials.
+So the source address of a connection says whose request it is, which rules apply, which
+log gets the line (``/egress/logs/<context>.log``, linked as ``network.log`` beside the
+conversation's ``events.jsonl``) and which credential header its requests to the model API
+get (the agent only holds a placeholder; no other host ever sees the real value).
 
 Blocked requests get 403 with the reason, before any connection to the target is made.
 """
@@ -21,6 +23,7 @@ from typing import Any
 
 from egress_rules import (  # type: ignore[import-not-found]  # copied beside this file
     EgressRule,
+    HeaderInjection,
     Verdict,
     decide,
     decide_connect,
@@ -32,9 +35,28 @@ from mitmproxy import http, tcp  # type: ignore[import-not-found]
 EGRESS_DIR = Path(os.environ.get("GATEWAY_BOT_EGRESS_DIR", "/egress"))
 ROUTES = EGRESS_DIR / "routes.json"
 LOGS = EGRESS_DIR / "logs"
-READY = EGRESS_DIR / "ready"
+READY = LOGS / "ready"
 
 log = logging.getLogger("gateway-bot-egress")
+
+
+class Route:
+    """What the proxy knows of one source address."""
+
+    def __init__(
+        self, context: str, rules: tuple[EgressRule, ...], inject: tuple[HeaderInjection, ...]
+    ) -> None:
+        self.context = context
+        self.rules = rules
+        self.inject = inject
+
+    @classmethod
+    def from_json(cls, entry: dict[str, Any]) -> Route:
+        return cls(
+            str(entry["context"]),
+            rules_from_json(entry.get("rules", [])),
+            tuple(HeaderInjection.from_json(item) for item in entry.get("inject", [])),
+        )
 
 
 class Routes:
@@ -42,9 +64,9 @@ class Routes:
 
     def __init__(self) -> None:
         self._stamp: tuple[int, int, int] | None = None
-        self._sources: dict[str, tuple[str, tuple[EgressRule, ...]]] = {}
+        self._sources: dict[str, Route] = {}
 
-    def lookup(self, address: str) -> tuple[str, tuple[EgressRule, ...]] | None:
+    def lookup(self, address: str) -> Route | None:
         self._reload()
         if address.startswith("::ffff:"):
             address = address[len("::ffff:") :]
@@ -64,11 +86,12 @@ class Routes:
         except (OSError, ValueError) as exc:
             log.warning("routes.json unreadable, keeping the previous routes: %s", exc)
             return
-        self._sources = {
-            source: (str(entry["context"]), rules_from_json(entry.get("rules", [])))
-            for source, entry in data.get("sources", {}).items()
-        }
-        self._stamp = stamp
+        try:
+            sources = {source: Route.from_json(entry) for source, entry in data["sources"].items()}
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            log.warning("routes.json malformed, keeping the previous routes: %s", exc)
+            return
+        self._sources, self._stamp = sources, stamp
 
 
 class EgressAllowlist:
@@ -85,9 +108,9 @@ class EgressAllowlist:
         if route is None:
             self._block(flow, None, f"{host}:{port}", Verdict(False, "unknown source address"))
             return
-        verdict = decide_connect(route[1], host)
+        verdict = decide_connect(route.rules, host)
         if not verdict.allowed:
-            self._block(flow, route[0], f"{host}:{port}", verdict)
+            self._block(flow, route.context, f"{host}:{port}", verdict)
 
     def request(self, flow: http.HTTPFlow) -> None:
         if flow.response is not None:
@@ -97,7 +120,7 @@ class EgressAllowlist:
         if route is None:
             self._block(flow, None, url, Verdict(False, "unknown source address"))
             return
-        context, rules = route
+        context, rules = route.context, route.rules
         method, path = flow.request.method, flow.request.path
         verdict = decide(rules, method, flow.request.host, path)
         header_host = (flow.request.host_header or "").rsplit(":", 1)[0].strip("[]")
@@ -106,6 +129,7 @@ class EgressAllowlist:
         if not verdict.allowed:
             self._block(flow, context, url, verdict)
             return
+        _inject(flow, route.inject)
         _write_log(
             context, {"method": method, "url": url, "allowed": True, "reason": verdict.reason}
         )
@@ -116,14 +140,14 @@ class EgressAllowlist:
         verdict = (
             Verdict(False, "unknown source address")
             if route is None
-            else decide_raw_stream(route[1], host)
+            else decide_raw_stream(route.rules, host)
         )
         entry = {"method": "TCP", "url": host, "allowed": verdict.allowed, "reason": verdict.reason}
-        _write_log(route[0] if route else None, entry)
+        _write_log(route.context if route else None, entry)
         if not verdict.allowed:
             flow.kill()
 
-    def _route(self, address: str) -> tuple[str, tuple[EgressRule, ...]] | None:
+    def _route(self, address: str) -> Route | None:
         return self.routes.lookup(address)
 
     def _block(self, flow: http.HTTPFlow, context: str | None, url: str, verdict: Verdict) -> None:
@@ -137,6 +161,19 @@ class EgressAllowlist:
             "Allowed hosts are listed in the repo's .gateway/network-allowlist.yaml.\n",
             {"Content-Type": "text/plain; charset=utf-8", "X-Gateway-Bot-Blocked": verdict.reason},
         )
+
+
+def _inject(flow: http.HTTPFlow, injections: tuple[HeaderInjection, ...]) -> None:
+    """Set each credential header whose origin this request goes to, replacing whatever the
+    agent sent there (its placeholder). Every other request passes untouched. Values are
+    never logged. TRACE never gets one: a server answering it echoes the headers back."""
+    request = flow.request
+    if request.method.upper() == "TRACE":
+        return
+    sni = flow.client_conn.sni if request.scheme == "https" else None
+    for injection in injections:
+        if injection.applies(request.scheme, request.host, request.port, request.host_header, sni):
+            request.headers[injection.header] = injection.value
 
 
 def _write_log(context: str | None, entry: dict[str, Any]) -> None:

@@ -5,7 +5,7 @@
 # Idempotent and quick when everything is in place: images are tagged by a hash of their
 # inputs, and `gateway-bot image build` skips what is up to date.
 set -euo pipefail
-export PATH="$PWD/.tools/node_modules/.bin:$HOME/.local/bin:$PATH"
+export PATH="$PWD/.tools/node_modules/.bin:$PWD/.tools/uv/bin:$HOME/.local/bin:$PATH"
 need=()
 for tool in podman runc conmon slirp4netns fuse-overlayfs newuidmap debootstrap setsid; do
   command -v "$tool" >/dev/null || need+=("$tool")

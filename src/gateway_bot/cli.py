@@ -12,8 +12,13 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+from podman.errors import PodmanError
+
+from gateway_bot.agents.claude_code import DEFAULT_API_URL
 from gateway_bot.channels.factory import create_adapters
+from gateway_bot.check_sandbox import check_sandbox
 from gateway_bot.config.channels import ChannelsSettings, ConsoleChannelSettings
 from gateway_bot.config.server import (
     ServerConfig,
@@ -21,8 +26,14 @@ from gateway_bot.config.server import (
     load_server_config,
 )
 from gateway_bot.config.yaml_tags import ConfigError
-from gateway_bot.daemon import Daemon, agent_environment, agent_image_files, check_agent_setup
-from gateway_bot.sandbox.base import SandboxUnavailable
+from gateway_bot.daemon import (
+    Daemon,
+    agent_environment,
+    agent_image_files,
+    check_agent_setup,
+    model_api_on_loopback,
+)
+from gateway_bot.sandbox.base import Sandbox, SandboxUnavailable
 from gateway_bot.sandbox.factory import create_sandbox
 from gateway_bot.sandbox.podman import commands as image_commands
 from gateway_bot.sandbox.podman.service import PodmanCommandError
@@ -42,6 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--config", type=Path, required=True)
     check = commands.add_parser("check", help="validate a config and the agent set-up")
     check.add_argument("--config", type=Path, required=True)
+    check.add_argument(
+        "--sandbox",
+        action="store_true",
+        help="also run the canary: prove from inside that the sandbox confines the agent",
+    )
     image = commands.add_parser("image", help="build the sandbox images ahead of time")
     image_commands = image.add_subparsers(dest="image_command", required=True)
     build = image_commands.add_parser("build", help="build the agent and proxy images")
@@ -55,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "check":
-        return _check(args.config)
+        return _check(args.config, canary=args.sandbox)
     if args.command == "image":
         return _image(args)
     config = _load(args.config) if args.config else _built_in_config()
@@ -121,15 +137,27 @@ async def _serve(config: ServerConfig, agent_env: dict[str, str], *, chat: bool,
             f"repo {config.repo.url} · /help for commands, Ctrl-D to quit",
             flush=True,
         )
-    await daemon.run()
+    try:
+        await daemon.run()
+    finally:
+        if chat:  # the user is gone: leave nothing running (the next chat restarts it)
+            await _stop_sandbox(daemon)
     return 0
 
 
-def _check(path: Path) -> int:
+async def _stop_sandbox(daemon: Daemon) -> None:
+    try:
+        await daemon.sandbox.stop_all()
+    except (SandboxUnavailable, PodmanError, OSError) as exc:
+        print(f"warning: could not stop the sandbox's containers: {exc}", file=sys.stderr)
+
+
+def _check(path: Path, *, canary: bool = False) -> int:
     config = _load(path)
     if config is None:
         return EXIT_CONFIG
-    problem = check_agent_setup(config, agent_environment(config, path.parent))
+    agent_env = agent_environment(config, path.parent)
+    problem = check_agent_setup(config, agent_env)
     channels = [name for name, value in config.channels if value is not None]
     print(
         f"{path}: OK (state {config.state_dir}, repo {config.repo.url}, "
@@ -140,11 +168,29 @@ def _check(path: Path) -> int:
     sandbox = create_sandbox(config.sandbox, config.state_dir)
     try:
         asyncio.run(sandbox.check())
+        route = asyncio.run(_model_route(sandbox, config.sandbox.kind, agent_env))
     except SandboxUnavailable as exc:
         print(f"error: the sandbox ({config.sandbox.kind}) cannot run: {exc}")
         return EXIT_CONFIG
     print(f"sandbox: {config.sandbox.kind} works")
+    print(route)
+    if canary:
+        return check_sandbox(config, path)
     return 0
+
+
+async def _model_route(sandbox: Sandbox, kind: str, agent_env: dict[str, str]) -> str:
+    """How the agent will reach its model API: one line for ``check``."""
+    url = agent_env.get("ANTHROPIC_BASE_URL") or DEFAULT_API_URL
+    if kind == "none":
+        return f"model API {url} reached directly by the agent on this host (no sandbox)"
+    local = model_api_on_loopback(agent_env)
+    if local is None or urlsplit(local).scheme != "http":
+        return f"model API {url} reached by the sandbox via the egress proxy"
+    relay = urlsplit(await sandbox.reach_host_loopback(local, start=False)).netloc
+    return (
+        f"model API {url} reached by the sandbox through a relay at {relay}, via the egress proxy"
+    )
 
 
 def _image(args: argparse.Namespace) -> int:

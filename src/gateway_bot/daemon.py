@@ -9,7 +9,7 @@ import logging
 import os
 import shutil
 import signal
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -39,6 +39,10 @@ MODEL_ENV = (
 
 _CREDENTIALS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN")
 
+SETUP_TOOLS_BIN = Path(__file__).resolve().parents[2] / ".tools" / "node_modules" / ".bin"
+"""Where scripts/setup.sh installs the pinned Claude Code CLI: the checkout this package
+runs from (uv installs the project editable, so this file lives in its src/)."""
+
 
 @dataclass(frozen=True)
 class SetupProblem:
@@ -52,12 +56,41 @@ def agent_environment(config: ServerConfig, config_dir: Path | None) -> dict[str
     return env
 
 
+def resolve_agent_command(command: Sequence[str]) -> list[str]:
+    """``agent.command`` with its program found: a ``claude`` that is not on PATH is the
+    one set-up pinned in the checkout's .tools/, so the default works in a shell whose
+    PATH lacks it (the ``gateway-bot`` launcher's). PATH wins: an operator's own install
+    is never second-guessed; paths and other names are left as they are."""
+    program = command[0]
+    if program != "claude" or shutil.which(program) is not None:
+        return list(command)
+    pinned = SETUP_TOOLS_BIN / program
+    if os.access(pinned, os.X_OK):
+        return [str(pinned), *command[1:]]
+    return list(command)
+
+
+def _runner_command(config: ServerConfig) -> list[str]:
+    """In a container the command runs as named (the image has ``claude`` on its PATH);
+    on the host it is resolved like ``check`` resolves it."""
+    if config.sandbox.kind == "none":
+        return resolve_agent_command(config.agent.command)
+    return list(config.agent.command)
+
+
+def agent_program(config: ServerConfig) -> str | None:
+    """The agent binary that will run (absolute), or None when there is none."""
+    return shutil.which(resolve_agent_command(config.agent.command)[0])
+
+
 def check_agent_setup(config: ServerConfig, agent_env: Mapping[str, str]) -> SetupProblem | None:
     """Catch the two set-up mistakes that would otherwise fail deep inside the agent."""
-    if shutil.which(config.agent.command[0]) is None:
+    if agent_program(config) is None:
         return SetupProblem(
-            f"The agent command {config.agent.command[0]!r} was not found: install Claude Code "
-            "(npm install -g @anthropic-ai/claude-code) or set agent.command in the config."
+            f"The agent command {config.agent.command[0]!r} was not found: run "
+            "`bash scripts/setup.sh` (it installs the pinned Claude Code under .tools/), "
+            "install it yourself (npm install -g @anthropic-ai/claude-code), "
+            "or set agent.command in the config."
         )
     if not any(agent_env.get(name) for name in _CREDENTIALS):
         return SetupProblem(
@@ -65,15 +98,21 @@ def check_agent_setup(config: ServerConfig, agent_env: Mapping[str, str]) -> Set
             "Anthropic-compatible endpoint also ANTHROPIC_BASE_URL) in the environment, in .env, "
             "or under agent.env in the config."
         )
-    base_url = agent_env.get("ANTHROPIC_BASE_URL", "")
-    host = urlsplit(base_url).hostname or ""
-    if config.sandbox.kind == "podman" and (host == "localhost" or _is_loopback(host)):
+    loopback = model_api_on_loopback(agent_env)
+    if config.sandbox.kind == "podman" and loopback and urlsplit(loopback).scheme != "http":
         return SetupProblem(
-            f"ANTHROPIC_BASE_URL {base_url} is this host's loopback, which the sandboxed agent "
-            "cannot reach: use an address the egress proxy can reach (sandbox.egress_network), "
-            "or sandbox: {kind: none} for a local endpoint."
+            f"ANTHROPIC_BASE_URL {loopback} is on this host's loopback, which the sandbox "
+            "reaches through a relay to that port: use http:// there (a certificate for "
+            "localhost cannot name the relay's address)."
         )
     return None
+
+
+def model_api_on_loopback(agent_env: Mapping[str, str]) -> str | None:
+    """ANTHROPIC_BASE_URL when it names this host's loopback (a local model gateway)."""
+    base_url = agent_env.get("ANTHROPIC_BASE_URL", "")
+    host = urlsplit(base_url).hostname or ""
+    return base_url if host == "localhost" or _is_loopback(host) else None
 
 
 def _is_loopback(host: str) -> bool:
@@ -86,7 +125,7 @@ def _is_loopback(host: str) -> bool:
 def agent_image_files(config: ServerConfig) -> dict[str, Path]:
     """The agent's binary for the sandbox image's build context: the container runs the
     same pinned Claude Code as the host (the default Containerfile copies ``claude``)."""
-    found = shutil.which(config.agent.command[0])
+    found = agent_program(config)
     return {"claude": Path(found).resolve()} if found else {}
 
 
@@ -98,6 +137,9 @@ class Daemon:
         agent_env: Mapping[str, str],
     ) -> None:
         self.config = config
+        self.agent_env = dict(agent_env)
+        """The agent's model variables. The executor reads this same dict: ``open`` points
+        a loopback ANTHROPIC_BASE_URL at the address the sandbox gives for it."""
         self.store = SqliteStore(config.state_dir / "state.db")
         self.sandbox = create_sandbox(config.sandbox, config.state_dir, agent_image_files(config))
         self.workspaces = Workspaces(config.state_dir, config.repo.url, config.repo.default_branch)
@@ -106,14 +148,15 @@ class Daemon:
             self.store,
             self.workspaces,
             self.sandbox,
-            ClaudeCodeRunner(config.agent.command),
+            ClaudeCodeRunner(_runner_command(config)),
             AgentDefaults(
                 model=config.agent.model,
                 timeout_s=config.agent.timeout_seconds,
-                env=dict(agent_env),
+                env=self.agent_env,
                 timezone=config.timezone,
                 secrets=config.secrets,
             ),
+            config.execution,
         )
         self.service = GatewayService(
             self.store,
@@ -132,6 +175,9 @@ class Daemon:
         await self.store.open()
         await self.sandbox.check()
         await self.sandbox.open(self._conversation_exists)
+        if (local_api := model_api_on_loopback(self.agent_env)) is not None:
+            reached = await self.sandbox.reach_host_loopback(local_api)
+            self.agent_env["ANTHROPIC_BASE_URL"] = reached
 
     async def _conversation_exists(self, conversation_id: str) -> bool:
         try:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from urllib.parse import urlsplit
 
 from gateway_bot.agents.base import (
     AgentOutcome,
@@ -20,7 +21,12 @@ from gateway_bot.agents.base import (
     ResultEvent,
 )
 from gateway_bot.agents.claude_stream import parse_stream_line
-from gateway_bot.sandbox.base import ExecutionContext, Sandbox, SandboxProcess
+from gateway_bot.sandbox.base import (
+    ExecutionContext,
+    InjectedCredential,
+    Sandbox,
+    SandboxProcess,
+)
 from gateway_bot.state.event_log import EventLog
 
 QUIET_ENV = {
@@ -34,6 +40,48 @@ QUIET_ENV = {
 
 BLOCKED_TOOLS = "AskUserQuestion,EnterPlanMode,ExitPlanMode"
 """Interactive-only tools: nobody is at a terminal to answer them."""
+
+DEFAULT_API_URL = "https://api.anthropic.com"
+
+_CREDENTIAL_HEADERS = {
+    # variable: (header the CLI sends it in, prefix of the header value, placeholder).
+    # The proxy sets them in this order: with both tokens, ANTHROPIC_AUTH_TOKEN's wins.
+    "ANTHROPIC_API_KEY": ("x-api-key", "", "sk-ant-api03-gateway-bot-placeholder"),
+    "CLAUDE_CODE_OAUTH_TOKEN": (
+        "authorization",
+        "Bearer ",
+        "sk-ant-oat01-gateway-bot-placeholder",
+    ),
+    "ANTHROPIC_AUTH_TOKEN": ("authorization", "Bearer ", "sk-ant-gateway-bot-placeholder"),
+}
+
+
+def injected_credentials(env: Mapping[str, str]) -> tuple[InjectedCredential, ...]:
+    """The model credentials in the agent's ``env``, as a sandbox that filters egress should
+    handle them: the agent holds a placeholder, the proxy adds the real header, only on
+    requests to the model API (``ANTHROPIC_BASE_URL``, else the public API). So a repo or a
+    prompt that makes the agent send its key elsewhere sends the placeholder."""
+    base = urlsplit(env.get("ANTHROPIC_BASE_URL") or DEFAULT_API_URL)
+    scheme = (base.scheme or "https").lower()
+    host = base.hostname or urlsplit(DEFAULT_API_URL).hostname or ""
+    try:
+        port = base.port or (443 if scheme == "https" else 80)
+    except ValueError:  # a port out of range: the agent fails to connect and says so
+        port = 443 if scheme == "https" else 80
+    return tuple(
+        InjectedCredential(
+            env_name=name,
+            host=host,
+            header=header,
+            value=prefix + env[name],
+            port=port,
+            scheme=scheme,
+            placeholder=placeholder,
+        )
+        for name, (header, prefix, placeholder) in _CREDENTIAL_HEADERS.items()
+        if env.get(name)
+    )
+
 
 _UNRESUMABLE = re.compile(
     r"prompt is too long|No conversation found with session ID|API Error: 4\d\d",

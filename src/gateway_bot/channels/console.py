@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import TextIO
 
 from gateway_bot.core.channel import Submit
+from gateway_bot.core.inbox_files import InboxWriter
 from gateway_bot.core.messages import (
     Card,
     ChannelCapabilities,
@@ -111,7 +112,7 @@ class ConsoleAdapter:
             channel_context={"conversation": raw.payload["conversation"]},
         )
 
-    async def save_attachments(self, message: InboundMessage, inbox_dir: str) -> list[str]:
+    async def save_attachments(self, message: InboundMessage, inbox: InboxWriter) -> list[str]:
         return []
 
     async def send_acknowledgement(self, context: JsonDict, task_id: str, text: str) -> None:

@@ -7,15 +7,31 @@ conversation's next task.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError, field_validator
 
 from gateway_bot.config.server import describe_validation_errors
 from gateway_bot.config.yaml_tags import ConfigError, SecretRef, load_repo_yaml
 
 REPO_CONFIG_PATH = ".gateway/config.yaml"
+
+_ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+REFUSED_ENV = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_AUTH_TOKEN",
+        "ANTHROPIC_BASE_URL",
+        "CLAUDE_CODE_OAUTH_TOKEN",
+        "CLAUDE_CONFIG_DIR",
+    }
+)
+"""Variables a repo may not set for the agent: the search path and the loader's (``LD_*``)
+would change what runs, the rest are the agent's credentials and where they go."""
 
 
 class RepoConfig(BaseModel):
@@ -24,6 +40,24 @@ class RepoConfig(BaseModel):
     model: str | None = None
     timeout_seconds: PositiveFloat | None = None
     container_env: dict[str, str | SecretRef] = Field(default_factory=dict)
+
+    @field_validator("container_env")
+    @classmethod
+    def _safe_names(cls, env: dict[str, str | SecretRef]) -> dict[str, str | SecretRef]:
+        problems = []
+        for name, value in env.items():
+            if not _ENV_NAME.match(name):
+                problems.append(f"{name!r} is not a variable name ([A-Z_][A-Z0-9_]*)")
+            elif name in REFUSED_ENV or name.startswith("LD_"):
+                problems.append(
+                    f"{name} may not be set by the repo (PATH, HOME, LD_* and the agent's "
+                    "model credentials are the server's to set)"
+                )
+            elif isinstance(value, str) and any(ch in value for ch in "\n\r\0"):
+                problems.append(f"{name}: a value may not contain a line break")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return env
 
     def resolved_env(self, secrets: Mapping[str, str]) -> dict[str, str]:
         """Container env with every ``!secret`` replaced from the server's pool."""

@@ -72,6 +72,18 @@ class ImageSettings(Section):
     max_age_hours: PositiveFloat = Field(
         default=24.0, description="Rebuild an image (without cache) once it is this old."
     )
+    repo_containerfiles: Literal["build", "approved", "refuse"] = Field(
+        default="build",
+        description=(
+            "A target repo's .gateway/Containerfile: build it (without network, with few "
+            "capabilities, no RUN --mount from=), build only versions whose sha256 is in "
+            "approved_containerfiles, or refuse every one (the default image is used)."
+        ),
+    )
+    approved_containerfiles: list[str] = Field(
+        default_factory=list,
+        description="sha256 hex digests of repo Containerfiles an operator approved.",
+    )
 
 
 class LimitSettings(Section):

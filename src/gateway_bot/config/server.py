@@ -9,6 +9,7 @@ config. Every validation problem is reported with its key path and a hint, all a
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -50,6 +51,22 @@ class ExecutionSettings(Section):
     max_concurrent_tasks: PositiveInt = 3
     max_pending_per_conversation: PositiveInt = 3
     shutdown_timeout_seconds: float = Field(default=30.0, ge=0)
+    conversation_disk_limit_mb: PositiveFloat = Field(
+        default=5000.0,
+        description="Most a conversation's workspace, home, inbox, outbox and storage may "
+        "hold together: a task over it is stopped, a task that would start over it refused.",
+    )
+    disk_check_interval_seconds: PositiveFloat = Field(
+        default=10.0, description="How often a running task's directories are measured."
+    )
+    events_log_limit_mb: PositiveFloat = Field(
+        default=50.0,
+        description="Most a conversation's events.jsonl grows to; then it is cut with a note.",
+    )
+    reply_limit_chars: PositiveInt = Field(
+        default=40_000,
+        description="A longer reply is sent as its beginning plus the whole as reply.md.",
+    )
 
 
 class ServerConfig(BaseSettings):
@@ -123,10 +140,32 @@ def load_server_config(path: Path) -> ServerConfig:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(source, ["the top level must be a mapping of keys to values"])
+    _default_repo_to_current(data)
     config = build_server_config(data, source)
     if not config.state_dir.is_absolute():
         config.state_dir = (path.parent / config.state_dir).resolve()
     return config
+
+
+def _default_repo_to_current(data: dict[str, Any]) -> None:
+    """``repo.url`` left out: the git repo of the current directory, the rule `gateway-bot
+    chat` follows, so the sample config checks as it is from a checkout. Outside a repo
+    the key stays missing and is reported; GATEWAY_BOT_REPO__URL still beats it."""
+    if data.get("repo") is None:
+        data["repo"] = {}
+    repo = data["repo"]
+    if isinstance(repo, dict) and repo.get("url") is None:
+        found = current_git_repo()
+        if found is not None:
+            repo["url"] = str(found)
+
+
+def current_git_repo() -> Path | None:
+    """The top of the git work tree the current directory is in, if any."""
+    found = subprocess.run(
+        ["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=False
+    )
+    return Path(found.stdout.strip()) if found.returncode == 0 else None
 
 
 def build_server_config(data: dict[str, Any], source: str) -> ServerConfig:

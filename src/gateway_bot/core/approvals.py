@@ -1,51 +1,70 @@
 """The gate for senders a channel authenticated but its allow rules do not admit.
 
-Under ``request_approval`` their messages are held (durably: the task waits in
-AUTHENTICATING and is linked to the approval) and an owner gets one card per (room, sender)
-with Allow and Deny. Only an owner's or admin's decision counts, from the identity they have
-on the channel the decision came from. Allow makes the sender a member of that room and
-releases the held messages in order; Deny drops them; an undecided card expires.
+Only messages that engage the bot reach the gate (the service decides engagement first), so
+strangers talking among themselves are never quoted to anyone. Under ``request_approval``
+an engaging message is held (durably: the task waits in AUTHENTICATING and is linked to the
+approval) and an owner gets one card per (room, sender) with Allow and Deny. Further
+messages while the card is undecided do not make new cards: the card is edited, at most
+once per ``CARD_REFRESH_S``, to quote the first few and count the rest. Only an owner's or
+admin's decision counts, from the identity they have on the channel the decision came from.
+Allow makes the sender a member of that room and releases, in order, only the held messages
+the card quoted; Deny drops them all; an undecided card expires. Owners can take an
+approval back with ``/revoke``.
 """
 
 from __future__ import annotations
 
-import datetime
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from zoneinfo import ZoneInfo
 
 from gateway_bot.config.access import AccessSettings, SenderPolicy
+from gateway_bot.core.approval_cards import (
+    SHOWN_MESSAGES,
+    HeldSummary,
+    Outcome,
+    approval_action,
+    decided_card,
+    parse_approval_action,
+    pending_card,
+    preview,
+    room_label,
+)
 from gateway_bot.core.channel import ChannelAdapter
 from gateway_bot.core.lifecycle import CompletionReason, TaskState
-from gateway_bot.core.messages import Button, Card, InboundMessage, RoomInvite
+from gateway_bot.core.messages import InboundMessage, RoomInvite
 from gateway_bot.state.records import ApprovalRecord, ApprovalState, TaskRecord
 from gateway_bot.state.store import Store
+
+__all__ = [
+    "Gatekeeper",
+    "Verdict",
+    "approval_action",
+    "decided_card",
+    "parse_approval_action",
+    "pending_card",
+]
 
 log = logging.getLogger(__name__)
 
 ReleaseTask = Callable[[str], Awaitable[None]]
 
-_ACTION_PREFIX = "approval"
-_PREVIEW_LINES = 3
+CARD_REFRESH_S = 2.0
+"""A pending card is edited at most this often however fast its sender writes."""
+
+_EVERYWHERE = ("everywhere", "all")
+_REVOKE_USAGE = (
+    "Usage: /revoke USER [everywhere | ROOM]: takes back USER's approval in this room "
+    "(or in ROOM, or in every room); their next message needs an owner's approval again."
+)
 
 
 @dataclass(frozen=True)
 class Verdict:
     admitted: bool
     """False: the task was held or refused here and needs nothing more from the caller."""
-
-
-def approval_action(code: str, choice: str) -> str:
-    return f"{_ACTION_PREFIX}:{code}:{choice}"
-
-
-def parse_approval_action(action_id: str) -> tuple[str, str] | None:
-    parts = action_id.split(":")
-    if len(parts) != 3 or parts[0] != _ACTION_PREFIX or parts[2] not in ("allow", "deny"):
-        return None
-    return parts[1], parts[2]
 
 
 class Gatekeeper:
@@ -56,26 +75,44 @@ class Gatekeeper:
         adapters: Mapping[str, ChannelAdapter],
         release: ReleaseTask,
         timezone: str,
+        *,
+        card_refresh_s: float = CARD_REFRESH_S,
     ) -> None:
         self._store = store
         self._access = access
         self._adapters = adapters
         self._release = release
         self._timezone = timezone
+        self._card_refresh_s = card_refresh_s
+        self._cards = asyncio.Lock()
+        """Held around every card send or edit and every decision, so an edit of a pending
+        card can never land after the edit that decided it, and "shown" is exactly what the
+        card said when the owner pressed."""
+        self._refresh_due: set[str] = set()
+        self._refreshing: set[asyncio.Task[None]] = set()
 
-    async def admit(self, task: TaskRecord, message: InboundMessage) -> Verdict:
+    async def trusts(self, message: InboundMessage) -> bool:
+        """May this sender use the bot here without an owner's say (also for commands)?"""
         channel, sender = message.channel, message.sender_id
         if message.sender_allowed or self._access.may_decide(channel, sender):
-            return Verdict(True)
-        if await self._store.approvals.is_member(channel, message.room, sender):
-            return Verdict(True)
+            return True
         policy = self._access.room_settings(channel, message.room).sender_policy
         if policy is SenderPolicy.PUBLIC:
+            return True
+        return await self._store.approvals.is_member(channel, message.room, sender)
+
+    async def admit(self, task: TaskRecord, message: InboundMessage) -> Verdict:
+        """For a message that engages the bot: pass it, or hold it for an owner, or drop it."""
+        if await self.trusts(message):
             return Verdict(True)
+        policy = self._access.room_settings(message.channel, message.room).sender_policy
         if policy is SenderPolicy.STRICT or self._access.approval_destination is None:
             why = "strict room" if policy is SenderPolicy.STRICT else "no approval destination"
             log.warning(
-                "dropped message from unknown sender %s in %s (%s)", sender, message.room, why
+                "dropped message from unknown sender %s in %s (%s)",
+                message.sender_id,
+                message.room,
+                why,
             )
             await self._store.transition(
                 task.id,
@@ -84,8 +121,7 @@ class Gatekeeper:
                 error=f"unknown sender ({why})",
             )
             return Verdict(False)
-        await self._hold(task, message)
-        return Verdict(False)
+        return Verdict(not await self._hold(task, message))
 
     async def admit_invite(self, task: TaskRecord, invite: RoomInvite) -> None:
         """Join at once for an owner or admin; otherwise card the owner (Join / Ignore)."""
@@ -111,56 +147,106 @@ class Gatekeeper:
             )
             return
         approvals = self._store.approvals
-        pending = await approvals.pending_for(invite.channel, invite.room, invite.inviter_id)
-        if pending is None:
-            pending = await approvals.create(
-                channel=invite.channel,
-                room=invite.room,
-                room_title=invite.room_title or invite.room,
-                sender_id=invite.inviter_id,
-                sender_name=invite.inviter_name,
-                preview="",
-                expires_at=time.time() + self._access.approval_expiry_hours * 3600,
-                kind="room",
-            )
+        async with self._cards:
+            pending = await approvals.pending_for(invite.channel, invite.room, invite.inviter_id)
+            if pending is None:
+                pending = await approvals.create(
+                    channel=invite.channel,
+                    room=invite.room,
+                    room_title=invite.room_title or invite.room,
+                    sender_id=invite.inviter_id,
+                    sender_name=invite.inviter_name,
+                    preview="",
+                    expires_at=time.time() + self._access.approval_expiry_hours * 3600,
+                    kind="room",
+                )
             await approvals.hold(pending.code, task.id)
-            await self._send_card(pending)
-        else:
-            await approvals.hold(pending.code, task.id)
+            if pending.card_ref is None:
+                await self._show(pending)
 
-    async def _hold(self, task: TaskRecord, message: InboundMessage) -> None:
+    async def _hold(self, task: TaskRecord, message: InboundMessage) -> bool:
+        """Hold the message under its sender's pending card (made if need be); False when
+        an owner allowed the sender meanwhile (a decision from another channel), so the
+        message passes instead of starting a new card."""
         approvals = self._store.approvals
         await self._store.save_parsed(task.id, message)
-        pending = await approvals.pending_for(message.channel, message.room, message.sender_id)
-        if pending is None:
-            pending = await approvals.create(
-                channel=message.channel,
-                room=message.room,
-                room_title=message.room_title or message.room or message.conversation_key,
-                sender_id=message.sender_id,
-                sender_name=message.sender_name,
-                preview="\n".join(message.body.strip().splitlines()[:_PREVIEW_LINES]),
-                expires_at=time.time() + self._access.approval_expiry_hours * 3600,
-            )
+        async with self._cards:
+            if await approvals.is_member(message.channel, message.room, message.sender_id):
+                return False
+            pending = await approvals.pending_for(message.channel, message.room, message.sender_id)
+            if pending is None:
+                pending = await approvals.create(
+                    channel=message.channel,
+                    room=message.room,
+                    room_title=message.room_title or message.room or message.conversation_key,
+                    sender_id=message.sender_id,
+                    sender_name=message.sender_name,
+                    preview=preview(message.body),
+                    expires_at=time.time() + self._access.approval_expiry_hours * 3600,
+                )
             await approvals.hold(pending.code, task.id)
-            await self._send_card(pending)
-        else:
-            await approvals.hold(pending.code, task.id)
+            if pending.card_ref is None:
+                # The first message: the card goes out now. (Also a card whose sending
+                # failed earlier: the next held message, or the next start, sends it.)
+                await self._show(pending)
+            elif task.id not in await approvals.shown_tasks(pending.code):
+                self._refresh_later(pending.code)
         log.info(
             "held task %s from %s pending approval %s", task.id, message.sender_id, pending.code
         )
+        return True
 
-    async def _send_card(self, approval: ApprovalRecord) -> None:
+    def _refresh_later(self, code: str) -> None:
+        """Edit the pending card once the burst settles: one edit per refresh period, not
+        one per message, however many a sender writes."""
+        if code in self._refresh_due:
+            return
+        self._refresh_due.add(code)
+        job = asyncio.create_task(self._refresh(code))
+        self._refreshing.add(job)
+        job.add_done_callback(self._refreshing.discard)
+
+    async def _refresh(self, code: str) -> None:
+        await asyncio.sleep(self._card_refresh_s)
+        # Due no more before editing: a message held during the edit schedules the next.
+        self._refresh_due.discard(code)
+        try:
+            async with self._cards:
+                approval = await self._store.approvals.get(code)
+                if approval is not None and approval.state is ApprovalState.PENDING:
+                    await self._show(approval)
+        except Exception:
+            log.warning("could not refresh approval card %s", code, exc_info=True)
+
+    async def _show(self, approval: ApprovalRecord) -> None:
+        """Send or edit the pending card to quote the first held messages, then record which
+        ones it quotes: those are what Allow runs. Caller holds ``self._cards``."""
         destination = self._access.approval_destination
         assert destination is not None
         adapter = self._adapters.get(destination.channel)
         if adapter is None:
             log.error("approval destination channel %r is not running", destination.channel)
             return
-        ref = await adapter.send_card(destination.context, pending_card(approval))
-        await self._store.approvals.set_card(
-            approval.code, destination.channel, destination.context, ref
-        )
+        approvals = self._store.approvals
+        held = await approvals.held_tasks(approval.code)
+        quoted = held[:SHOWN_MESSAGES]
+        bodies = []
+        for task_id in quoted:
+            parsed = (await self._store.get_task(task_id)).parsed
+            bodies.append(parsed.body if parsed is not None else "")
+        card = pending_card(approval, HeldSummary(tuple(bodies), len(held)))
+        try:
+            if approval.card_ref is None:
+                ref = await adapter.send_card(destination.context, card)
+                await approvals.set_card(
+                    approval.code, destination.channel, destination.context, ref
+                )
+            else:
+                await adapter.update_card(approval.card_context or {}, approval.card_ref, card)
+        except Exception:
+            log.warning("could not send approval card %s", approval.code, exc_info=True)
+            return
+        await approvals.mark_shown(approval.code, quoted)
 
     async def decide(
         self, channel: str, decider_id: str, decider_name: str, code: str, choice: str
@@ -174,31 +260,83 @@ class Gatekeeper:
                 channel,
             )
             return None
-        approval = await self._store.approvals.get(code)
-        if approval is None:
-            return f"There is no approval {code}."
-        state = ApprovalState.ALLOWED if choice == "allow" else ApprovalState.DENIED
-        if not await self._store.approvals.decide(code, state, decider_name or decider_id):
-            return f"Approval {code} was already {approval.state.value}."
-        decided = await self._store.approvals.get(code)
-        assert decided is not None
-        held = await self._store.approvals.held_tasks(code)
-        if approval.kind == "room":
-            await self._settle_invite(approval, state, held)
-        elif state is ApprovalState.ALLOWED:
-            await self._store.approvals.add_member(
-                approval.channel, approval.room, approval.sender_id, decider_id
-            )
-            for task_id in held:
-                await self._release(task_id)
-        else:
-            await self._drop(held, f"denied by {decider_id}")
-        await self._update_card(decided)
+        approvals = self._store.approvals
+        async with self._cards:
+            approval = await approvals.get(code)
+            if approval is None:
+                return f"There is no approval {code}."
+            state = ApprovalState.ALLOWED if choice == "allow" else ApprovalState.DENIED
+            if not await approvals.decide(code, state, decider_name or decider_id):
+                return f"Approval {code} was already {approval.state.value}."
+            decided = await approvals.get(code)
+            assert decided is not None
+            held = await approvals.held_tasks(code)
+            outcome = None
+            if approval.kind == "room":
+                await self._settle_invite(approval, state, held)
+            elif state is ApprovalState.ALLOWED:
+                shown = await approvals.shown_tasks(code)
+                unseen = [task_id for task_id in held if task_id not in shown]
+                await approvals.add_member(
+                    approval.channel, approval.room, approval.sender_id, decider_id
+                )
+                await self._drop(unseen, "not shown on the approval card")
+                for task_id in shown:
+                    await self._release(task_id)
+                outcome = Outcome(ran=len(shown), dropped_unseen=len(unseen))
+            else:
+                await self._drop(held, f"denied by {decider_id}")
+            await self._update_card(decided, outcome)
+        where = room_label(approval.room_title, approval.room)
         if approval.kind == "room":
             verb = "Joined" if state is ApprovalState.ALLOWED else "Ignored the invite to"
-            return f"{verb} {approval.room_title}."
-        verb = "Allowed" if state is ApprovalState.ALLOWED else "Denied"
-        return f"{verb} {approval.sender_name} in {approval.room_title} ({len(held)} held)."
+            return f"{verb} {where}."
+        if outcome is None:
+            return f"Denied {approval.sender_name} in {where} ({len(held)} held dropped)."
+        text = f"Allowed {approval.sender_name} in {where}: running {outcome.ran} held message(s)"
+        if outcome.dropped_unseen:
+            text += f"; dropped {outcome.dropped_unseen} the card did not show"
+        return text + "."
+
+    async def revoke(self, channel: str, revoker_id: str, here: str, argument: str) -> str:
+        """``/revoke USER [everywhere | ROOM]``: owners take back an approval, in the room
+        the command was typed in unless told otherwise. Returns the answer."""
+        if revoker_id not in self._access.owners.get(channel, ()):
+            log.warning("ignored /revoke by %s (%s): not an owner", revoker_id, channel)
+            return "Only an owner of this bot can revoke approvals."
+        words = argument.split()
+        if not 1 <= len(words) <= 2:
+            return _REVOKE_USAGE
+        approvals = self._store.approvals
+        # As typed, or as a chat client renders a mention of it (Slack: <@U1> -> @U1).
+        user, rooms = words[0], []
+        bare = words[0].strip("<>")
+        for candidate in dict.fromkeys((words[0], bare, bare.lstrip("@"))):
+            rooms = await approvals.member_rooms(channel, candidate)
+            if rooms:
+                user = candidate
+                break
+        scope = words[1] if len(words) == 2 else here
+        everywhere = scope.lower() in _EVERYWHERE
+        removed = rooms if everywhere else [r for r in rooms if r[0] == scope]
+        labels = ", ".join(room_label(title, room) for room, title in rooms)
+        if not removed:
+            if rooms:
+                return (
+                    f"{user} has no approval in {scope or 'this conversation'}; they are "
+                    f"approved in {labels}. /revoke {user} everywhere takes back all of them."
+                )
+            return (
+                f"{user} has no approval to revoke on {channel}. (Senders listed in a "
+                "channel's allowed_users are allowed by the configuration, not by approval.)"
+            )
+        await approvals.remove_member(channel, user, None if everywhere else scope)
+        log.info("%s revoked %s's approval in %s", revoker_id, user, removed)
+        taken = ", ".join(room_label(title, room) for room, title in removed)
+        return (
+            f"Revoked {user}'s approval in {taken}. Their next message to the bot there "
+            "goes to an owner for approval again."
+        )
 
     async def _settle_invite(
         self, approval: ApprovalRecord, state: ApprovalState, held: list[str]
@@ -221,22 +359,22 @@ class Gatekeeper:
 
     async def expire(self) -> None:
         """Drop the messages of cards nobody decided in time. Runs at start and periodically."""
-        for approval in await self._store.approvals.expired(time.time()):
-            if not await self._store.approvals.decide(
-                approval.code, ApprovalState.EXPIRED, "expiry"
-            ):
-                continue
-            held = await self._store.approvals.held_tasks(approval.code)
-            log.info(
-                "approval %s for %s expired; dropping %d held message(s)",
-                approval.code,
-                approval.sender_id,
-                len(held),
-            )
-            await self._drop(held, "approval expired")
-            expired = await self._store.approvals.get(approval.code)
-            assert expired is not None
-            await self._update_card(expired)
+        approvals = self._store.approvals
+        for approval in await approvals.expired(time.time()):
+            async with self._cards:
+                if not await approvals.decide(approval.code, ApprovalState.EXPIRED, "expiry"):
+                    continue
+                held = await approvals.held_tasks(approval.code)
+                log.info(
+                    "approval %s for %s expired; dropping %d held message(s)",
+                    approval.code,
+                    approval.sender_id,
+                    len(held),
+                )
+                await self._drop(held, "approval expired")
+                expired = await approvals.get(approval.code)
+                assert expired is not None
+                await self._update_card(expired, None)
 
     async def _drop(self, task_ids: list[str], why: str) -> None:
         for task_id in task_ids:
@@ -246,7 +384,7 @@ class Gatekeeper:
                     task_id, TaskState.COMPLETED, reason=CompletionReason.UNAUTHORIZED, error=why
                 )
 
-    async def _update_card(self, approval: ApprovalRecord) -> None:
+    async def _update_card(self, approval: ApprovalRecord, outcome: Outcome | None) -> None:
         if not (approval.card_channel and approval.card_ref is not None):
             return
         adapter = self._adapters.get(approval.card_channel)
@@ -256,57 +394,7 @@ class Gatekeeper:
             await adapter.update_card(
                 approval.card_context or {},
                 approval.card_ref,
-                decided_card(approval, self._timezone),
+                decided_card(approval, self._timezone, outcome),
             )
         except Exception:
             log.warning("could not update approval card %s", approval.code, exc_info=True)
-
-
-def pending_card(approval: ApprovalRecord) -> Card:
-    if approval.kind == "room":
-        return Card(
-            title=f"Invitation to {approval.room_title}",
-            body=(
-                f"{approval.sender_name} ({approval.sender_id}) invited the bot to "
-                f"{approval.room_title} ({approval.channel}). Join, or ignore the invitation? "
-                f"Or reply !approve {approval.code} or !deny {approval.code}."
-            ),
-            buttons=(
-                Button(
-                    "Join", approval_action(approval.code, "allow"), emoji="✅", style="primary"
-                ),
-                Button(
-                    "Ignore", approval_action(approval.code, "deny"), emoji="❌", style="danger"
-                ),
-            ),
-        )
-    quoted = "\n".join(f"> {line}" for line in approval.preview.splitlines())
-    return Card(
-        title=f"Unknown sender in {approval.room_title}",
-        body=(
-            f"{approval.sender_name} ({approval.sender_id}) wrote in {approval.room_title} "
-            f"({approval.channel}):\n{quoted}\n\nAllow runs their message and lets them use "
-            f"the bot in this room. Or reply !approve {approval.code} or !deny {approval.code}."
-        ),
-        buttons=(
-            Button("Allow", approval_action(approval.code, "allow"), emoji="✅", style="primary"),
-            Button("Deny", approval_action(approval.code, "deny"), emoji="❌", style="danger"),
-        ),
-    )
-
-
-def decided_card(approval: ApprovalRecord, timezone: str) -> Card:
-    when = datetime.datetime.fromtimestamp(approval.decided_at or time.time(), ZoneInfo(timezone))
-    if approval.state is ApprovalState.EXPIRED:
-        outcome = f"Expired at {when:%Y-%m-%d %H:%M} {timezone}; the held messages were dropped."
-    elif approval.kind == "room":
-        verb = "Joined" if approval.state is ApprovalState.ALLOWED else "Ignored"
-        outcome = f"{verb} by {approval.decided_by} at {when:%Y-%m-%d %H:%M} {timezone}."
-    else:
-        verb = "Allowed" if approval.state is ApprovalState.ALLOWED else "Denied"
-        outcome = f"{verb} by {approval.decided_by} at {when:%Y-%m-%d %H:%M} {timezone}."
-    return Card(
-        title=f"{approval.sender_name} in {approval.room_title}",
-        body=f"{approval.sender_name} ({approval.sender_id}) in {approval.room_title}: {outcome}",
-        buttons=(),
-    )

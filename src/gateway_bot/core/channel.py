@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
+from gateway_bot.core.inbox_files import InboxWriter
 from gateway_bot.core.messages import (
     Card,
     ChannelCapabilities,
@@ -84,8 +85,9 @@ class ChannelAdapter(Protocol):
         already decided, an edit) and is not a refusal. Other exceptions are retried."""
         ...
 
-    async def save_attachments(self, message: InboundMessage, inbox_dir: str) -> list[str]:
-        """Download the message's attachments into ``inbox_dir``; return the saved names."""
+    async def save_attachments(self, message: InboundMessage, inbox: InboxWriter) -> list[str]:
+        """Download the message's attachments through ``inbox`` (the only way into the
+        conversation's inbox: the agent can plant links there); return the saved names."""
         ...
 
     async def send_acknowledgement(self, context: JsonDict, task_id: str, text: str) -> None:

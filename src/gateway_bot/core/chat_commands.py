@@ -1,4 +1,5 @@
-"""The shared chat commands' effects: /stop, /status, /new, /model, /approve, /deny, /help.
+"""The shared chat commands' effects: /stop, /status, /new, /model, /approve, /deny, /revoke,
+/help.
 
 Parsing lives in ``commands.py``; this module acts on the service's running tasks and the
 store, and returns the text to answer with.
@@ -67,6 +68,10 @@ class ChatCommands:
                 message.channel, message.sender_id, message.sender_name, command.argument, choice
             )
             text = decided or "Only an owner or admin of this bot can decide approvals."
+        elif command.name is CommandName.REVOKE:
+            text = await self._gate.revoke(
+                message.channel, message.sender_id, message.room, command.argument
+            )
         else:
             text = HELP_TEXT
         return text

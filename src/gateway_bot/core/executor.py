@@ -6,15 +6,22 @@ can store the reply before it is delivered (a crash then re-sends, never re-runs
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 from gateway_bot.agents.base import AgentOutcome, AgentRequest, AgentRunner, OnEvent
+from gateway_bot.agents.claude_code import injected_credentials
 from gateway_bot.config.repo import REPO_CONFIG_PATH, parse_repo_config
+from gateway_bot.config.server import ExecutionSettings
 from gateway_bot.config.yaml_tags import ConfigError
 from gateway_bot.core.channel import ChannelAdapter
+from gateway_bot.core.disk_quota import AGENT_WRITABLE, MB, DiskLimit, DiskUsage
+from gateway_bot.core.inbox_files import InboxWriter
 from gateway_bot.core.lifecycle import CompletionReason
 from gateway_bot.core.messages import InboundMessage, Reply, Usage
 from gateway_bot.core.prompts import build_prompt, context_lost_prompt
@@ -52,12 +59,14 @@ class TaskExecutor:
         sandbox: Sandbox,
         runner: AgentRunner,
         defaults: AgentDefaults,
+        limits: ExecutionSettings | None = None,
     ) -> None:
         self._store = store
         self._workspaces = workspaces
         self._sandbox = sandbox
         self._runner = runner
         self._defaults = defaults
+        self._limits = limits or ExecutionSettings()
 
     async def execute(
         self,
@@ -89,9 +98,20 @@ class TaskExecutor:
             return _failure(
                 f"Could not prepare the workspace: {exc}", CompletionReason.INTERNAL_ERROR
             )
+        disk = DiskLimit(
+            {name: getattr(dirs, name) for name in AGENT_WRITABLE},
+            int(self._limits.conversation_disk_limit_mb * MB),
+            self._limits.disk_check_interval_seconds,
+        )
+        if (usage := await disk.over_limit()) is not None:
+            return _failure(disk.explain(usage, stopped=False), CompletionReason.REJECTED)
         context = _execution_context(conversation.id, dirs, container_env, allowlist, containerfile)
+        # The model credentials stay out of a filtering sandbox: the proxy adds them.
+        context = replace(context, credentials=injected_credentials(self._defaults.env))
         saved = (
-            await adapter.save_attachments(message, str(dirs.inbox)) if message.attachments else []
+            await adapter.save_attachments(message, InboxWriter(dirs.root))
+            if message.attachments
+            else []
         )
         prompt = build_prompt(message, self._sandbox.paths(context), saved, self._defaults.timezone)
         model = (
@@ -105,13 +125,15 @@ class TaskExecutor:
             )
         )
         timeout_s = repo_config.timeout_seconds or self._defaults.timeout_s
-        event_log = EventLog(dirs.events)
+        event_log = EventLog(dirs.events, int(self._limits.events_log_limit_mb * MB))
 
         request = AgentRequest(
             prompt, conversation.agent_session_id, model, timeout_s, dict(self._defaults.env)
         )
-        outcome = await self._runner.run(request, self._sandbox, context, event_log, on_event)
-        if outcome.unresumable:
+        outcome = await disk.run_within(
+            self._runner.run(request, self._sandbox, context, event_log, on_event)
+        )
+        if isinstance(outcome, AgentOutcome) and outcome.unresumable:
             log.warning(
                 "conversation %s: session %s cannot be resumed, starting a fresh one",
                 conversation.id,
@@ -120,7 +142,14 @@ class TaskExecutor:
             await self._store.update_conversation(conversation.id, clear_session=True)
             retry_prompt = context_lost_prompt(prompt, conversation.last_reply)
             request = AgentRequest(retry_prompt, None, model, timeout_s, dict(self._defaults.env))
-            outcome = await self._runner.run(request, self._sandbox, context, event_log, on_event)
+            outcome = await disk.run_within(
+                self._runner.run(request, self._sandbox, context, event_log, on_event)
+            )
+        if isinstance(outcome, DiskUsage):
+            text = disk.explain(outcome, stopped=True)
+            return TaskResult(
+                Reply(text=text, is_error=True, stopped=True), CompletionReason.CANCELLED
+            )
         return await self._conclude(task_id, conversation, model, outcome, started)
 
     async def _conclude(
@@ -147,10 +176,18 @@ class TaskExecutor:
             reason = (
                 CompletionReason.TIMEOUT if outcome.timed_out else CompletionReason.EXECUTION_FAILED
             )
-            return TaskResult(Reply(text=outcome.error_text(), usage=usage, is_error=True), reason)
+            reply = Reply(
+                text=outcome.error_text(), usage=usage, is_error=True, stopped=outcome.timed_out
+            )
+            return TaskResult(reply, reason)
         text = result.text.strip() or "(The agent finished without a reply.)"
-        await self._store.update_conversation(conversation.id, last_reply=text)
+        limit = self._limits.reply_limit_chars
+        await self._store.update_conversation(conversation.id, last_reply=text[:limit])
         files = tuple(str(p) for p in await self._workspaces.take_outbox(conversation.id, task_id))
+        if len(text) > limit:
+            sent = self._workspaces.dirs(conversation.id).sent / task_id
+            whole = await asyncio.to_thread(_write_reply_file, sent, text)
+            text, files = _shortened(text, limit, whole.name), (*files, str(whole))
         return TaskResult(Reply(text=text, files=files, usage=usage), CompletionReason.SUCCESS)
 
 
@@ -177,3 +214,41 @@ def _execution_context(
 
 def _failure(text: str, reason: CompletionReason) -> TaskResult:
     return TaskResult(Reply(text=text, is_error=True), reason)
+
+
+_REPLY_START_CHARS = 3000
+"""How much of an over-long reply is sent as text, ahead of the file with all of it."""
+
+
+def _shortened(text: str, limit: int, file_name: str) -> str:
+    """The start of a reply too long to post (channels must never post megabytes), cut at a
+    line end where one is near, and a note that the whole reply is attached."""
+    keep = min(_REPLY_START_CHARS, limit)
+    start = text[:keep]
+    if (line_end := start.rfind("\n")) > keep // 2:
+        start = start[:line_end]
+    return (
+        f"{start.rstrip()}\n\n[The reply has {len(text):,} characters, more than the "
+        f"{limit:,} sent as a message: all of it is attached as {file_name}.]"
+    )
+
+
+def _write_reply_file(directory: Path, text: str) -> Path:
+    """Write ``text`` to a new reply.md (reply-2.md... when the agent sent one) in the task's
+    sent/ directory, beside its outbox files, never through a link."""
+    directory.mkdir(parents=True, exist_ok=True)
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        for number in range(1, 100):
+            name = "reply.md" if number == 1 else f"reply-{number}.md"
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            try:
+                fd = os.open(name, flags, 0o644, dir_fd=dir_fd)
+            except FileExistsError:
+                continue
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(text)
+            return directory / name
+    finally:
+        os.close(dir_fd)
+    raise FileExistsError(f"no free reply file name in {directory}")

@@ -1,17 +1,43 @@
-"""Naming files that arrive from chat before they land in a conversation's inbox.
+"""Files that arrive from chat, on their way into a conversation's inbox.
 
-A sender chooses the name, so it is hostile until proven otherwise: no directories (no
-``../``), no leading dots, a bounded length, and never overwriting a file already there.
-Shared by every channel that accepts files.
+Two kinds of hostility meet here. A sender chooses the name, so it is sanitised: no
+directories (no ``../``), no leading dots, a bounded length. And the inbox is mounted into
+the agent's sandbox, so the agent can leave anything there: a symlink named like the next
+upload (``report.txt -> /etc/cron.d/x``) or a directory where a file is expected. The
+daemon runs as root, so it must never write *through* a path the agent controls.
+
+``InboxWriter`` therefore never opens a file in the inbox at all. A download is written
+into ``incoming/`` beside the inbox, a directory of the conversation the sandbox never
+mounts, with an exclusive no-follow open. It is then published into the inbox with
+``link(2)`` relative to directory descriptors: ``link`` never follows a link at its target
+and fails if any entry (a dangling symlink included) already has the name, in which case the
+next free name is tried. The inbox directory itself is opened no-follow from the
+conversation's root, which only the daemon can write.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import errno
+import os
 import re
+import secrets
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
 _MAX_NAME = 100
+_MAX_TRIES = 1000
+INCOMING = "incoming"
+"""Staging directory beside the inbox, inside the conversation's root; never mounted."""
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class InboxError(Exception):
+    """A file could not be placed in the inbox; the message says why, for the sender."""
 
 
 def safe_filename(name: str) -> str:
@@ -28,17 +54,15 @@ def safe_filename(name: str) -> str:
     return base
 
 
-def unused_path(directory: Path, name: str) -> Path:
-    """``name`` in ``directory``, or ``stem-2.ext``, ``stem-3.ext``... if it is taken."""
-    candidate = directory / name
+def candidate_names(name: str) -> list[str]:
+    """``name``, then ``stem-2.ext``, ``stem-3.ext``... the names an upload may take."""
     stem, dot, suffix = name.rpartition(".")
     if not dot or not stem:
         stem, suffix = name, ""
-    number = 2
-    while candidate.exists() or candidate.with_name(candidate.name + ".partial").exists():
-        candidate = directory / (f"{stem}-{number}.{suffix}" if suffix else f"{stem}-{number}")
-        number += 1
-    return candidate
+    names = [name]
+    for number in range(2, _MAX_TRIES + 1):
+        names.append(f"{stem}-{number}.{suffix}" if suffix else f"{stem}-{number}")
+    return names
 
 
 def size_text(size: int) -> str:
@@ -47,3 +71,115 @@ def size_text(size: int) -> str:
     if size >= 1_000:
         return f"{size / 1_000:.0f} KB"
     return f"{size} bytes"
+
+
+class IncomingFile:
+    """One download being written to the staging directory (see ``InboxWriter.receive``)."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self.size = 0
+        self.saved_name = ""
+        """The name it got in the inbox, once published."""
+
+    async def write(self, chunk: bytes) -> None:
+        self.size += len(chunk)
+        await asyncio.to_thread(_write_all, self._fd, chunk)
+
+
+class InboxWriter:
+    """The only way channels put files into a conversation's inbox.
+
+    ``root`` is the conversation's directory (daemon-owned, never mounted); the inbox and
+    the staging directory are its children ``inbox`` and ``incoming``.
+    """
+
+    def __init__(self, root: Path, inbox_name: str = "inbox") -> None:
+        self._root = root
+        self._inbox_name = inbox_name
+
+    @property
+    def inbox_name(self) -> str:
+        return self._inbox_name
+
+    async def save(self, name: str, data: bytes) -> str:
+        """Store ``data`` under (a free variant of) the sanitised ``name``; return the name
+        it got in the inbox."""
+        async with self.receive(name) as incoming:
+            await incoming.write(data)
+        return incoming.saved_name
+
+    @contextlib.asynccontextmanager
+    async def receive(self, name: str) -> AsyncIterator[IncomingFile]:
+        """Stream a download: write chunks to the yielded file; on a clean exit it is
+        published into the inbox (its final name in ``.saved_name``), on an exception it is
+        discarded and nothing reaches the inbox."""
+        wanted = safe_filename(name)
+        staging_name = f"{secrets.token_hex(8)}.part"
+        staging_fd = await asyncio.to_thread(self._open_staging)
+        try:
+            fd = await asyncio.to_thread(
+                os.open, staging_name, _NEW_FILE_FLAGS, 0o644, dir_fd=staging_fd
+            )
+            incoming = IncomingFile(fd)
+            try:
+                try:
+                    yield incoming
+                finally:
+                    os.close(fd)
+                saved = await asyncio.to_thread(self._publish, staging_fd, staging_name, wanted)
+                incoming.saved_name = saved
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(staging_name, dir_fd=staging_fd)
+        finally:
+            os.close(staging_fd)
+
+    def _open_root(self) -> int:
+        return os.open(self._root, _DIR_FLAGS)
+
+    def _open_staging(self) -> int:
+        root_fd = self._open_root()
+        try:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(INCOMING, 0o700, dir_fd=root_fd)
+            return os.open(INCOMING, _DIR_FLAGS, dir_fd=root_fd)
+        finally:
+            os.close(root_fd)
+
+    def _publish(self, staging_fd: int, staging_name: str, wanted: str) -> str:
+        root_fd = self._open_root()
+        try:
+            try:
+                inbox_fd = os.open(self._inbox_name, _DIR_FLAGS, dir_fd=root_fd)
+            except OSError as exc:
+                raise InboxError(f"the conversation's inbox is unusable ({exc.strerror})") from exc
+        finally:
+            os.close(root_fd)
+        try:
+            for candidate in candidate_names(wanted):
+                try:
+                    os.link(
+                        staging_name,
+                        candidate,
+                        src_dir_fd=staging_fd,
+                        dst_dir_fd=inbox_fd,
+                        follow_symlinks=False,
+                    )
+                except FileExistsError:
+                    continue
+                except OSError as exc:
+                    if exc.errno == errno.ENAMETOOLONG:
+                        continue
+                    raise InboxError(f"{wanted} could not be stored ({exc.strerror})") from exc
+                return candidate
+        finally:
+            os.close(inbox_fd)
+        raise InboxError(f"{wanted}: the inbox already has {_MAX_TRIES} files of that name")
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]

@@ -120,6 +120,9 @@ class Reply:
     """Host paths of files from the conversation's outbox to send along."""
     usage: Usage | None = None
     is_error: bool = False
+    stopped: bool = False
+    """The task was stopped before it finished (/stop, a limit): progress displays say so
+    instead of "Done"."""
 
     def to_json(self) -> JsonDict:
         return asdict(self)
@@ -132,6 +135,7 @@ class Reply:
             files=tuple(data.get("files", ())),
             usage=Usage(**usage) if usage else None,
             is_error=bool(data.get("is_error", False)),
+            stopped=bool(data.get("stopped", False)),
         )
 
 

@@ -32,6 +32,7 @@ from gateway_bot.core.lifecycle import CompletionReason, TaskState
 from gateway_bot.core.messages import Decision, InboundMessage, RawMessage, Reply, RoomInvite
 from gateway_bot.core.progress import ProgressReporter
 from gateway_bot.core.retries import call_channel
+from gateway_bot.sandbox.base import SandboxUnavailable
 from gateway_bot.state.records import ContextLine, ConversationRecord, TaskRecord
 from gateway_bot.state.store import Store
 
@@ -210,38 +211,42 @@ class GatewayService:
         if isinstance(message, RoomInvite):
             await self._gate.admit_invite(task, message)
             return
-        if not (await self._gate.admit(task, message)).admitted:
-            return
         await self._route(task, message)
 
     async def _release_held(self, task_id: str) -> None:
-        """An owner allowed the sender: route the held message as if it had just passed."""
+        """An owner allowed the sender: the held message (it engaged the bot when it was
+        held) joins its conversation as if it had just passed the gate."""
         task = await self._store.get_task(task_id)
         if task.state is not TaskState.AUTHENTICATING or task.parsed is None:
             return
-        await self._route(task, task.parsed)
+        await self._queue_engaging(task, task.parsed)
 
     async def _route(self, task: TaskRecord, message: InboundMessage) -> None:
-        """Commands run at once; other messages engage the agent or are dropped / kept."""
+        """Engagement before the sender gate: only a message addressed to the bot can be
+        held and carded, so strangers talking among themselves are never quoted to an
+        owner, and their words never become context. Commands run at once for senders the
+        gate trusts; a stranger's command (a /stop, a /new) is dropped unanswered."""
+        trusted = await self._gate.trusts(message)
         try:
             command = parse_command(message.body)
         except UnknownCommand as exc:
-            await self._replies.answer_now(task, message, str(exc), CompletionReason.REJECTED)
+            if trusted:
+                await self._replies.answer_now(task, message, str(exc), CompletionReason.REJECTED)
+            else:
+                await self._drop_untrusted(task, message, "command")
             return
         if command is not None:
+            if not trusted:
+                await self._drop_untrusted(task, message, "command")
+                return
             conversation = await self._conversation_for(message)
             text = await self._commands.answer(conversation, message, command)
             await self._replies.answer_now(task, message, text, CompletionReason.SUCCESS)
             return
-        if not message.body.strip() and not message.attachments:
-            await self._replies.answer_now(
-                task, message, "Your message was empty: nothing to do.", CompletionReason.REJECTED
-            )
-            return
         room = self._access.room_settings(message.channel, message.room)
         started = await self._store.active_conversation(message.channel, message.conversation_key)
         if not engages(message, room, started is not None):
-            if room.ignored is IgnoredMessages.ACCUMULATE:
+            if room.ignored is IgnoredMessages.ACCUMULATE and trusted:
                 line = ContextLine(message.sender_name, message.body, message.received_at)
                 await self._store.approvals.add_context(
                     message.channel, message.conversation_key, line, room.context_size
@@ -253,6 +258,36 @@ class GatewayService:
                 error="not addressed to the bot",
             )
             return
+        if not message.body.strip() and not message.attachments:
+            if trusted:
+                await self._replies.answer_now(
+                    task,
+                    message,
+                    "Your message was empty: nothing to do.",
+                    CompletionReason.REJECTED,
+                )
+            else:
+                await self._drop_untrusted(task, message, "empty message")
+            return
+        if not (await self._gate.admit(task, message)).admitted:
+            return
+        await self._queue_engaging(task, message)
+
+    async def _drop_untrusted(self, task: TaskRecord, message: InboundMessage, what: str) -> None:
+        """No answer, no card: the bot does not talk to senders nobody admitted."""
+        log.warning(
+            "dropped %s from unapproved sender %s in %s", what, message.sender_id, message.room
+        )
+        await self._store.transition(
+            task.id,
+            TaskState.COMPLETED,
+            reason=CompletionReason.UNAUTHORIZED,
+            error=f"{what} from a sender who is not allowed here",
+        )
+
+    async def _queue_engaging(self, task: TaskRecord, message: InboundMessage) -> None:
+        """An admitted message that engages the bot: it takes the context kept since the
+        last one (only admitted senders' words are kept) and joins its conversation."""
         context = await self._store.approvals.take_context(
             message.channel, message.conversation_key
         )
@@ -365,8 +400,14 @@ class GatewayService:
                 job.cancel()
                 raise  # daemon shutting down: the task stays EXECUTING and is re-run later
             result = TaskResult(
-                Reply(text="Stopped. The task was cancelled with /stop."),
+                Reply(text="Stopped. The task was cancelled with /stop.", stopped=True),
                 CompletionReason.CANCELLED,
+            )
+        except SandboxUnavailable as exc:
+            log.warning("task %s: the sandbox could not run it: %s", task_id, exc)
+            result = TaskResult(
+                Reply(text=f"The sandbox could not run this task: {exc}", is_error=True),
+                CompletionReason.INTERNAL_ERROR,
             )
         except Exception as exc:
             log.exception("task %s failed", task_id)

@@ -8,6 +8,7 @@ Layout under the state dir::
         home/                   the agent's home (its session state lives here)
         inbox/ outbox/ storage/ files in, files out, scratch that outlives tasks
         sent/                   outbox files already delivered, by task id
+        incoming/               downloads being written, before they are linked into inbox/
         events.jsonl            the agent's raw stream, append-only, never mounted
         network.log             every request the agent's sandbox allowed or blocked
 """
@@ -15,11 +16,19 @@ Layout under the state dir::
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import os
 import shutil
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+MAX_OUTBOX_FILE_BYTES = 1024 * 1024 * 1024
+"""Outbox files larger than this stay where they are (no channel takes them anyway)."""
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 class GitError(Exception):
@@ -107,7 +116,8 @@ class Workspaces:
 
         Moving them out at once means each file goes out with exactly one reply, and a reply
         re-sent after a crash still finds its files. Symlinks and special files are left
-        behind: a link could point at a host file the agent must not exfiltrate.
+        behind: a link could point at a host file the agent must not exfiltrate. Channels
+        read only the copies in sent/, which the sandbox cannot see.
         """
         dirs = self.dirs(conversation_id)
         return await asyncio.to_thread(_move_regular_files, dirs.outbox, dirs.sent / task_id)
@@ -146,13 +156,65 @@ class Workspaces:
 
 
 def _move_regular_files(source: Path, target: Path) -> list[Path]:
-    moved = []
-    for path in sorted(source.iterdir()) if source.is_dir() else []:
-        if path.is_symlink() or not path.is_file():
-            continue
-        target.mkdir(parents=True, exist_ok=True)
-        moved.append(path.rename(target / path.name))
-    return moved
+    """Copy each regular file out of the agent-writable ``source`` into ``target`` (a
+    directory only the daemon writes), then remove it from ``source``.
+
+    The agent can swap an entry between a file and a symlink at any moment, so no path in
+    ``source`` is trusted twice: each entry is opened once, no-follow and non-blocking (a
+    FIFO must not hang us), relative to a descriptor of ``source`` opened no-follow; the
+    open descriptor must be a regular file, and its bytes are what get copied. Links,
+    directories, devices and FIFOs are never sent.
+    """
+    try:
+        source_fd = os.open(source, _DIR_FLAGS)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return []
+        raise
+    copied: list[Path] = []
+    try:
+        for name in sorted(os.listdir(source_fd)):
+            try:
+                fd = os.open(name, _READ_FLAGS, dir_fd=source_fd)
+            except OSError:
+                continue  # a link (ELOOP), gone, or unreadable: never followed
+            try:
+                info = os.fstat(fd)
+                if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_OUTBOX_FILE_BYTES:
+                    continue
+                target.mkdir(parents=True, exist_ok=True)
+                _copy_fd(fd, target / name)
+            finally:
+                os.close(fd)
+            copied.append(target / name)
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=source_fd)  # unlink never follows a link
+    finally:
+        os.close(source_fd)
+    return copied
+
+
+def _copy_fd(fd: int, destination: Path) -> None:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        out = os.open(destination, flags, 0o600)
+    except FileExistsError:  # a re-run after a crash: sent/ is the daemon's alone
+        destination.unlink()
+        out = os.open(destination, flags, 0o600)
+    try:
+        remaining = MAX_OUTBOX_FILE_BYTES
+        while remaining > 0:
+            chunk = os.read(fd, min(1024 * 1024, remaining))
+            if not chunk:
+                break
+            remaining -= len(chunk)
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(out, view) :]
+    finally:
+        os.close(out)
 
 
 async def _git(*args: str) -> str:

@@ -23,6 +23,26 @@ class SandboxUnavailable(Exception):
 
 
 @dataclass(frozen=True)
+class InjectedCredential:
+    """A secret the sandboxed process never holds. It finds ``placeholder`` in ``env_name``;
+    the egress proxy sets ``header: value`` on its requests to ``scheme://host:port`` and
+    nowhere else. A sandbox that does not filter egress (host mode) passes the real value."""
+
+    env_name: str
+    """The variable the process reads (it gets the placeholder there)."""
+    host: str
+    """The only host the real value goes to."""
+    header: str
+    """The header the proxy sets (replacing whatever the process sent in it)."""
+    value: str = field(repr=False)
+    """The header's whole value, e.g. ``Bearer <token>``."""
+    port: int = 443
+    scheme: str = "https"
+    placeholder: str = "gateway-bot-placeholder"
+    """What the process sees instead: of the real value's shape, so clients accept it."""
+
+
+@dataclass(frozen=True)
 class ExecutionContext:
     id: str
     """Opaque: the same id always means the same long-lived execution environment."""
@@ -39,6 +59,8 @@ class ExecutionContext:
     """Where this context's allowed and blocked requests are logged, one JSON line each."""
     containerfile: str | None = None
     """The image recipe for this context; None means the sandbox's default."""
+    credentials: tuple[InjectedCredential, ...] = ()
+    """Secrets in ``env`` (or the task's env) that only the egress proxy may hold."""
 
 
 IsKnown = Callable[[str], Awaitable[bool]]
@@ -106,3 +128,16 @@ class Sandbox(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+    async def reach_host_loopback(self, url: str, *, start: bool = True) -> str:
+        """The URL processes in this sandbox use for ``url``, an HTTP service on this host's
+        loopback (a local model API). A sandbox whose processes have a loopback of their own
+        relays that one port, reachable through its egress filtering only; ``start=False``
+        just says where it would be. Raises SandboxUnavailable when it cannot."""
+        ...
+
+    async def stop_all(self) -> None:
+        """Stop (not remove) everything this sandbox keeps running between tasks, for a front
+        end that ends with its user (``chat``); the next ``open`` and ``start`` bring it back.
+        Call after ``close``."""
+        ...

@@ -4,6 +4,10 @@ Each is started in its own process group (so a kill reaches everything it spawne
 ``setpriv --pdeathsig KILL`` where available (so if the daemon dies, even by kill -9, the
 process dies with it and a restarted daemon never races an orphan of the same task). Its
 prompt is written to stdin, which is then closed.
+
+A process group does not hold what started a new group or session (the agent's Bash tool
+does, and so does ``setsid``): host runs also get their own PID namespace and a marker in
+their environment, see ``pid_namespace_prefix`` and ``end_marked_processes``.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import contextlib
 import os
 import shutil
 import signal
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -65,3 +70,85 @@ def kill_group(process: asyncio.subprocess.Process) -> None:
         return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
+
+
+RUN_MARK = "GATEWAY_BOT_RUN"
+"""Environment variable holding a per-run token. Every descendant inherits it unless it
+clears its environment, so a sweep of /proc finds the run's processes wherever they went:
+a new session, a new process group, reparented to init after their parent died."""
+
+_SWEEP_ROUNDS = 100
+_SWEEP_PAUSE_S = 0.02
+
+
+async def pid_namespace_prefix() -> list[str]:
+    """The argv prefix that runs a command as init of its own PID namespace, or [] where
+    this host does not allow one. When that init exits or is killed, the kernel kills every
+    process left in the namespace, whatever session or group it moved to: the one reliable
+    way to end a run's whole process tree on the host."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return []
+    candidates = (
+        [unshare, "--pid", "--fork", "--kill-child"],
+        # Without CAP_SYS_ADMIN a user namespace makes the PID namespace possible.
+        [unshare, "--user", "--map-current-user", "--pid", "--fork", "--kill-child"],
+    )
+    for prefix in candidates:
+        probe = await asyncio.create_subprocess_exec(
+            *prefix,
+            "--",
+            "true",
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        if await probe.wait() == 0:
+            return [*prefix, "--"]
+    return []
+
+
+def end_marked_processes(token: str) -> int:
+    """Kill every process whose environment carries ``RUN_MARK=token``, and every
+    descendant of one (a child that cleared its environment), until none is left.
+    Blocking: call it in a thread. Returns how many kills were sent."""
+    mark = f"{RUN_MARK}={token}".encode()
+    kills = 0
+    for _ in range(_SWEEP_ROUNDS):
+        targets = _marked_tree(mark)
+        if not targets:
+            break
+        for pid in targets:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                kills += 1
+        time.sleep(_SWEEP_PAUSE_S)  # let the killed exit before looking again
+    return kills
+
+
+def _marked_tree(mark: bytes) -> set[int]:
+    parents: dict[int, int] = {}
+    marked: set[int] = set()
+    own = os.getpid()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == own:
+            continue
+        pid = int(name)
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+            if fields[0] == b"Z":  # a zombie is dead already; its parent reaps it
+                continue
+            parents[pid] = int(fields[1])
+            with open(f"/proc/{pid}/environ", "rb") as environ:
+                if mark in environ.read().split(b"\0"):
+                    marked.add(pid)
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile, or not ours to read
+    tree = set(marked)
+    grew = True
+    while grew:
+        children = {pid for pid, parent in parents.items() if parent in tree} - tree
+        tree |= children
+        grew = bool(children)
+    return tree

@@ -3,6 +3,12 @@
 Kept as the opt-in ``sandbox: none`` for development and for hosts without Podman. The agent
 can read and write anything the daemon's user can, and its network is not filtered; the
 daemon logs a loud warning whenever this sandbox is selected.
+
+What it does guarantee: a run's processes end with the run. Each run is init of its own PID
+namespace where the host allows one (the kernel then kills everything left in it when the
+run ends or is killed, whatever session or group a process moved to), and carries a token
+in its environment; after every run, normal or killed, a sweep of /proc kills whatever
+still carries the token (the only mechanism where no PID namespace can be made).
 """
 
 from __future__ import annotations
@@ -10,10 +16,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import secrets
 from collections.abc import Mapping, Sequence
 
 from gateway_bot.sandbox.base import ExecutionContext, IsKnown, SandboxPaths
-from gateway_bot.sandbox.child import kill_group, read_bounded, spawn_fed
+from gateway_bot.sandbox.child import (
+    RUN_MARK,
+    end_marked_processes,
+    kill_group,
+    pid_namespace_prefix,
+    read_bounded,
+    spawn_fed,
+)
 
 log = logging.getLogger(__name__)
 
@@ -22,9 +36,11 @@ _PASSED_THROUGH = ("PATH", "LANG", "LC_ALL", "TZ", "TMPDIR", "SSL_CERT_FILE")
 
 
 class HostProcess:
-    def __init__(self, process: asyncio.subprocess.Process) -> None:
+    def __init__(self, process: asyncio.subprocess.Process, token: str) -> None:
         self._process = process
+        self._token = token
         self._stderr_task = asyncio.create_task(read_bounded(process.stderr))
+        self._strays_ended: asyncio.Task[int] | None = None
 
     @property
     def stdout(self) -> asyncio.StreamReader:
@@ -35,22 +51,45 @@ class HostProcess:
         return await self._stderr_task
 
     async def wait(self) -> int:
-        return await self._process.wait()
+        """The exit code, once the process and everything it left running have ended: a
+        background process the agent started must not outlive its task."""
+        code = await self._process.wait()
+        if self._strays_ended is None:
+            self._strays_ended = asyncio.create_task(
+                asyncio.to_thread(end_marked_processes, self._token)
+            )
+        if killed := await asyncio.shield(self._strays_ended):
+            log.info("ended %d process(es) a finished agent run left behind", killed)
+        return code
 
     def kill(self) -> None:
         kill_group(self._process)
 
 
 class HostSandbox:
-    """Runs argv in the workspace directory, in its own process group."""
+    """Runs argv in the workspace directory, in its own process group and PID namespace."""
 
     name = "none"
+
+    def __init__(self) -> None:
+        self._isolation: list[str] | None = None
+
+    async def _isolation_prefix(self) -> list[str]:
+        if self._isolation is None:
+            self._isolation = await pid_namespace_prefix()
+            if not self._isolation:
+                log.warning(
+                    "sandbox none: no PID namespace allowed here (unshare --pid failed); "
+                    "an agent's leftover processes are found by their environment only"
+                )
+        return self._isolation
 
     async def check(self) -> None:
         log.warning(
             "SANDBOX DISABLED (sandbox: none): the agent runs directly on this host with "
             "this user's permissions and unfiltered network access"
         )
+        await self._isolation_prefix()
 
     async def open(self, is_known: IsKnown) -> None:
         return None
@@ -78,8 +117,21 @@ class HostSandbox:
         full_env["HOME"] = str(context.home)
         full_env.update(context.env)
         full_env.update(env)
-        process = await spawn_fed(argv, env=full_env, stdin_data=stdin_data, cwd=context.workspace)
-        return HostProcess(process)
+        token = secrets.token_hex(16)
+        full_env[RUN_MARK] = token
+        command = [*await self._isolation_prefix(), *argv]
+        process = await spawn_fed(
+            command, env=full_env, stdin_data=stdin_data, cwd=context.workspace
+        )
+        return HostProcess(process, token)
 
     async def close(self) -> None:
+        return None
+
+    async def reach_host_loopback(self, url: str, *, start: bool = True) -> str:
+        """The agent runs on the host: its loopback is the host's."""
+        return url
+
+    async def stop_all(self) -> None:
+        """Nothing runs between tasks: every run's processes end with it."""
         return None

@@ -16,6 +16,12 @@ import aiosqlite
 from gateway_bot.state.database import Database
 from gateway_bot.state.records import ApprovalRecord, ApprovalState, ContextLine
 
+CODE_BYTES = 6
+"""Approval codes are 12 hex characters (48 bits): still short enough to type as
+``!approve CODE``, and a clash between two live codes is out of reach (a clash with any
+code ever issued is retried anyway)."""
+_CODE_ATTEMPTS = 5
+
 
 class SqliteApprovals:
     def __init__(self, database: Database) -> None:
@@ -51,27 +57,34 @@ class SqliteApprovals:
         expires_at: float,
         kind: str = "sender",
     ) -> ApprovalRecord:
-        code = secrets.token_hex(3)
-        await self._database.write(
-            "INSERT INTO approvals (code, channel, room, room_title, sender_id, sender_name,"
-            " preview, state, created_at, expires_at, kind)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
-            (
-                code,
-                channel,
-                room,
-                room_title,
-                sender_id,
-                sender_name,
-                preview,
-                time.time(),
-                expires_at,
-                kind,
-            ),
+        row = (
+            channel,
+            room,
+            room_title,
+            sender_id,
+            sender_name,
+            preview,
+            time.time(),
+            expires_at,
+            kind,
         )
-        record = await self.get(code)
-        assert record is not None
-        return record
+        for _ in range(_CODE_ATTEMPTS):
+            code = secrets.token_hex(CODE_BYTES)
+            # A code already taken inserts nothing (the primary key), and the next one is
+            # tried; any other conflict (a second pending card for the same sender) still
+            # raises, because that is a bug, not bad luck.
+            inserted = await self._database.write(
+                "INSERT INTO approvals (code, channel, room, room_title, sender_id, sender_name,"
+                " preview, state, created_at, expires_at, kind)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)"
+                " ON CONFLICT (code) DO NOTHING",
+                (code, *row),
+            )
+            if inserted == 1:
+                record = await self.get(code)
+                assert record is not None
+                return record
+        raise RuntimeError(f"no free approval code after {_CODE_ATTEMPTS} attempts")
 
     async def set_card(
         self, code: str, card_channel: str, card_context: dict[str, Any], card_ref: str
@@ -93,6 +106,24 @@ class SqliteApprovals:
             "SELECT task_id FROM approval_tasks WHERE code = ? ORDER BY held_at, rowid", (code,)
         ) as cursor:
             return [str(row[0]) for row in await cursor.fetchall()]
+
+    async def shown_tasks(self, code: str) -> list[str]:
+        """The held tasks whose messages an owner has seen on the card: what Allow runs."""
+        async with self.db.execute(
+            "SELECT task_id FROM approval_tasks WHERE code = ? AND shown = 1"
+            " ORDER BY held_at, rowid",
+            (code,),
+        ) as cursor:
+            return [str(row[0]) for row in await cursor.fetchall()]
+
+    async def mark_shown(self, code: str, task_ids: list[str]) -> None:
+        """Record that the card (as sent or edited) now quotes these held messages."""
+        async with self._database.transaction() as db:
+            for task_id in task_ids:
+                await db.execute(
+                    "UPDATE approval_tasks SET shown = 1 WHERE code = ? AND task_id = ?",
+                    (code, task_id),
+                )
 
     async def decide(self, code: str, state: ApprovalState, decided_by: str) -> bool:
         """Move a pending approval to ``state``; False if it was no longer pending."""
@@ -122,6 +153,28 @@ class SqliteApprovals:
             (channel, room, sender_id),
         ) as cursor:
             return await cursor.fetchone() is not None
+
+    async def member_rooms(self, channel: str, sender_id: str) -> list[tuple[str, str]]:
+        """The rooms ``sender_id`` was approved in, as (room, its latest known title)."""
+        async with self.db.execute(
+            "SELECT m.room, (SELECT a.room_title FROM approvals a WHERE a.channel = m.channel"
+            " AND a.room = m.room ORDER BY a.created_at DESC LIMIT 1)"
+            " FROM room_members m WHERE m.channel = ? AND m.sender_id = ? ORDER BY m.added_at",
+            (channel, sender_id),
+        ) as cursor:
+            return [(str(r[0]), str(r[1] or r[0])) for r in await cursor.fetchall()]
+
+    async def remove_member(self, channel: str, sender_id: str, room: str | None) -> int:
+        """Revoke an approval in ``room``, or in every room of the channel when None."""
+        if room is None:
+            return await self._database.write(
+                "DELETE FROM room_members WHERE channel = ? AND sender_id = ?",
+                (channel, sender_id),
+            )
+        return await self._database.write(
+            "DELETE FROM room_members WHERE channel = ? AND room = ? AND sender_id = ?",
+            (channel, room, sender_id),
+        )
 
     async def add_context(self, channel: str, key: str, line: ContextLine, keep: int) -> None:
         """Keep a non-engaging message as context; only the newest ``keep`` survive."""

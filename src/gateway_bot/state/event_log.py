@@ -3,17 +3,32 @@
 Lives beside the workspace, never inside it, so the agent cannot read or rewrite its own
 history. One writer: the task running in that conversation (one task at a time).
 A blank line separates the runs of two tasks.
+
+Capped: an agent that prints without end must not fill the host's disk through its log.
+The line that would cross the cap is replaced by one JSON line saying the log was cut, and
+nothing more is appended, in this run or later ones. A write that fails (a full disk) is
+logged and skipped: the log is a record, never a reason for the run to fail.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LIMIT_BYTES = 50 * 1024 * 1024
 
 
 class EventLog:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, limit_bytes: int = DEFAULT_LIMIT_BYTES) -> None:
         self.path = path
+        self.limit_bytes = limit_bytes
+        self._size: int | None = None
+        """Bytes in the file, read once per instance; None until the first append."""
+        self._failed = False
 
     async def append(self, line: str) -> None:
         await asyncio.to_thread(self._append, line.rstrip("\n") + "\n")
@@ -22,6 +37,40 @@ class EventLog:
         await asyncio.to_thread(self._append, "\n")
 
     def _append(self, text: str) -> None:
+        try:
+            self._write(text.encode("utf-8", "replace"))
+        except OSError as exc:
+            if not self._failed:
+                log.warning("cannot append to %s: %s", self.path, exc)
+            self._failed = True
+
+    def _write(self, data: bytes) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a", encoding="utf-8") as handle:
-            handle.write(text)
+        if self._size is None:
+            self._size = self._size_so_far()
+        if self._size >= self.limit_bytes:
+            return  # cut already: the note is the last line
+        cut = self._size + len(data) > self.limit_bytes
+        if cut:
+            data = _CUT_NOTE_HEAD + json.dumps(self.limit_bytes).encode() + _CUT_NOTE_TAIL
+        with self.path.open("ab") as handle:
+            handle.write(data)
+        self._size = self.limit_bytes if cut else self._size + len(data)
+
+    def _size_so_far(self) -> int:
+        """The file's size, or the limit when an earlier run already cut it."""
+        if not self.path.exists():
+            return 0
+        with self.path.open("rb") as handle:
+            size = handle.seek(0, 2)
+            handle.seek(max(0, size - 1024))
+            tail = handle.read()
+        last_line = tail.rstrip(b"\n").rsplit(b"\n", 1)[-1]
+        return max(size, self.limit_bytes) if last_line.startswith(_CUT_NOTE_HEAD) else size
+
+
+_CUT_NOTE_HEAD = b'{"type": "gateway_bot_cut", "limit_bytes": '
+_CUT_NOTE_TAIL = (
+    b', "text": "events.jsonl reached its size limit (execution.events_log_limit_mb); '
+    b'later events of this conversation are not logged"}\n'
+)

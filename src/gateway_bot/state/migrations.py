@@ -104,4 +104,11 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE approvals ADD COLUMN kind TEXT NOT NULL DEFAULT 'sender';
     """,
+    # 4: which held messages the owner saw on the card (Allow runs only those). A card sent
+    # before this version quoted only its first message.
+    """
+    ALTER TABLE approval_tasks ADD COLUMN shown INTEGER NOT NULL DEFAULT 0;
+    UPDATE approval_tasks SET shown = 1
+        WHERE rowid IN (SELECT MIN(rowid) FROM approval_tasks GROUP BY code);
+    """,
 )

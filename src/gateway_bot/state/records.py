@@ -58,7 +58,8 @@ class ApprovalState(enum.Enum):
 @dataclass(frozen=True)
 class ApprovalRecord:
     code: str
-    """6 hex characters: short enough to type as ``/approve CODE``."""
+    """12 hex characters: short enough to type as ``!approve CODE``, long enough never to
+    clash."""
     channel: str
     room: str
     room_title: str

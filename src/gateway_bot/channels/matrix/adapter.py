@@ -48,10 +48,12 @@ from gateway_bot.channels.matrix.render import (
     notice_content,
     progress_content,
     reply_contents,
+    without_mentions,
 )
 from gateway_bot.channels.matrix.session import MatrixSession
 from gateway_bot.config.channels import MatrixChannelSettings
 from gateway_bot.core.channel import AuthenticationError
+from gateway_bot.core.inbox_files import InboxWriter
 from gateway_bot.core.messages import (
     Card,
     ChannelCapabilities,
@@ -110,9 +112,11 @@ class MatrixAdapter:
         raise AssertionError("unreachable")
 
     async def _send(self, room_id: str, content: JsonDict, txn_id: str) -> str:
-        api = self._session.api
+        """Every message the bot sends goes out here, mentioning nobody: its text is the
+        agent's or people's, and must not ping members by name or ``@room``."""
+        api, silenced = self._session.api, without_mentions(content)
         return await self._retrying(
-            "send", lambda: api.send(room_id, "m.room.message", content, txn_id)
+            "send", lambda: api.send(room_id, "m.room.message", silenced, txn_id)
         )
 
     # -- inbound -------------------------------------------------------------------------
@@ -221,10 +225,10 @@ class MatrixAdapter:
                 )
         raise AuthenticationError(sender, f"{key} is not (or no longer) a button of {target}")
 
-    async def save_attachments(self, message: InboundMessage, inbox_dir: str) -> list[str]:
+    async def save_attachments(self, message: InboundMessage, inbox: InboxWriter) -> list[str]:
         await self._session.ready()
         outcome = await save_attachments(
-            self._session.api, message.attachments, Path(inbox_dir), self._max_file_bytes
+            self._session.api, message.attachments, inbox, self._max_file_bytes
         )
         if outcome.problems:
             await self._notice(message.channel_context, " ".join(outcome.problems))

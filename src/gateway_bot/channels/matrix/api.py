@@ -15,10 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlparse
 
@@ -252,15 +250,16 @@ class MatrixApi:
         )
         return str(answer["content_uri"])
 
-    async def download(self, mxc: str, destination: Path, max_bytes: int) -> int:
-        """Stream ``mxc`` into ``destination``; FileTooLarge (and nothing kept) past
-        ``max_bytes``, whatever size the sender claimed."""
+    async def download(
+        self, mxc: str, write: Callable[[bytes], Awaitable[None]], max_bytes: int
+    ) -> int:
+        """Stream ``mxc`` to ``write``; FileTooLarge past ``max_bytes``, whatever size the
+        sender claimed (the caller discards what was written)."""
         parsed = urlparse(mxc)
         if parsed.scheme != "mxc" or not parsed.netloc or not parsed.path.strip("/"):
             raise MatrixError(400, "M_INVALID_PARAM", f"not an mxc:// URI: {mxc!r}")
         url = f"{self._base}{_MEDIA}/download/{_segment(parsed.netloc)}/"
         url += _segment(parsed.path.strip("/"))
-        partial = destination.with_name(destination.name + ".partial")
         size = 0
         try:
             async with (
@@ -276,17 +275,13 @@ class MatrixApi:
                         str(payload.get("errcode", "M_UNKNOWN")),
                         str(payload.get("error", "")),
                     )
-                with await asyncio.to_thread(partial.open, "wb") as sink:
-                    async for chunk in response.content.iter_chunked(256 * 1024):
-                        size += len(chunk)
-                        if size > max_bytes:
-                            raise FileTooLarge(mxc)
-                        await asyncio.to_thread(sink.write, chunk)
-            await asyncio.to_thread(os.replace, partial, destination)
+                async for chunk in response.content.iter_chunked(256 * 1024):
+                    size += len(chunk)
+                    if size > max_bytes:
+                        raise FileTooLarge(mxc)
+                    await write(chunk)
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise MatrixError(0, "M_CONNECTION", f"download {mxc}: {exc!r}") from exc
-        finally:
-            await asyncio.to_thread(partial.unlink, True)
         return size
 
 

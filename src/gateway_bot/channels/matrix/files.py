@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway_bot.channels.matrix.api import FileTooLarge, MatrixApi, MatrixError
-from gateway_bot.core.inbox_files import safe_filename, size_text, unused_path
+from gateway_bot.core.inbox_files import InboxError, InboxWriter, safe_filename, size_text
 from gateway_bot.core.messages import Attachment
 
 JsonDict = dict[str, Any]
@@ -24,9 +24,8 @@ class SaveOutcome:
 
 
 async def save_attachments(
-    api: MatrixApi, attachments: tuple[Attachment, ...], inbox: Path, max_bytes: int
+    api: MatrixApi, attachments: tuple[Attachment, ...], inbox: InboxWriter, max_bytes: int
 ) -> SaveOutcome:
-    await asyncio.to_thread(inbox.mkdir, parents=True, exist_ok=True)
     saved: list[str] = []
     problems: list[str] = []
     limit = size_text(max_bytes)
@@ -38,16 +37,19 @@ async def save_attachments(
                 "and was not downloaded."
             )
             continue
-        destination = unused_path(inbox, name)
         try:
-            await api.download(attachment.source_ref, destination, max_bytes)
+            async with inbox.receive(name) as incoming:
+                await api.download(attachment.source_ref, incoming.write, max_bytes)
         except FileTooLarge:
             problems.append(f"{name} is over the {limit} limit for files and was not downloaded.")
             continue
         except MatrixError as exc:
             problems.append(f"{name} could not be downloaded ({exc}).")
             continue
-        saved.append(destination.name)
+        except InboxError as exc:
+            problems.append(f"{name} could not be saved: {exc}.")
+            continue
+        saved.append(incoming.saved_name)
     return SaveOutcome(saved, problems)
 
 

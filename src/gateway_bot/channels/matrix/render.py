@@ -5,6 +5,14 @@ Replies are markdown from the agent. They are rendered with raw HTML disabled (t
 text is never trusted as markup), code blocks kept as ``<pre><code class="language-x">``,
 and split below the event size limit (64 KiB for the whole event, both bodies included),
 never inside a code block without closing and reopening its fence.
+
+Mentions: every message the bot sends carries an empty ``m.mentions``. Its text is the
+agent's or what people typed, so it must never ping anyone: with ``m.mentions`` present,
+clients and the homeserver's push rules notify only whom it names (nobody), not members
+whose name appears in the text, nor ``@room``. A ``matrix.to`` link to a user still shows
+as a pill, and does not ping. Images are kept only from ``mxc://`` (the homeserver's own
+media); any other ``src`` is made a link, so no client fetches an outside address when it
+shows the message.
 """
 
 from __future__ import annotations
@@ -15,6 +23,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from markdown_it import MarkdownIt
+from markdown_it.renderer import RendererProtocol
+from markdown_it.token import Token
+from markdown_it.utils import EnvType, OptionsDict
 
 from gateway_bot.core.messages import Card, Progress, Reply
 
@@ -25,10 +36,34 @@ _MAX_STEPS_SHOWN = 12
 _USAGE_RESERVE = 300
 """Bytes kept free in the last part for the usage line."""
 
+MENTIONS = "m.mentions"
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
+
+
+def _image(
+    renderer: RendererProtocol,
+    tokens: Sequence[Token],
+    idx: int,
+    options: OptionsDict,
+    env: EnvType,
+) -> str:
+    """An ``<img>`` only from ``mxc://``; any other source becomes a link to it (its alt
+    text as the label), so showing the message fetches nothing from outside."""
+    token = tokens[idx]
+    src = str(token.attrs.get("src", ""))
+    label = "".join(child.content for child in token.children or ()) or src
+    alt = html.escape(label)
+    if src.startswith("mxc://"):
+        return f'<img src="{html.escape(src)}" alt="{alt}">'
+    if src.startswith(("https://", "http://")):
+        return f'<a href="{html.escape(src)}">{alt}</a>'
+    return alt
+
+
 _markdown = MarkdownIt("commonmark", {"html": False, "breaks": True}).enable(
     ["table", "strikethrough"]
 )
-_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
+_markdown.add_render_rule("image", _image)
 
 
 def markdown_to_html(text: str) -> str:
@@ -37,7 +72,23 @@ def markdown_to_html(text: str) -> str:
 
 
 def message_content(plain: str, formatted: str, msgtype: str = "m.text") -> JsonDict:
-    return {"msgtype": msgtype, "body": plain, "format": HTML_FORMAT, "formatted_body": formatted}
+    return {
+        "msgtype": msgtype,
+        "body": plain,
+        "format": HTML_FORMAT,
+        "formatted_body": formatted,
+        MENTIONS: {},
+    }
+
+
+def without_mentions(content: JsonDict) -> JsonDict:
+    """``content`` mentioning nobody (also the new content of an edit): applied to every
+    message the bot sends, files included, whoever built the content."""
+    silenced: JsonDict = {**content, MENTIONS: {}}
+    new_content = content.get("m.new_content")
+    if isinstance(new_content, dict):
+        silenced["m.new_content"] = {**new_content, MENTIONS: {}}
+    return silenced
 
 
 def in_conversation(content: JsonDict, thread_root: str | None, reply_to: str | None) -> JsonDict:
@@ -178,9 +229,18 @@ def progress_content(progress: Progress) -> JsonDict:
 
 
 def finished_content(reply: Reply, steps: int | None) -> JsonDict:
-    """What the acknowledgement says once the reply is out. A reply without usage did not
-    come from a finished run (/stop, a refusal): the display just ends, the reply says why."""
-    word = "Failed" if reply.is_error else "Done" if reply.usage else "Ended"
+    """What the acknowledgement says once the reply is out. A stopped task (/stop, a limit)
+    says Stopped; another reply without usage did not come from a finished run (a refusal):
+    the display just ends, the reply says why."""
+    word = (
+        "Stopped"
+        if reply.stopped
+        else "Failed"
+        if reply.is_error
+        else "Done"
+        if reply.usage
+        else "Ended"
+    )
     seconds = reply.usage.duration_s if reply.usage else None
     details = []
     if steps is not None:

@@ -36,6 +36,7 @@ from gateway_bot.channels.slack.records import SlackRecords
 from gateway_bot.channels.slack.webapi import next_cursor, retrying
 from gateway_bot.config.channels import SlackChannelSettings
 from gateway_bot.core.channel import AuthenticationError
+from gateway_bot.core.inbox_files import InboxWriter
 from gateway_bot.core.messages import (
     Attachment,
     Card,
@@ -187,8 +188,8 @@ class SlackAdapter:
         members = await retrying(lambda: self._directory.members_of(groups))
         return is_allowed(user.id, members, self._settings)
 
-    async def save_attachments(self, message: InboundMessage, inbox_dir: str) -> list[str]:
-        result = await self._files.download(message.attachments, Path(inbox_dir))
+    async def save_attachments(self, message: InboundMessage, inbox: InboxWriter) -> list[str]:
+        result = await self._files.download(message.attachments, inbox)
         if result.problems:
             await self._say(message.channel_context, ":paperclip: " + " ".join(result.problems))
         return result.saved
@@ -196,7 +197,9 @@ class SlackAdapter:
     # -- outbound ----------------------------------------------------------------------
 
     async def send_acknowledgement(self, context: JsonDict, task_id: str, text: str) -> None:
-        await self._post_once(task_id, "ack", 0, context, f":hourglass_flowing_sand: {text}")
+        await self._post_once(
+            task_id, "ack", 0, context, render.notice(":hourglass_flowing_sand:", text)
+        )
         await self._records.join_thread(
             str(context.get("team") or ""), str(context["channel"]), _thread(context)
         )
@@ -236,7 +239,7 @@ class SlackAdapter:
         await self._records.confirm_post(task_id, "closed", 0, ack.ts)
 
     async def send_rejection(self, context: JsonDict, text: str) -> None:
-        await self._say(context, f":no_entry_sign: {render.to_mrkdwn(text)}")
+        await self._post_mrkdwn(context, f":no_entry_sign: {render.to_mrkdwn(text)}")
 
     async def send_card(self, context: JsonDict, card: Card) -> str:
         channel = str(context["channel"])
@@ -249,12 +252,14 @@ class SlackAdapter:
         return f"{channel}:{response['ts']}"
 
     async def update_card(self, context: JsonDict, card_ref: str, card: Card) -> None:
+        """A decided card comes without buttons; a pending one (edited to quote more held
+        messages) keeps them."""
         channel, _, ts = card_ref.partition(":")
         await self._client.chat_update(
             channel=channel,
             ts=ts,
             text=render.card_fallback(card),
-            blocks=render.card_blocks(card, with_buttons=False),
+            blocks=render.card_blocks(card),
         )
 
     async def join_room(self, room: str) -> None:
@@ -272,10 +277,16 @@ class SlackAdapter:
             log.warning("could not leave %s: %s", room, exc.response.get("error"))
 
     async def _say(self, context: JsonDict, text: str) -> None:
+        """Post plain text (file problems, notices): escaped here, so the names of files
+        and people in it stay text and never become mentions or links."""
+        await self._post_mrkdwn(context, render.escape(text))
+
+    async def _post_mrkdwn(self, context: JsonDict, mrkdwn: str) -> None:
+        """Post mrkdwn that ``render`` built (every piece of text in it escaped)."""
         await self._client.chat_postMessage(
             channel=str(context["channel"]),
             thread_ts=context.get("thread_ts") or None,
-            text=text,
+            text=mrkdwn,
             unfurl_links=False,
             unfurl_media=False,
         )

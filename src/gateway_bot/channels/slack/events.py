@@ -126,7 +126,9 @@ def strip_bot_mention(text: str, bot_user_id: str) -> str:
 def slack_text_to_plain(text: str) -> str:
     """Slack's markup as a person reads it: ``<https://x|label>`` -> ``label (https://x)``,
     ``<#C1|general>`` -> ``#general``, ``<@U1>`` -> ``@U1``, ``<!here>`` -> ``@here``, and
-    the ``&amp; &lt; &gt;`` escapes undone (last, so they cannot forge markup)."""
+    the ``&amp; &lt; &gt;`` escapes undone (last, so they cannot forge markup). The result
+    is for the agent: an escaped ``&lt;!here&gt;`` comes out as ``<!here>``, so anything
+    posted back to Slack goes through ``render.escape`` / ``render.to_mrkdwn``."""
 
     def plain(match: re.Match[str]) -> str:
         target, label = match.group(1), match.group(2)

@@ -19,10 +19,11 @@ from pathlib import Path
 
 import aiohttp
 from slack_sdk.web.async_client import AsyncWebClient
+from yarl import URL
 
 from gateway_bot.channels.slack.records import SlackRecords
 from gateway_bot.channels.slack.webapi import next_cursor
-from gateway_bot.core.inbox_files import safe_filename, size_text, unused_path
+from gateway_bot.core.inbox_files import InboxError, InboxWriter, size_text
 from gateway_bot.core.messages import Attachment, JsonDict
 
 log = logging.getLogger(__name__)
@@ -46,14 +47,16 @@ class SlackFiles:
         self._records = records
         self._token = bot_token
         self._max_bytes = max_bytes
+        self._api_origin = _origin(URL(client.base_url))
+        """Where ``channels.slack.api_base_url`` points (a fake Slack in tests): its file
+        links get the token too."""
 
     # -- in ----------------------------------------------------------------------------
 
-    async def download(self, attachments: tuple[Attachment, ...], inbox: Path) -> Downloaded:
+    async def download(self, attachments: tuple[Attachment, ...], inbox: InboxWriter) -> Downloaded:
         saved: list[str] = []
         problems: list[str] = []
-        headers = {"Authorization": f"Bearer {self._token}"}
-        async with aiohttp.ClientSession(headers=headers) as session:
+        async with aiohttp.ClientSession() as session:  # _fetch adds the token per request
             for attachment in attachments:
                 if attachment.size > self._max_bytes:
                     problems.append(self._too_big(attachment.filename, attachment.size))
@@ -63,29 +66,51 @@ class SlackFiles:
                 except _FetchError as exc:
                     problems.append(f"{attachment.filename}: {exc}")
                     continue
-                path = unused_path(inbox, safe_filename(attachment.filename))
-                await asyncio.to_thread(_write, path, data)
-                saved.append(path.name)
+                try:
+                    saved.append(await inbox.save(attachment.filename, data))
+                except InboxError as exc:
+                    problems.append(f"{attachment.filename}: {exc}")
         return Downloaded(saved, problems)
 
     async def _fetch(self, session: aiohttp.ClientSession, attachment: Attachment) -> bytes:
+        """The file's bytes, from Slack only. The bot token goes with each request, and
+        so only to Slack's own file hosts (or the configured API's origin): an external
+        file's link, or a redirect off Slack, is refused before anything is sent there
+        (downloading it without the token would still have the host fetch any address a
+        remote file names). Redirects are followed here, each hop checked."""
         if not attachment.source_ref.startswith(("https://", "http://")):
             raise _FetchError("Slack gave no download link (is it an external file?)")
+        url = URL(attachment.source_ref)
+        headers = {"Authorization": f"Bearer {self._token}"}
         try:
-            async with session.get(attachment.source_ref) as response:
-                if response.status != 200:
-                    raise _FetchError(f"download failed (HTTP {response.status})")
-                if response.content_type == "text/html" and not attachment.filename.endswith(
-                    (".html", ".htm")
-                ):
-                    raise _FetchError("Slack answered with a login page: add the files:read scope")
-                data = bytearray()
-                async for chunk in response.content.iter_chunked(256 * 1024):
-                    data += chunk
-                    if len(data) > self._max_bytes:
-                        raise _FetchError(self._too_big(attachment.filename, len(data)))
-                return bytes(data)
-        except aiohttp.ClientError as exc:
+            for hop in range(_MAX_REDIRECTS + 1):
+                if not _is_slack_file_host(url, self._api_origin):
+                    where = "the link points" if hop == 0 else "the download was redirected"
+                    raise _FetchError(
+                        f"{where} outside Slack ({url.host}); the bot downloads only files "
+                        "stored in Slack, so the agent did not get it"
+                    )
+                async with session.get(url, headers=headers, allow_redirects=False) as response:
+                    location = response.headers.get("Location")
+                    if response.status in _REDIRECTS and location:
+                        url = url.join(URL(location))
+                        continue
+                    if response.status != 200:
+                        raise _FetchError(f"download failed (HTTP {response.status})")
+                    if response.content_type == "text/html" and not attachment.filename.endswith(
+                        (".html", ".htm")
+                    ):
+                        raise _FetchError(
+                            "Slack answered with a login page: add the files:read scope"
+                        )
+                    data = bytearray()
+                    async for chunk in response.content.iter_chunked(256 * 1024):
+                        data += chunk
+                        if len(data) > self._max_bytes:
+                            raise _FetchError(self._too_big(attachment.filename, len(data)))
+                    return bytes(data)
+            raise _FetchError("download failed (too many redirects)")
+        except (aiohttp.ClientError, ValueError) as exc:
             raise _FetchError(f"download failed ({exc})") from exc
 
     def _too_big(self, name: str, size: int) -> str:
@@ -152,6 +177,27 @@ class _FetchError(Exception):
     pass
 
 
-def _write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
+_SLACK_DOMAIN = "slack.com"
+"""Slack serves shared files from files.slack.com; any host of slack.com is Slack's own.
+Not slack-edge.com (public assets, no token needed) and never plain http."""
+_MAX_REDIRECTS = 3
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+
+
+def _origin(url: URL) -> tuple[str, str, int | None]:
+    return (url.scheme.lower(), (url.host or "").lower(), url.port)
+
+
+def _is_slack_file_host(url: URL, api_origin: tuple[str, str, int | None]) -> bool:
+    """May the bot token go to ``url``? Only over https to slack.com or a subdomain of
+    it, or to exactly the origin of the configured API base URL."""
+    if not url.absolute:
+        return False
+    if _origin(url) == api_origin:
+        return True
+    host = (url.host or "").lower().rstrip(".")
+    return (
+        url.scheme.lower() == "https"
+        and url.port == 443
+        and (host == _SLACK_DOMAIN or host.endswith("." + _SLACK_DOMAIN))
+    )

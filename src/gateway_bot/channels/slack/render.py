@@ -2,18 +2,23 @@
 progress message, and approval cards in Block Kit. Pure functions over data.
 
 Markdown -> mrkdwn is slackify-markdown (a markdown-it parser, so ``2 * 3 * 4`` and code
-spans survive, and ``& < >`` are escaped as Slack requires); the regex-based converters
-on PyPI mangle both. Splitting keeps code fences balanced: a chunk that ends inside a
-fence closes it and the next chunk reopens it.
+spans survive); the regex-based converters on PyPI mangle both. Splitting keeps code
+fences balanced: a chunk that ends inside a fence closes it and the next chunk reopens it.
+
+Mentions: everything the bot posts is text from people or the agent, never a mention of
+ours, so every ``& < >`` that is not markup this module generated is escaped with
+``escape`` (slackify itself lets ``<!channel>``, ``<!here>``, ``<!subteam^…>`` and
+``<@U…>`` through, and a markdown link to ``!here`` becomes ``<!here|x>``). The only
+``<`` left live are the links ``_SafeSlackify`` writes, to http(s) and mailto targets.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlparse
 
-from slackify_markdown import slackify_markdown  # type: ignore[import-untyped]
+from slackify_markdown.slackify import SlackifyMarkdown  # type: ignore[import-untyped]
 
 from gateway_bot.core.messages import Card, Progress, Reply
 
@@ -27,29 +32,84 @@ _FENCE = "```"
 
 
 def escape(text: str) -> str:
-    """Slack's three control characters, for text that is not markdown (steps, titles)."""
+    """Slack's three control characters: the one way text that is not our own markup
+    (agent output, what people typed, names of people, rooms and files) reaches Slack, so
+    none of it can become a mention, a link or a broadcast."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def notice(emoji: str, text: str) -> str:
+    """A one-line notice from plain text (file problems, acknowledgements)."""
+    return f"{emoji} {escape(text)}"
+
+
 def to_mrkdwn(markdown: str) -> str:
-    converted: str = slackify_markdown(markdown)
-    return _escape_code(converted.strip()) or escape(markdown.strip())
+    converted: str = _SafeSlackify(markdown).slackify()
+    return converted.strip() or escape(markdown.strip())
 
 
-_FENCED = re.compile(r"(```.*?```)", re.DOTALL)
-_CODE_SPAN = re.compile(r"`[^`\n]+`")
+_LINK_SCHEMES = frozenset({"http", "https", "mailto"})
 
 
-def _escape_code(mrkdwn: str) -> str:
-    """slackify escapes ``& < >`` in text but not in code; Slack wants them escaped
-    everywhere (an unescaped ``<`` can start a link)."""
-    parts = _FENCED.split(mrkdwn)
-    for index, part in enumerate(parts):
-        if index % 2:
-            parts[index] = escape(part)
-        else:
-            parts[index] = _CODE_SPAN.sub(lambda m: escape(m.group(0)), part)
-    return "".join(parts)
+def _link_target(href: str) -> str | None:
+    """The href as the target of a Slack link, or None when it must stay text: anything
+    but http(s) and mailto (``!here``, ``@U1``, ``#C1`` would be live mentions)."""
+    parsed = urlparse(href)
+    if parsed.scheme.lower() not in _LINK_SCHEMES:
+        return None
+    if parsed.scheme.lower() != "mailto" and not parsed.netloc:
+        return None
+    # markdown-it percent-encodes these already; the link must not end or split early.
+    return escape(href.replace("|", "%7C").replace("<", "%3C").replace(">", "%3E"))
+
+
+class _SafeSlackify(SlackifyMarkdown):  # type: ignore[misc]
+    """slackify-markdown with every piece of text escaped (its own escaping keeps
+    ``<!…>``, ``<@…>`` and ``<#…>`` live, and leaves code, image text and link targets
+    raw) and links only to http(s) and mailto."""
+
+    def __init__(self, markdown_text: Any) -> None:
+        super().__init__(markdown_text)
+        self._open_links: list[tuple[bool, str]] = []  # (live link?, href), innermost last
+
+    def text(self, tokens: list[Any], idx: int, options: Any, env: Any) -> str:
+        return escape(tokens[idx].content)
+
+    def code_inline(self, tokens: list[Any], idx: int, options: Any, env: Any) -> str:
+        return f"`{escape(tokens[idx].content)}`"
+
+    def code_block(self, tokens: list[Any], idx: int, options: Any, env: Any) -> str:
+        return f"```\n{escape(tokens[idx].content)}```\n"
+
+    def fence(self, tokens: list[Any], idx: int, options: Any, env: Any) -> str:
+        return f"```\n{escape(tokens[idx].content)}```\n"
+
+    def link_open(self, tokens: list[Any], idx: int, options: Any, env: Any) -> str:
+        href = str(tokens[idx].attrs.get("href", ""))
+        target = _link_target(href)
+        self._open_links.append((target is not None, href))
+        if target is None:
+            return ""
+        return f"<{target}" if tokens[idx + 1].nesting == -1 else f"<{target}|"
+
+    def link_close(self, tokens: list[Any], idx: int, options: Any, env: Any) -> str:
+        """A live link closes; any other target follows its text, escaped."""
+        live, href = self._open_links.pop() if self._open_links else (False, "")
+        if live:
+            return ">"
+        return f" ({escape(href)})" if href else ""
+
+    def image(self, tokens: list[Any], idx: int, options: Any, env: Any) -> str:
+        src = str(tokens[idx].attrs.get("src", ""))
+        alt = escape(tokens[idx].content or str(tokens[idx].attrs.get("title", "") or ""))
+        target = _link_target(src)
+        if target is None:
+            return alt
+        return f"<{target}|{alt}>" if alt else f"<{target}>"
+
+    def renderToken(self, tokens: list[Any], idx: int, options: Any, env: Any) -> str:
+        """A token slackify has no rule for renders as nothing, never as an HTML tag."""
+        return ""
 
 
 def render_reply(reply: Reply, limit: int = MESSAGE_LIMIT) -> list[str]:
@@ -128,7 +188,13 @@ def progress_from(progress: Progress) -> str:
 
 def done_text(reply: Reply, steps: Sequence[str]) -> str:
     """The acknowledgement's final state: the outcome and the steps taken."""
-    head = ":warning: Finished with an error" if reply.is_error else ":white_check_mark: Done"
+    head = (
+        ":octagonal_sign: Stopped"
+        if reply.stopped
+        else ":warning: Finished with an error"
+        if reply.is_error
+        else ":white_check_mark: Done"
+    )
     if steps:
         head += f" · {len(steps)} step{'s' if len(steps) != 1 else ''}"
     return progress_text(steps, None, done=head)
@@ -160,4 +226,4 @@ def card_blocks(card: Card, *, with_buttons: bool = True) -> list[dict[str, Any]
 
 def card_fallback(card: Card) -> str:
     """The notification text and what clients without Block Kit show."""
-    return f"{card.title}: {card.body}"[:MESSAGE_LIMIT]
+    return escape(f"{card.title}: {card.body}")[:MESSAGE_LIMIT]

@@ -1,4 +1,5 @@
-"""Egress allowlist rules and the one decision made with them: may this request go out?
+"""Egress allowlist rules and the decisions made with them: may this request go out, and
+does it get a credential header on its way?
 
 Standard library only, on purpose: the proxy image gets a copy of this file next to its
 mitmproxy addon, so the daemon (which validates a repo's allowlist) and the proxy (which
@@ -8,9 +9,11 @@ enforces it) decide with the same code.
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote
 
 
 @dataclass(frozen=True)
@@ -47,23 +50,93 @@ class Verdict:
     reason: str
 
 
+class UnsafePath(ValueError):
+    """A path that servers may read in more than one way: no path rule can vouch for it."""
+
+
 def decide(rules: Sequence[EgressRule], method: str, host: str, path: str) -> Verdict:
-    """The verdict for one HTTP request (``path`` may carry a query; it is ignored)."""
+    """The verdict for one HTTP request (``path`` may carry a query; it is ignored).
+
+    Path rules match the path as the most eager server would read it (``normal_path``), so
+    ``/pub/../etc`` is ``/etc``, not something under ``/pub/``. A path that cannot be read
+    one way only (an encoded slash, a backslash) never satisfies a path rule; rules without
+    paths do not look at the path, so there it still goes (npm's ``@scope%2fname``)."""
     for_host = [rule for rule in rules if rule.matches_host(host)]
     if not for_host:
         return Verdict(False, f"host {_normal_host(host)} is not in the network allowlist")
     bare_path = path.split("?", 1)[0] or "/"
     method = method.upper()
+    unsafe: UnsafePath | None = None
+    normal: str | None = None
     for rule in for_host:
         if rule.methods and method not in rule.methods:
             continue
-        if rule.paths and not any(fnmatch.fnmatchcase(bare_path, p) for p in rule.paths):
-            continue
+        if rule.paths:
+            if normal is None and unsafe is None:
+                try:
+                    normal = normal_path(bare_path)
+                except UnsafePath as exc:
+                    unsafe = exc
+            if normal is None or not any(fnmatch.fnmatchcase(normal, p) for p in rule.paths):
+                continue
         return Verdict(True, f"allowed by rule for {rule.host}")
+    if unsafe is not None:
+        return Verdict(False, f"{method} {bare_path} refused: {unsafe}")
+    shown = bare_path if normal in (None, bare_path) else f"{bare_path} (read as {normal})"
     return Verdict(
         False,
-        f"{method} {bare_path} is not allowed for host {_normal_host(host)} (path/method rules)",
+        f"{method} {shown} is not allowed for host {_normal_host(host)} (path/method rules)",
     )
+
+
+_ENCODED_SEPARATOR = re.compile(r"%(2f|5c)", re.IGNORECASE)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_MAX_DECODINGS = 4
+
+
+def normal_path(path: str) -> str:
+    """``path`` percent-decoded and with its dot segments resolved, the way the most eager
+    server would read it: decoded until nothing changes (a server or framework behind
+    another may decode twice), empty segments merged (nginx's ``merge_slashes``), and
+    ``..;x`` taken as ``..`` (Tomcat drops ``;`` parameters). Each of those readings only
+    moves a path up, never down, so a path that matches a rule after this is under that
+    rule however the server reads it. Raises UnsafePath for encoded slashes (``%2f``,
+    ``%5c``), backslashes and control characters, which servers split or keep as they like.
+    """
+    current = path
+    for _ in range(_MAX_DECODINGS):
+        if _ENCODED_SEPARATOR.search(current):
+            raise UnsafePath("an encoded slash (%2f or %5c) in the path is refused")
+        decoded = unquote(current, errors="surrogateescape")
+        if decoded == current:
+            break
+        current = decoded
+    else:
+        raise UnsafePath(f"the path is still percent-encoded after {_MAX_DECODINGS} decodings")
+    if "\\" in current:
+        raise UnsafePath("a backslash in the path is refused")
+    if _CONTROL.search(current):
+        raise UnsafePath("a control character in the path is refused")
+    if current == "*":
+        return current  # OPTIONS *: no segments, and no path rule is just "*" by accident
+    if not current.startswith("/"):
+        raise UnsafePath("a path that does not start with / is refused")
+    kept: list[str] = []
+    segments = current.split("/")[1:]
+    for index, segment in enumerate(segments):
+        last = index == len(segments) - 1
+        name = segment.split(";", 1)[0]
+        if name == "..":
+            if kept:
+                kept.pop()
+            if last:
+                kept.append("")
+        elif name == ".":
+            if last:
+                kept.append("")
+        elif segment or last:
+            kept.append(segment)
+    return "/" + "/".join(kept)
 
 
 def decide_connect(rules: Sequence[EgressRule], host: str) -> Verdict:
@@ -80,6 +153,77 @@ def decide_raw_stream(rules: Sequence[EgressRule], host: str) -> Verdict:
     if any(rule.matches_host(host) and rule.unrestricted for rule in rules):
         return Verdict(True, "host is allowed without path or method limits")
     return Verdict(False, f"non-HTTP traffic to {_normal_host(host)} is not allowed")
+
+
+@dataclass(frozen=True)
+class HeaderInjection:
+    """A header the proxy sets on requests to one origin only: how a credential the
+    sandboxed process never holds (it has a placeholder) reaches the model API. Whatever
+    the process sent in that header is replaced; requests anywhere else pass untouched."""
+
+    scheme: str
+    host: str
+    port: int
+    header: str
+    value: str = field(repr=False)
+
+    def applies(
+        self, scheme: str, host: str, port: int, host_header: str | None, sni: str | None
+    ) -> bool:
+        """Does a request for ``scheme://host:port`` (where the proxy connects) with this
+        Host header and, for HTTPS, this TLS server name go to this origin and nowhere
+        else? Host header and server name must name it too: a CDN in front of the origin
+        routes by them, so either one naming another site would carry the credential
+        there (domain fronting)."""
+        mine = _normal_host(self.host)
+        if scheme.lower() != self.scheme.lower() or port != self.port:
+            return False
+        if _normal_host(host) != mine:
+            return False
+        if sni and _normal_host(sni) != mine:
+            return False
+        if host_header:
+            header_host, header_port = _split_authority(host_header)
+            if _normal_host(header_host) != mine:
+                return False
+            if header_port is not None and header_port != self.port:
+                return False
+        return True
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "scheme": self.scheme,
+            "host": self.host,
+            "port": self.port,
+            "header": self.header,
+            "value": self.value,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> HeaderInjection:
+        return cls(
+            scheme=str(data["scheme"]),
+            host=str(data["host"]),
+            port=int(data["port"]),
+            header=str(data["header"]),
+            value=str(data["value"]),
+        )
+
+
+def _split_authority(authority: str) -> tuple[str, int | None]:
+    """``host``, ``host:port``, ``[v6]:port`` -> (host, port or None). An unparseable port
+    is -1, which matches no origin."""
+    text = authority.strip()
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port_text = rest[1:] if rest.startswith(":") else None
+    elif text.count(":") == 1:
+        host, _, port_text = text.partition(":")
+    else:
+        host, port_text = text, None
+    if port_text is None:
+        return host, None
+    return host, int(port_text) if port_text.isdigit() else -1
 
 
 def rules_to_json(rules: Iterable[EgressRule]) -> list[dict[str, Any]]:

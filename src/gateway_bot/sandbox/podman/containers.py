@@ -10,6 +10,7 @@ from the host; environment variables come with each exec.
 from __future__ import annotations
 
 import ipaddress
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,16 @@ SYSTEM_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 INIT_SCRIPT = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"
 """PID 1: sleeps, exits on SIGTERM, and reaps orphans (the shell's wait collects any child).
 Being PID 1 it also survives ``kill -9 -1``, which is how stray processes are cleared."""
+
+NETWORK_SYSCTLS = {
+    "net.ipv6.conf.all.disable_ipv6": "1",
+    "net.ipv6.conf.default.disable_ipv6": "1",
+    "net.ipv6.conf.lo.disable_ipv6": "1",
+    "net.ipv4.ping_group_range": "1 0",
+}
+"""The internal network has no IPv4 route out, but its bridge keeps an IPv6 link-local
+address through which host services listening on ``[::]`` answer: no IPv6 in the agent's
+network namespace at all, and no unprivileged ICMP sockets."""
 
 TRUST_CA = ["sh", "-c", "update-ca-certificates >/dev/null 2>&1 || true"]
 KILL_STRAYS = ["sh", "-c", "kill -9 -1 2>/dev/null || true"]
@@ -131,6 +142,7 @@ def create_spec(
         "networks": {network.name: {"static_ips": [network.agent_address]}},
         "dns": ["127.0.0.1"],  # no resolver: names outside /etc/hosts do not resolve
         "extra_hosts": {"proxy": network.proxy_address},
+        "sysctls": NETWORK_SYSCTLS,
         "runtime": service.runtime,
         "ulimits": service.api_ulimits(),
         "mem_limit": limits.memory,
@@ -142,3 +154,22 @@ def create_spec(
 
 def _bind(source: Path, target: str) -> dict[str, Any]:
     return {"type": "bind", "source": str(source), "target": target}
+
+
+def create_container(client: Any, create: dict[str, Any]) -> None:
+    """``containers.create`` with every bind mount ``nosuid,nodev``: what the agent leaves in
+    its directories lands on the host's filesystem, where a setuid-root binary or a device
+    node made by container root must never take effect. podman-py has no key for those
+    mount options, so its own payload rendering is used and the options added before the
+    POST (the same request ``containers.create`` makes)."""
+    payload = client.containers._render_payload(dict(create))
+    for mount in payload.get("mounts") or []:
+        if mount.get("type") == "bind":
+            options = list(mount.get("options") or [])
+            mount["options"] = options + [o for o in ("nosuid", "nodev") if o not in options]
+    response = client.api.post(
+        "/containers/create",
+        headers={"content-type": "application/json"},
+        data=json.dumps(payload),
+    )
+    response.raise_for_status()

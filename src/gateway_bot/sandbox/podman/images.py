@@ -29,6 +29,11 @@ from typing import Any
 from podman.errors import APIError, ImageNotFound
 
 from gateway_bot.config.sandbox import ImageSettings
+from gateway_bot.sandbox.base import REPO_CONTAINERFILE_PATH, SandboxUnavailable
+from gateway_bot.sandbox.podman.repo_containerfile import (
+    RepoContainerfileRefused,
+    check_repo_containerfile,
+)
 from gateway_bot.sandbox.podman.service import OnLine, PodmanService
 
 log = logging.getLogger(__name__)
@@ -44,6 +49,15 @@ _PROJECT_ROOT = Path(__file__).resolve().parents[4]
 DEFAULT_CONTAINERFILE = _PROJECT_ROOT / "Containerfile"
 PROXY_CONTEXT = _PROJECT_ROOT / "images" / "proxy"
 _RULES_MODULE = Path(__file__).resolve().parents[1] / "egress" / "rules.py"
+UNTRUSTED_BUILD_FLAGS = [
+    "--network=none",
+    "--cap-drop=all",
+    "--cap-add=CHOWN,DAC_OVERRIDE,FOWNER,FSETID,SETUID,SETGID",
+]
+"""A repo's own Containerfile: no network in its RUN steps (neither the host's nor the
+internet: it never passes the egress proxy), and only the capabilities package installs
+need. (A user namespace for the build is not used: buildah 1.28 does not remap the base
+image's layers, so its root could not write its own filesystem.)"""
 _UNHASHED = {"host-ca.pem"}
 """Context files that do not make a new image: the host's CA bundle only helps pip fetch."""
 
@@ -91,9 +105,35 @@ class ImageBuilder:
     async def agent_image(
         self, containerfile: str | None = None, on_line: OnLine | None = None
     ) -> BuiltImage:
-        """The image for ``containerfile`` (a repo's own; None: the default), built if needed."""
-        text = containerfile if containerfile is not None else self.default_containerfile()
-        return await self._ensure(AGENT_IMAGE, text, self._agent_files, on_line)
+        """The image for ``containerfile`` (a repo's own; None: the default), built if needed.
+
+        A repo's Containerfile is hostile input: it is checked (``repo_containerfile``),
+        subject to the operator's ``repo_containerfiles`` policy, and built without network
+        and with few capabilities. Raises SandboxUnavailable saying why it was refused."""
+        if containerfile is None or self._settings.repo_containerfiles == "refuse":
+            if containerfile is not None:
+                log.warning("ignoring the repo's Containerfile (repo_containerfiles: refuse)")
+            text = self.default_containerfile()
+            return await self._ensure(AGENT_IMAGE, text, self._agent_files, on_line)
+        digest = hashlib.sha256(containerfile.encode()).hexdigest()
+        if (
+            self._settings.repo_containerfiles == "approved"
+            and digest not in self._settings.approved_containerfiles
+        ):
+            raise SandboxUnavailable(
+                f"the repo's {REPO_CONTAINERFILE_PATH} (sha256 {digest}) is not approved for "
+                "building on this host. An operator who has read it adds that hash to "
+                "sandbox.image.approved_containerfiles."
+            )
+        try:
+            check_repo_containerfile(containerfile)
+        except RepoContainerfileRefused as exc:
+            raise SandboxUnavailable(
+                f"the repo's {REPO_CONTAINERFILE_PATH} was refused: " + "; ".join(exc.problems)
+            ) from exc
+        return await self._ensure(
+            AGENT_IMAGE, containerfile, self._agent_files, on_line, untrusted=True
+        )
 
     async def proxy_image(self, on_line: OnLine | None = None) -> BuiltImage:
         text, files = await asyncio.to_thread(_proxy_context)
@@ -109,7 +149,13 @@ class ImageBuilder:
         return await self._service.api(get)
 
     async def _ensure(
-        self, repository: str, containerfile: str, files: Mapping[str, Path], on_line: OnLine | None
+        self,
+        repository: str,
+        containerfile: str,
+        files: Mapping[str, Path],
+        on_line: OnLine | None,
+        *,
+        untrusted: bool = False,
     ) -> BuiltImage:
         base = await self.base_image()
         base_info = await self.inspect(base)
@@ -126,15 +172,19 @@ class ImageBuilder:
                 if tag not in self._refreshing:
                     log.info("refreshing %s in the background (older than the maximum age)", tag)
                     refresh = self._build(
-                        tag, digest, containerfile, base, files, None, no_cache=True
-                    )
+                        tag, digest, containerfile, base, files, None, no_cache=True,
+                        untrusted=untrusted,
+                    )  # fmt: skip
                     job = asyncio.create_task(refresh)
                     self._refreshing[tag] = job
                     job.add_done_callback(lambda done: self._refreshed(tag, done))
                 return BuiltImage(tag, str(info["Id"]))
             why = "older than the maximum age" if stale else "not built yet"
             log.info("building %s (%s)", tag, why)
-            await self._build(tag, digest, containerfile, base, files, on_line, no_cache=stale)
+            await self._build(
+                tag, digest, containerfile, base, files, on_line, no_cache=stale,
+                untrusted=untrusted,
+            )  # fmt: skip
             built = await self.inspect(tag)
             assert built is not None, f"{tag} missing right after its build"
             return BuiltImage(tag, str(built["Id"]))
@@ -183,10 +233,13 @@ class ImageBuilder:
         on_line: OnLine | None,
         *,
         no_cache: bool,
+        untrusted: bool = False,
     ) -> None:
         context = self._work_dir / "build" / digest[:16]
         await asyncio.to_thread(_stage_context, context, containerfile, files)
         args = ["build", *self._service.cli_limit_flags(), "--build-arg", f"BASE_IMAGE={base}"]
+        if untrusted:
+            args += UNTRUSTED_BUILD_FLAGS
         for name in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL"):
             if os.environ.get(name):
                 args += ["--build-arg", f"{name}={os.environ[name]}"]

@@ -9,6 +9,13 @@ only writer and replaces it atomically, the addon re-reads it when it changes.
 The proxy's own way out is ``sandbox.egress_network``, a normal podman network. The
 conversation networks are internal, without DNS and without a route anywhere else, so the
 proxy is the only way out whatever the agent does with its environment variables.
+
+A route also carries the context's injected credentials (the model API key): the agent
+holds a placeholder, the proxy sets the real header on requests to the model API only. So
+``routes.json`` is mode 0600, and the shared directory is mounted read-only into the proxy
+(routes, credentials, the CA and its key): a compromised proxy cannot rewrite its own
+rules or swap the CA the agents trust. Only ``logs/`` is writable there. The CA is made
+once, before the first start, by mitmproxy's own code in a one-off container.
 """
 
 from __future__ import annotations
@@ -27,8 +34,8 @@ from typing import Any
 
 from podman.errors import NotFound, PodmanError
 
-from gateway_bot.sandbox.base import SandboxUnavailable
-from gateway_bot.sandbox.egress.rules import EgressRule, rules_to_json
+from gateway_bot.sandbox.base import InjectedCredential, SandboxUnavailable
+from gateway_bot.sandbox.egress.rules import EgressRule, HeaderInjection, rules_to_json
 from gateway_bot.sandbox.podman.images import ImageBuilder
 from gateway_bot.sandbox.podman.service import PodmanService, api_error_text
 
@@ -39,6 +46,11 @@ LABEL_DEPLOYMENT = "gateway-bot.deployment"
 LABEL_ROLE = "gateway-bot.role"
 LABEL_CONTEXT = "gateway-bot.context"
 _MOUNT = "/egress"
+LOGS = f"{_MOUNT}/logs"
+"""The one place the proxy writes: the per-context network logs and its ready mark."""
+_CA_FILES = ("mitmproxy-ca.pem", "mitmproxy-ca-cert.pem", "mitmproxy-dhparam.pem")
+"""What mitmproxy needs in its confdir to start without writing there."""
+_MAKE_CA = "from mitmproxy.certs import CertStore; CertStore.from_store('/ca', 'mitmproxy', 2048)"
 
 
 class EgressProxy:
@@ -68,16 +80,22 @@ class EgressProxy:
     def log_path(self, context_id: str) -> Path:
         return self.directory / "logs" / f"{context_id}.log"
 
+    @property
+    def routes_path(self) -> Path:
+        return self.directory / "routes.json"
+
     async def ensure(
         self, networks: Iterable[tuple[str, str]], *, may_recreate: bool = True
     ) -> None:
         """The proxy runs and is on every ``(network, address)``. A new proxy image replaces
         the container only when ``may_recreate`` (no other context is mid-task: replacing it
-        would cut their connections); otherwise the next quiet moment does it."""
+        would cut their connections) or it is stopped anyway; otherwise the next quiet moment
+        does it."""
         async with self._lock:
             image = await self._images.proxy_image()
             info = await self._inspect()
-            if info is not None and info.get("Image") != image.id and may_recreate:
+            stopped = info is not None and not info["State"]["Running"]
+            if info is not None and info.get("Image") != image.id and (may_recreate or stopped):
                 log.info("egress proxy: new image %s, recreating %s", image.tag, self.name)
                 await self._service.api(lambda c: c.containers.get(self.name).remove(force=True))
                 info = None
@@ -91,6 +109,40 @@ class EgressProxy:
             for network, address in networks:
                 if network not in attached:
                     await self.connect(network, address)
+
+    async def stop(self) -> None:
+        """Stop (not remove) the proxy; the next ``ensure`` starts it again."""
+        async with self._lock:
+
+            def call(client: Any) -> None:
+                with contextlib.suppress(NotFound):
+                    container = client.containers.get(self.name)
+                    if container.attrs["State"]["Running"]:
+                        container.stop(timeout=5)
+
+            await self._service.api(call)
+
+    async def egress_gateway(self) -> str:
+        """The host's own address on the egress network (the gateway of its bridge; the
+        network is made if missing): where a host-side relay the proxy may reach listens."""
+        await self._ensure_egress_network()
+        attrs = await self._service.api(lambda c: dict(c.networks.get(self._egress_network).attrs))
+        gateways = [str(s["gateway"]) for s in attrs.get("subnets") or [] if s.get("gateway")]
+        if not gateways:
+            raise SandboxUnavailable(
+                f"the egress network {self._egress_network} has no gateway address for a "
+                "relay to the host to listen on"
+            )
+        return next((g for g in gateways if ":" not in g), gateways[0])
+
+    async def egress_address(self) -> str | None:
+        """The proxy's own address on the egress network, None while it is not running:
+        the only peer a relay on that network's gateway accepts."""
+        info = await self._inspect()
+        if info is None or not info["State"]["Running"]:
+            return None
+        networks = (info.get("NetworkSettings") or {}).get("Networks") or {}
+        return (networks.get(self._egress_network) or {}).get("IPAddress") or None
 
     async def connect(self, network: str, address: str) -> None:
         def call(client: Any) -> None:
@@ -116,9 +168,20 @@ class EgressProxy:
 
         await self._service.api(call)
 
-    async def set_route(self, source: str, context_id: str, rules: Sequence[EgressRule]) -> None:
-        """Requests from ``source`` belong to ``context_id`` and follow ``rules``."""
-        entry = {"context": context_id, "rules": rules_to_json(rules)}
+    async def set_route(
+        self,
+        source: str,
+        context_id: str,
+        rules: Sequence[EgressRule],
+        credentials: Sequence[InjectedCredential] = (),
+    ) -> None:
+        """Requests from ``source`` belong to ``context_id`` and follow ``rules``; those to a
+        credential's host get its header."""
+        inject = [
+            HeaderInjection(c.scheme, c.host, c.port, c.header, c.value).to_json()
+            for c in credentials
+        ]
+        entry = {"context": context_id, "rules": rules_to_json(rules), "inject": inject}
         await self._edit_routes(lambda sources: sources.__setitem__(source, entry))
 
     async def drop_routes(self, context_id: str) -> None:
@@ -134,14 +197,18 @@ class EgressProxy:
             await asyncio.to_thread(self._rewrite_routes, change)
 
     def _rewrite_routes(self, change: Any) -> None:
-        path = self.directory / "routes.json"
+        path = self.routes_path
         try:
             sources = json.loads(path.read_text()).get("sources", {})
         except (OSError, ValueError):
             sources = {}
         change(sources)
         partial = path.with_suffix(".json.partial")
-        partial.write_text(json.dumps({"sources": sources}, indent=1, sort_keys=True))
+        partial.unlink(missing_ok=True)  # made afresh below: never through a stale link
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        descriptor = os.open(partial, flags, 0o600)  # credentials: the daemon's and the proxy's
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(json.dumps({"sources": sources}, indent=1, sort_keys=True))
         os.replace(partial, path)  # a new inode: the addon notices and re-reads
 
     async def _inspect(self) -> dict[str, Any] | None:
@@ -155,6 +222,7 @@ class EgressProxy:
 
     async def _create(self, image: str) -> None:
         upstream_ca = await asyncio.to_thread(self._prepare_directory)
+        await self._ensure_ca(image)
         await self._ensure_egress_network()
         command = [
             "--listen-port", str(PROXY_PORT),
@@ -173,7 +241,15 @@ class EgressProxy:
                 command=command,
                 labels={LABEL_DEPLOYMENT: self._deployment, LABEL_ROLE: "proxy"},
                 networks={self._egress_network: {}},
-                mounts=[{"type": "bind", "source": str(self.directory), "target": _MOUNT}],
+                mounts=[
+                    {
+                        "type": "bind",
+                        "source": str(self.directory),
+                        "target": _MOUNT,
+                        "read_only": True,
+                    },
+                    {"type": "bind", "source": str(self.directory / "logs"), "target": LOGS},
+                ],
                 runtime=self._service.runtime,
                 ulimits=self._service.api_ulimits(),
                 mem_limit="512m",
@@ -196,11 +272,37 @@ class EgressProxy:
         bundle = Path(ssl.get_default_verify_paths().cafile or "/etc/ssl/certs/ca-certificates.crt")
         if not bundle.is_file():
             return False
-        shutil.copyfile(bundle, self.directory / "upstream-ca.pem")
+        copy = self.directory / "upstream-ca.pem"
+        copy.unlink(missing_ok=True)  # written afresh, never through a link left there
+        shutil.copyfile(bundle, copy)
         return True
 
+    async def _ensure_ca(self, image: str) -> None:
+        """mitmproxy's CA, made once by mitmproxy's own code in a one-off container that
+        sees only the CA directory (read-write) and no network. Afterwards the proxy gets
+        that directory read-only: with these files present, mitmproxy 11 writes nothing
+        to its confdir."""
+        ca = self.directory / "ca"
+        if await asyncio.to_thread(_has_ca, ca):
+            return
+        log.info("egress proxy: making its CA in %s", ca)
+        result = await self._service.cli(
+            "run", "--rm", *self._service.cli_limit_flags(), "--network=none",
+            "--label", f"{LABEL_DEPLOYMENT}={self._deployment}",
+            "--label", f"{LABEL_ROLE}=proxy",
+            "--mount", f"type=bind,source={ca},target=/ca",
+            "--entrypoint", "/opt/mitmproxy/bin/python3",
+            image, "-c", _MAKE_CA,
+            check=False, timeout_s=300,
+        )  # fmt: skip
+        if result.returncode != 0 or not await asyncio.to_thread(_has_ca, ca):
+            raise SandboxUnavailable(
+                "could not make the egress proxy's CA: "
+                f"{(result.stdout + result.stderr).strip()[-500:]}"
+            )
+
     async def _start(self) -> None:
-        ready = self.directory / "ready"
+        ready = self.directory / "logs" / "ready"
         ready.unlink(missing_ok=True)
         try:
             await self._service.api(lambda c: c.containers.get(self.name).start())
@@ -224,3 +326,7 @@ class EgressProxy:
                 client.networks.create(self._egress_network, driver="bridge")
 
         await self._service.api(call)
+
+
+def _has_ca(directory: Path) -> bool:
+    return all((directory / name).is_file() for name in _CA_FILES)

@@ -28,7 +28,9 @@ from gateway_bot.config.sandbox import SandboxSettings
 from gateway_bot.sandbox.base import ExecutionContext, IsKnown, SandboxPaths, SandboxUnavailable
 from gateway_bot.sandbox.child import spawn_fed
 from gateway_bot.sandbox.podman import containers as spec
+from gateway_bot.sandbox.podman.exec_env import ExecEnvError, ExecEnvFiles
 from gateway_bot.sandbox.podman.images import ImageBuilder
+from gateway_bot.sandbox.podman.model_relay import ModelRelay, loopback_target
 from gateway_bot.sandbox.podman.process import PodmanExecProcess
 from gateway_bot.sandbox.podman.proxy import (
     LABEL_CONTEXT,
@@ -72,9 +74,16 @@ class PodmanSandbox:
         self.proxy = EgressProxy(
             self.service, self.images, self.deployment, settings.egress_network, work_dir / "egress"
         )
+        self._env_files = ExecEnvFiles(work_dir / "exec-env")
         self._contexts: dict[str, _Context] = {}
         self._foreign: set[str] = set()
+        self._clearing: set[asyncio.Task[None]] = set()
         self._housekeeping: asyncio.Task[None] | None = None
+        self._relays: list[ModelRelay] = []
+
+    @property
+    def settings(self) -> SandboxSettings:
+        return self._settings
 
     # -- daemon lifecycle -----------------------------------------------------------------
 
@@ -83,6 +92,7 @@ class PodmanSandbox:
 
     async def open(self, is_known: IsKnown) -> None:
         await self.service.ensure_running()
+        await asyncio.to_thread(self._env_files.clear)
         any_running = False
         for info in await self._our_containers():
             name, context_id = info["Names"][0], info["Labels"][LABEL_CONTEXT]
@@ -106,12 +116,46 @@ class PodmanSandbox:
         self._housekeeping = asyncio.create_task(self._housekeep())
 
     async def close(self) -> None:
-        """Stops housekeeping only: containers keep running for the next start."""
+        """Stops housekeeping and the relays only: containers keep running for the next
+        start (``stop_all`` stops them too)."""
+        await asyncio.gather(*self._clearing, return_exceptions=True)
         if self._housekeeping is not None:
             self._housekeeping.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._housekeeping
+        for relay in self._relays:
+            await relay.close()
+        self._relays.clear()
         await self.images.close()
+
+    async def stop_all(self) -> None:
+        """Stop (not remove) this deployment's running containers and the egress proxy, then
+        the podman service if this process started it: ``chat`` leaves nothing running.
+        ``open`` and the next task's ``_prepare`` start them again (same containers)."""
+        await self.service.ensure_running()  # an idle service may have exited meanwhile
+
+        async def stop(context_id: str) -> None:
+            name = spec.container_name(context_id)
+            log.info("stopping container %s (the front end ended)", name)
+            with contextlib.suppress(NotFound):
+                await self.service.api(lambda c: c.containers.get(name).stop(timeout=5))
+
+        await asyncio.gather(*(stop(c) for c in await self._running_contexts()))
+        await self.proxy.stop()
+        await self.service.stop_if_started_here()
+
+    async def reach_host_loopback(self, url: str, *, start: bool = True) -> str:
+        """Loopback in a container is the container: a relay in this process listens on the
+        egress network's gateway, for the proxy alone, and forwards to that one port
+        (``model_relay.py``). The URL given back names the relay; the caller's allowlist and
+        credentials follow it, so requests go through the proxy like any other."""
+        target = loopback_target(url)
+        relay = ModelRelay(await self.proxy.egress_gateway(), *target, self.proxy.egress_address)
+        if start:
+            await relay.start()
+            self._relays.append(relay)
+            log.info("%s is reached through a relay at %s", url, relay.address)
+        return relay.relayed(url)
 
     def paths(self, context: ExecutionContext) -> SandboxPaths:
         return spec.PATHS
@@ -141,15 +185,26 @@ class PodmanSandbox:
                 state.busy = False
                 raise
         exec_env = {**context.env, **env}
-        command = [self.service.command, "exec", "-i", "--workdir", spec.PATHS.workspace]
-        for key in exec_env:
-            command += ["--env", key]  # value from the CLI's environment, not from argv
-        command += [name, *argv]
-        process = await spawn_fed(
-            command, env=self.service.cli_env(exec_env), stdin_data=stdin_data
-        )
+        # Credentials stay with the egress proxy, which adds them for their host only.
+        exec_env.update({c.env_name: c.placeholder for c in context.credentials})
+        try:
+            env_file = await asyncio.to_thread(self._env_files.write, exec_env)
+        except ExecEnvError as exc:
+            state.busy = False
+            raise SandboxUnavailable(f"cannot start the agent: {exc}") from exc
+        # The exec's variables travel in a 0600 file: never in the host CLI's environment
+        # (a repo's container_env would configure the host's podman) nor in argv.
+        command = [self.service.executable, "exec", "-i", "--workdir", spec.PATHS.workspace]
+        command += ["--env-file", str(env_file), name, *argv]
+        try:
+            process = await spawn_fed(command, env=self.service.cli_env(), stdin_data=stdin_data)
+        except BaseException:
+            state.busy = False
+            self._env_files.remove(env_file)
+            raise
 
         async def after_exit(code: int, killed: bool) -> str:
+            self._env_files.remove(env_file)
             return await self._after_exit(context.id, state, code, killed)
 
         return PodmanExecProcess(process, after_exit)
@@ -165,7 +220,9 @@ class PodmanSandbox:
         await self.proxy.ensure(
             [(network.name, network.proxy_address)], may_recreate=not others_busy
         )
-        await self.proxy.set_route(network.agent_address, context.id, context.allowlist)
+        await self.proxy.set_route(
+            network.agent_address, context.id, context.allowlist, context.credentials
+        )
         if context.network_log is not None:
             await asyncio.to_thread(_link, context.network_log, self.proxy.log_path(context.id))
         info = await self._inspect(name)
@@ -191,7 +248,7 @@ class PodmanSandbox:
                 context, image.tag, network, self.deployment, self.proxy.ca_certificate,
                 self._settings.limits, self.service,
             )  # fmt: skip
-            await self._call(lambda c: c.containers.create(**create), f"create {name}")
+            await self._call(lambda c: spec.create_container(c, create), f"create {name}")
             log.info("created container %s on %s", name, image.tag)
         if info is None or not info["State"]["Running"]:
             await self._call(lambda c: c.containers.get(name).start(), f"start {name}")
@@ -200,13 +257,16 @@ class PodmanSandbox:
         return name
 
     async def _after_exit(self, context_id: str, state: _Context, code: int, killed: bool) -> str:
-        state.busy = False
         state.last_used = time.monotonic()
         name = spec.container_name(context_id)
         info = await self._inspect(name)
         running = info is not None and info["State"]["Running"]
-        if killed and running:
-            await self._exec_quietly(name, spec.KILL_STRAYS)
+        if running:
+            # After every task, not only a killed one: whatever the agent started in the
+            # background (a server, a loop flipping files in the outbox) ends with it. Off
+            # the reply's path, under the context's lock: the next task waits for it.
+            self._clear_after_task(context_id, state)
+        state.busy = False
         if code != 0 and not running:
             state.broken = True
             return (
@@ -214,6 +274,15 @@ class PodmanSandbox:
                 "the next message gets a fresh container with the same workspace."
             )
         return ""
+
+    def _clear_after_task(self, context_id: str, state: _Context) -> None:
+        async def clear() -> None:
+            async with state.lock:
+                await self._exec_quietly(spec.container_name(context_id), spec.KILL_STRAYS)
+
+        job = asyncio.create_task(clear())
+        self._clearing.add(job)
+        job.add_done_callback(self._clearing.discard)
 
     # -- housekeeping ---------------------------------------------------------------------
 

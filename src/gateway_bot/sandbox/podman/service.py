@@ -18,6 +18,7 @@ import contextlib
 import logging
 import os
 import shutil
+import signal
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -80,11 +81,15 @@ def resolve_runtime(setting: str | None) -> str | None:
 class PodmanService:
     def __init__(self, settings: PodmanSettings, log_dir: Path) -> None:
         self.command = settings.command
+        self.executable = shutil.which(settings.command) or settings.command
+        """Resolved once, from the daemon's own PATH: podman always runs by absolute path."""
         self.socket = settings.socket or default_socket()
         self.runtime = resolve_runtime(settings.runtime)
         self.ulimits = dict(settings.ulimits)
         self._log_dir = log_dir
         self._start_lock = asyncio.Lock()
+        self._started_argv: list[str] | None = None
+        """The argv of the service this process started, if it did (``chat`` stops it)."""
 
     # -- settings as podman wants them ---------------------------------------------------
 
@@ -102,6 +107,8 @@ class PodmanService:
         return flags
 
     def cli_env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The podman CLI's environment: the named variables of the daemon's own environment
+        plus ``extra`` (never anything a repo or the agent chose)."""
         env = {key: os.environ[key] for key in _HOST_ENV if key in os.environ}
         env.update(extra or {})
         return env
@@ -147,7 +154,7 @@ class PodmanService:
             self.socket.unlink()  # stale: nothing answered on it
         self._log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self._log_dir / "podman-service.log"
-        argv = [self.command]
+        argv = [self.executable]
         if self.runtime:
             argv.append(f"--runtime={self.runtime}")
         argv += ["system", "service", f"--time={SERVICE_IDLE_SECONDS}", f"unix://{self.socket}"]
@@ -165,6 +172,7 @@ class PodmanService:
                 env=self.cli_env(),
             )
             await launcher.wait()
+        self._started_argv = argv
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if await self._answers():
@@ -174,6 +182,26 @@ class PodmanService:
         raise SandboxUnavailable(
             f"the podman service did not answer on {self.socket}: {' / '.join(tail) or 'no output'}"
         )
+
+    async def stop_if_started_here(self) -> None:
+        """End the service this process started (``chat`` leaves nothing running); a service
+        that already answered is someone else's and stays. Found by its exact argv, which
+        names our socket: ``setsid --fork`` leaves no child of ours to hold on to."""
+        if self._started_argv is None:
+            return
+        argv, self._started_argv = self._started_argv, None
+        pids = await asyncio.to_thread(_pids_running, argv)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while pids and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+            pids = await asyncio.to_thread(_pids_running, argv)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        log.info("stopped the podman service this process started (%s)", self.socket)
 
     # -- calls ----------------------------------------------------------------------------
 
@@ -198,7 +226,7 @@ class PodmanService:
         """Run ``podman ARGS``; with ``on_line`` every output line is passed on as it comes
         (build progress). Raises PodmanCommandError on a non-zero exit when ``check``."""
         process = await asyncio.create_subprocess_exec(
-            self.command,
+            self.executable,
             *args,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
@@ -237,6 +265,24 @@ async def _follow(process: asyncio.subprocess.Process, on_line: OnLine) -> bytes
         collected.append(raw)
         await on_line(raw.decode("utf-8", "replace").rstrip("\n"))
     return b"".join(collected[-50:])
+
+
+def _pids_running(argv: Sequence[str]) -> list[int]:
+    """Live processes whose command line is exactly ``argv`` (zombies excluded)."""
+    wanted = b"\0".join(arg.encode() for arg in argv) + b"\0"
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "cmdline").read_bytes() != wanted:
+                continue
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z":
+            found.append(int(entry.name))
+    return found
 
 
 def _short(args: Sequence[str]) -> list[str]:

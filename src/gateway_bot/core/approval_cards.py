@@ -1,0 +1,140 @@
+"""What an owner reads on an approval card, pending and decided.
+
+A card names the room by its title AND its id: a title is whatever the room's creator chose
+(a stranger can call a room "Owner desk"), the id is not. A sender card quotes at most
+``SHOWN_MESSAGES`` held messages and says how many more arrived; Allow runs only the quoted
+ones, and the card says so, so the owner never approves words they did not see.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from dataclasses import dataclass
+from zoneinfo import ZoneInfo
+
+from gateway_bot.core.messages import Button, Card
+from gateway_bot.state.records import ApprovalRecord, ApprovalState
+
+_ACTION_PREFIX = "approval"
+SHOWN_MESSAGES = 3
+"""A flood of messages is one card quoting the first few, not a card (or a quote) each. No
+more than a conversation queues by default (one running, three waiting), so what Allow
+releases is run, not refused as a full queue."""
+_PREVIEW_LINES = 3
+_PREVIEW_CHARS = 300
+
+
+@dataclass(frozen=True)
+class HeldSummary:
+    """The held messages as the card presents them."""
+
+    shown: tuple[str, ...]
+    """Bodies of the messages quoted on the card, oldest first."""
+    total: int
+    """Every message held under the approval, quoted or not."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a decision did with the held messages, for the decided card."""
+
+    ran: int = 0
+    dropped_unseen: int = 0
+
+
+def approval_action(code: str, choice: str) -> str:
+    return f"{_ACTION_PREFIX}:{code}:{choice}"
+
+
+def parse_approval_action(action_id: str) -> tuple[str, str] | None:
+    parts = action_id.split(":")
+    if len(parts) != 3 or parts[0] != _ACTION_PREFIX or parts[2] not in ("allow", "deny"):
+        return None
+    return parts[1], parts[2]
+
+
+def room_label(title: str, room: str) -> str:
+    """``Team (!abc:hs)``: the title people know beside the id nobody can fake."""
+    if not title or title == room:
+        return room
+    return f"{title} ({room})"
+
+
+def preview(body: str) -> str:
+    lines = body.strip().splitlines()[:_PREVIEW_LINES]
+    text = "\n".join(lines)
+    if len(text) > _PREVIEW_CHARS:
+        text = text[:_PREVIEW_CHARS] + "…"
+    elif len(body.strip().splitlines()) > _PREVIEW_LINES:
+        text += "\n…"
+    return text
+
+
+def _quote(text: str) -> str:
+    return "\n".join(f"> {line}" for line in text.splitlines() or [""])
+
+
+def _buttons(code: str, allow: str, deny: str) -> tuple[Button, ...]:
+    return (
+        Button(allow, approval_action(code, "allow"), emoji="✅", style="primary"),
+        Button(deny, approval_action(code, "deny"), emoji="❌", style="danger"),
+    )
+
+
+def pending_card(approval: ApprovalRecord, held: HeldSummary) -> Card:
+    where = room_label(approval.room_title, approval.room)
+    if approval.kind == "room":
+        return Card(
+            title=f"Invitation to {where}",
+            body=(
+                f"{approval.sender_name} ({approval.sender_id}) invited the bot to {where} "
+                f"({approval.channel}). Join, or ignore the invitation? "
+                f"Or reply !approve {approval.code} or !deny {approval.code}."
+            ),
+            buttons=_buttons(approval.code, "Join", "Ignore"),
+        )
+    count = f"{held.total} messages" if held.total != 1 else "a message"
+    quotes = "\n\n".join(_quote(preview(body)) for body in held.shown)
+    unseen = held.total - len(held.shown)
+    more = (
+        f"\n\n…and {unseen} more message{'s' if unseen != 1 else ''} not shown here: "
+        "Allow will not run them."
+        if unseen > 0
+        else ""
+    )
+    runs = "their message" if len(held.shown) == 1 else f"the {len(held.shown)} messages shown"
+    return Card(
+        title=f"Unknown sender in {where}",
+        body=(
+            f"{approval.sender_name} ({approval.sender_id}) wrote {count} to the bot in "
+            f"{where} ({approval.channel}):\n\n{quotes}{more}\n\nAllow runs {runs} and lets "
+            f"them use the bot in this room. Or reply !approve {approval.code} or "
+            f"!deny {approval.code}."
+        ),
+        buttons=_buttons(approval.code, "Allow", "Deny"),
+    )
+
+
+def decided_card(approval: ApprovalRecord, timezone: str, outcome: Outcome | None = None) -> Card:
+    where = room_label(approval.room_title, approval.room)
+    when = datetime.datetime.fromtimestamp(approval.decided_at or time.time(), ZoneInfo(timezone))
+    at = f"{when:%Y-%m-%d %H:%M} {timezone}"
+    if approval.state is ApprovalState.EXPIRED:
+        outcome_text = f"Expired at {at}; the held messages were dropped."
+    elif approval.kind == "room":
+        verb = "Joined" if approval.state is ApprovalState.ALLOWED else "Ignored"
+        outcome_text = f"{verb} by {approval.decided_by} at {at}."
+    else:
+        verb = "Allowed" if approval.state is ApprovalState.ALLOWED else "Denied"
+        outcome_text = f"{verb} by {approval.decided_by} at {at}."
+        if outcome is not None and approval.state is ApprovalState.ALLOWED:
+            outcome_text += f" Ran {outcome.ran} message{'s' if outcome.ran != 1 else ''}"
+            if outcome.dropped_unseen:
+                outcome_text += f"; dropped {outcome.dropped_unseen} not shown on this card"
+            outcome_text += "."
+    return Card(
+        title=f"{approval.sender_name} in {where}",
+        body=f"{approval.sender_name} ({approval.sender_id}) in {where}: {outcome_text}",
+        buttons=(),
+    )
