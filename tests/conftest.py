@@ -280,6 +280,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if not left:
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write("\n")
     for line in ["FAILED: the test session left these behind (now removed):", *left]:
         if reporter is not None:
             reporter.write_line(line, red=True)

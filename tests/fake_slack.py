@@ -68,6 +68,9 @@ class FakeSlack:
             self.connections_opened = 0
             self.hellos = 0
             self.connection_error: str | None = None
+            self.connection_answers: list[Any] = []
+            """JSON answers apps.connections.open gives as they are, one per call, before
+            the normal ones (a malformed answer, say)."""
             self.hold_post: str | None = None
             self.held = threading.Event()
             self.http_target: str | None = None
@@ -361,6 +364,33 @@ class FakeSlack:
         except urllib.error.HTTPError as exc:
             return int(exc.code)
 
+    def send_raw(self, frame: Any) -> None:
+        """Socket Mode: send ``frame`` (any JSON value) as it is on the newest connection,
+        once: an envelope no real Slack would send, to see that the app survives it."""
+        self._call(self._send_raw(frame))
+
+    async def _send_raw(self, frame: Any) -> None:
+        live = [ws for _, ws, _ in self._sockets if not ws.closed]
+        assert live, "no Socket Mode connection to send on"
+        await live[-1].send_str(json.dumps(frame))
+
+    def post_signed_bytes(self, body: bytes, content_type: str = "application/json") -> int:
+        """HTTP: POST ``body`` as it is, correctly signed; returns the HTTP status."""
+        assert self.http_target, "set http_target to the daemon's Events API URL"
+        stamp = str(int(time.time()))
+        digest = hmac.new(SIGNING_SECRET.encode(), f"v0:{stamp}:".encode() + body, hashlib.sha256)
+        headers = {
+            "Content-Type": content_type,
+            "X-Slack-Request-Timestamp": stamp,
+            "X-Slack-Signature": "v0=" + digest.hexdigest(),
+        }
+        request = urllib.request.Request(self.http_target, body, headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as exc:
+            return int(exc.code)
+
     def drop_sockets(self) -> None:
         """The network blinks: every Socket Mode connection is cut."""
         self._call(self._close_sockets())
@@ -570,6 +600,8 @@ class FakeSlack:
             return await self._held_post(request, args)
         with self._lock:
             result = handler(args)
+        if not isinstance(result, dict):  # a malformed answer a test asked for
+            return web.json_response(result)
         return web.json_response({"ok": "error" not in result, **result})
 
     async def _held_post(self, request: web.Request, args: JSON) -> web.Response:
@@ -596,8 +628,10 @@ class FakeSlack:
             "bot_id": BOT_ID,
         }
 
-    def _m_apps_connections_open(self, args: JSON) -> JSON:
+    def _m_apps_connections_open(self, args: JSON) -> Any:
         self.connections_opened += 1
+        if self.connection_answers:
+            return self.connection_answers.pop(0)
         if self.connection_error:
             return {"error": self.connection_error}
         return {"url": f"ws://127.0.0.1:{self._port}/link?ticket={next(self._ids)}"}

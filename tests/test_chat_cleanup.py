@@ -4,6 +4,7 @@ service the chat started is ended; the next chat starts them again and resumes t
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from tests.conftest import live_processes
@@ -14,10 +15,10 @@ from tests.sandbox_fixtures import SandboxSetup, podman
 def _states(sandbox: SandboxSetup) -> dict[str, str]:
     """What `podman ps -a` shows for this deployment: container name -> state."""
     listed = podman(
-        "ps", "-a", "--format", "{{.Names}} {{.State}}",
+        "ps", "-a", "--format", "json",
         "--filter", f"label=gateway-bot.deployment={sandbox.deployment}",
     ).stdout  # fmt: skip
-    return dict(line.split(" ", 1) for line in listed.splitlines() if line)
+    return {entry["Names"][0]: entry["State"] for entry in json.loads(listed or "[]")}
 
 
 def test_chat_stops_its_container_and_proxy_on_exit_and_the_next_chat_resumes_there(

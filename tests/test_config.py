@@ -41,10 +41,21 @@ def test_check_reports_every_wrong_type_with_its_key_path(tmp_path: Path) -> Non
 
 def test_bad_config_never_starts_the_daemon(tmp_path: Path) -> None:
     config = tmp_path / "bad.yaml"
-    config.write_text("agent: {model: 3}\n")  # no repo
+    config.write_text("agent: {model: 3}\n")  # no repo: the current one (this checkout)
     result = run_cli("run", "--config", str(config))
     assert result.returncode == 2
-    assert "repo: Field required (add this key)" in result.stderr
+    assert "agent.model: Input should be a valid string (got 3)" in result.stderr
+    outside = subprocess.run(
+        [sys.executable, "-m", "gateway_bot", "run", "--config", str(config)],
+        cwd=tmp_path,  # not in a git repo: no repo to default to
+        env=gateway_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert outside.returncode == 2
+    assert "repo: Field required (add this key)" in outside.stderr
 
 
 def test_env_tag_reads_environment_and_dotenv(tmp_path: Path) -> None:
@@ -82,14 +93,17 @@ def test_repo_config_refuses_env_and_resolves_secrets() -> None:
         config.resolved_env({})
 
 
-def test_a_loopback_model_endpoint_with_the_podman_sandbox_is_refused_up_front(
+def test_an_https_loopback_model_endpoint_with_the_podman_sandbox_is_refused_up_front(
     tmp_path: Path,
 ) -> None:
+    """A loopback endpoint is relayed to the sandbox (test_local_model_endpoint.py), over
+    plain HTTP only: no certificate for localhost names the relay's address."""
     config = tmp_path / "ok.yaml"
     config.write_text(
         f"state_dir: {tmp_path / 'state'}\nrepo: {{url: /tmp/x}}\n"
-        "agent: {env: {ANTHROPIC_API_KEY: k, ANTHROPIC_BASE_URL: 'http://127.0.0.1:9'}}\n"
+        "agent: {env: {ANTHROPIC_API_KEY: k, ANTHROPIC_BASE_URL: 'https://127.0.0.1:9'}}\n"
     )
     result = run_cli("chat", "--config", str(config))
     assert result.returncode == 2
-    assert "is this host's loopback, which the sandboxed agent cannot reach" in result.stderr
+    assert "https://127.0.0.1:9 is on this host's loopback" in result.stderr
+    assert "use http:// there" in result.stderr

@@ -12,7 +12,7 @@ def test_message_gets_progress_reply_and_usage(
     gateway, config_path: Path, fake_api: FakeAnthropic
 ) -> None:
     chat = gateway("chat", "--config", str(config_path))
-    chat.expect(r"^gateway-bot console · conversation default \(new\)")
+    chat.expect(r"^gateway-bot console · conversation default \([0-9a-f]{8}\)")
     chat.send("please say hello")
     chat.expect(r"^… Working on it… \(task [0-9a-f]{12}\)")
     chat.expect(r"^  · Bash: echo tool-ran$")
@@ -41,7 +41,7 @@ def test_restart_resumes_the_same_conversation(
     last = fake_api.requests[-1]
     history = " ".join(fake_api.user_texts(last))
     assert "PINEAPPLE" in history, "the resumed session must carry the first message"
-    assert banner != resumed
+    assert banner == resumed, "the same conversation, named by its id both times"
 
 
 def test_new_flag_starts_a_fresh_conversation(

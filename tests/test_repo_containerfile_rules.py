@@ -1,6 +1,8 @@
-"""A repo's own Containerfile is hostile input to the host's image builder: the shapes that
-reach outside the build (CVE-2024-1753's bind mount from another stage, RUN flags, ADD of
-URLs, parser directives) are refused with the line they are on; ordinary files pass."""
+"""A repo's own Containerfile is hostile input to the host's image builder: it is held to
+an allow-list (base image or earlier stages only, no RUN flags, no ADD, no ONBUILD, plain
+text), checked on buildah's reading of the file and on cruder ones, so the tricks that make
+a parser see something else than buildah (continuations, blank lines, byte order marks,
+heredoc markers) find nothing to hide behind. Ordinary files pass."""
 
 from __future__ import annotations
 
@@ -12,9 +14,9 @@ from gateway_bot.sandbox.podman.repo_containerfile import (
 )
 
 CVE_2024_1753 = """\
-FROM docker.io/library/alpine AS base
+FROM ${BASE_IMAGE} AS base
 RUN ln -s / /rootfs
-FROM docker.io/library/alpine
+FROM ${BASE_IMAGE}
 RUN --mount=type=bind,rw,source=/rootfs,target=/mnt,from=base touch /mnt/etc/pwned
 """
 
@@ -27,45 +29,68 @@ def problems_of(text: str) -> list[str]:
 
 def test_the_cve_2024_1753_bind_mount_from_another_stage_is_refused() -> None:
     problems = problems_of(CVE_2024_1753)
-    assert any(p.startswith("line 4: RUN --mount may not use from=") for p in problems)
-    assert any("source '/rootfs' leaves the build context" in p for p in problems)
+    assert "--mount may not appear in a repo Containerfile" in problems
+    assert any(p.startswith("line 4: RUN flags are not allowed (--mount=") for p in problems)
 
 
-def test_a_mount_hidden_by_continuations_or_another_escape_character_is_found() -> None:
-    continued = "FROM x\nRUN \\\n  --mount=type=bind,from=base,target=/m \\\n  ls /m\n"
-    assert any("from=" in p for p in problems_of(continued))
-    backtick = "# escape=`\nFROM x\nRUN `\n  --mount=type=bind,from=base,target=/m ls\n"
-    assert any("from=" in p for p in problems_of(backtick))
+@pytest.mark.parametrize(
+    "trick",
+    [
+        # buildah joins a continuation without a space: "rw,from=s"
+        "FROM ${BASE_IMAGE}\nRUN --mount=type=bind,target=/h,rw\\\n,from=s,source=/x ls /h\n",
+        # a blank line inside a continuation
+        "FROM ${BASE_IMAGE}\nRUN echo a \\\n\n  --mo\\\nunt=type=bind ls\n",
+        # split inside the word
+        "FROM ${BASE_IMAGE}\nRUN --mo\\\nunt=type=bind,from=s,target=/h ls\n",
+        # the backtick escape directive
+        "# escape=`\nFROM ${BASE_IMAGE}\nRUN `\n  --mount=type=bind,from=base,target=/m ls\n",
+        # a quoted heredoc marker hides nothing any more
+        "FROM ${BASE_IMAGE}\nRUN echo '<<NEVER'\nRUN --mount=type=bind,from=s,target=/m ls\n",
+    ],
+)
+def test_a_mount_hidden_from_a_parser_is_still_found(trick: str) -> None:
+    assert "--mount may not appear in a repo Containerfile" in problems_of(trick)
 
 
-def test_mounts_that_leave_the_context_and_other_run_flags_are_refused() -> None:
+def test_odd_characters_are_refused_before_anything_else() -> None:
+    assert problems_of("\ufeff# escape=`\nFROM ${BASE_IMAGE}\n") == [
+        "line 1: a byte order mark is not allowed"
+    ]
+    assert problems_of("FROM ${BASE_IMAGE}\nRUN echo a\x1cb\n") == [
+        "line 2: control characters are not allowed"
+    ]
+
+
+def test_images_of_the_repos_choice_add_onbuild_and_flags_are_refused() -> None:
     text = (
-        "FROM x\n"
-        "RUN --mount=type=bind,source=../../etc,target=/e cat /e/shadow\n"
-        "RUN --mount=type=secret,id=k cat /run/secrets/k\n"
+        "# syntax=evil/frontend\n"
+        "FROM docker.io/attacker/onbuild-trap\n"
+        "ARG U=http://127.0.0.1:8080/secret\n"
+        "ADD ${U} /got\n"
         "RUN --network=host curl example.org\n"
-        "RUN --security=insecure true\n"
+        "COPY --from=docker.io/library/alpine /etc/passwd /x\n"
+        "VOLUME /data\n"
     )
     problems = problems_of(text)
-    assert "line 2: RUN --mount source '../../etc' leaves the build context" in problems
-    assert any(p.startswith("line 3: RUN --mount type=secret") for p in problems)
-    assert "line 4: RUN flag --network is not allowed" in problems
-    assert "line 5: RUN flag --security is not allowed" in problems
-
-
-def test_add_may_not_download_and_directives_may_not_pick_a_frontend() -> None:
-    text = "# syntax=evil/frontend\nFROM x\nADD https://example.org/x.tgz /x\nADD git@h:r.git /r\n"
-    problems = problems_of(text)
     assert "line 1: parser directive syntax=evil/frontend is not allowed" in problems
-    assert "line 3: ADD may not fetch URLs (download in a RUN step)" in problems
-    assert "line 4: ADD may not fetch git repositories" in problems
+    assert any(
+        p.startswith("line 2: FROM docker.io/attacker/onbuild-trap is not allowed")
+        for p in problems
+    )
+    assert "line 4: ADD is not allowed in a repo Containerfile" in problems
+    assert "--network may not appear in a repo Containerfile" in problems
+    assert (
+        "line 6: COPY --from=docker.io/library/alpine is not allowed: only an earlier stage"
+        in problems
+    )
+    assert "line 7: VOLUME is not allowed in a repo Containerfile" in problems
+    assert "onbuild may not appear in a repo Containerfile" in problems
 
 
 def test_ordinary_containerfiles_pass() -> None:
     check_repo_containerfile(
-        "ARG BASE_IMAGE=debian\nFROM ${BASE_IMAGE}\n"
-        "RUN --mount=type=cache,target=/var/cache/apt apt-get install -y make\n"
-        "RUN --mount=type=bind,source=.,target=/ctx ls /ctx\n"
-        "RUN <<EOF\n--mount=type=bind,from=base this is script text\nEOF\n"
-        "COPY claude /usr/local/bin/claude\nWORKDIR /workspace\n"
+        "# escape=\\\nARG BASE_IMAGE=debian\nFROM ${BASE_IMAGE} AS build\r\n"
+        "RUN apt-get update \\\n  && apt-get install -y make \\\n  # a comment\n  && make\n"
+        "FROM $BASE_IMAGE\nCOPY --from=build --chown=1000:1000 /out /opt/out\n"
+        'COPY claude /usr/local/bin/claude\nENV A=1\nWORKDIR /workspace\nCMD ["sh"]\n'
     )

@@ -35,6 +35,7 @@ def test_check_sandbox_proves_confinement_from_inside(sandbox: SandboxSetup) -> 
     assert "ok   ran inside the conversation's container (hostname gwb-canary-" in out
     assert "ok   host paths invisible" in out
     assert "ok   the workspace is mounted nosuid,nodev" in out
+    assert "ok   container root is not host root (uid map 0:100000:65536)" in out
     assert "ok   direct connection to IPv4, the host's side of the egress network: no" in out
     assert "ok   direct connection to IPv6 link-local" in out
     assert out.rstrip().endswith("the sandbox confines the agent")

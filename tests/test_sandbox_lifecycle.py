@@ -22,14 +22,13 @@ def test_a_changed_containerfile_recreates_the_container_with_its_workspace_and_
     commit_file(sandbox.repo, ".gateway/Containerfile", DEFAULT_CONTAINERFILE.read_text() + marker)
     chat.send("after the image changed")
     chat.expect(r"^agent> Echo: .*after the image changed", timeout=600)  # builds a layer
-    chat.close_input()
-    assert chat.wait() == 0
-
     after = sandbox.containers()[context_id]
     assert after["id"] != before["id"], "a new container"
     assert after["image"] != before["image"], "on a new image"
     assert sandbox.exec(after["name"], "cat /etc/gateway-test-marker").stdout == "rebuilt\n"
     assert sandbox.exec(after["name"], "cat /workspace/notes.txt").stdout == "kept across images"
+    chat.close_input()
+    assert chat.wait() == 0
     history = " ".join(fake_api.user_texts(fake_api.requests[-1]))
     assert "WRITE_FILE" in history, "the agent session survived the new container"
 
@@ -48,11 +47,11 @@ def test_a_container_that_dies_mid_task_fails_that_task_and_is_recreated(
 
     chat.send("the next message")
     chat.expect(r"^agent> Echo: .*the next message")
-    chat.close_input()
-    assert chat.wait() == 0
     after = sandbox.containers()[context_id]
     assert after["id"] != before["id"]
     assert after["running"]
+    chat.close_input()
+    assert chat.wait() == 0
 
 
 def test_an_idle_container_stops_and_the_next_message_starts_it_again(
@@ -85,11 +84,11 @@ def test_past_the_cap_the_longest_idle_container_is_stopped_first(
     chat.expect(r"Started a new conversation")
     chat.send("second conversation")
     chat.expect(r"^agent> Echo: .*second conversation")
-    chat.close_input()
-    assert chat.wait() == 0
     containers = sandbox.containers()
     assert not containers.pop(first_id)["running"], "the idle one was stopped"
     assert [c["running"] for c in containers.values()] == [True]
+    chat.close_input()
+    assert chat.wait() == 0
 
 
 def test_a_long_idle_conversation_loses_its_container_and_directories(

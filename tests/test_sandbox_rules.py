@@ -10,6 +10,7 @@ from gateway_bot.sandbox.egress.allowlist import parse_allowlist
 from gateway_bot.sandbox.egress.rules import (
     HeaderInjection,
     decide,
+    decide_address,
     decide_connect,
     decide_raw_stream,
 )
@@ -72,20 +73,24 @@ PUB_ONLY = "allow:\n  - host: files.test\n    paths: ['/pub/*']\n  - registry.te
 @pytest.mark.parametrize(
     ("path", "refusal"),
     [
-        ("/pub/../etc/hostname", "is not allowed"),
-        ("/pub/%2e%2e/etc/hostname", "is not allowed"),
-        ("/pub/%2E%2e/etc/hostname", "is not allowed"),
-        ("/pub/.%2e/etc/hostname", "is not allowed"),
-        ("/pub/%252e%252e/etc/hostname", "is not allowed"),  # a server that decodes twice
-        ("/pub//../etc/hostname", "is not allowed"),  # nginx merges the slashes first
-        ("/pub/..;/etc/hostname", "is not allowed"),  # Tomcat drops ;parameters
-        ("/pub/x/../../etc/hostname", "is not allowed"),
+        ("/pub/../etc/hostname", "dot segments"),
+        ("/pub/%2e%2e/etc/hostname", "dot segments"),
+        ("/pub/%2E%2e/etc/hostname", "dot segments"),
+        ("/pub/.%2e/etc/hostname", "dot segments"),
+        ("/pub/%252e%252e/etc/hostname", "dot segments"),  # a server that decodes twice
+        ("/pub//../etc/hostname", "dot segments"),  # nginx merges the slashes first
+        ("/pub/..;/etc/hostname", "dot segments"),  # Tomcat drops ;parameters
+        ("/pub/x/../../etc/hostname", "dot segments"),
+        ("/secret/../pub/x", "dot segments"),  # an object store takes the key as written
+        ("/pub/./x", "dot segments"),
         ("/pub/..", "is not allowed"),
-        ("/pub/..%2fetc/hostname", "an encoded slash"),
-        ("/pub/..%2Fetc/hostname", "an encoded slash"),
-        ("/pub/%2e%2e%2fetc%2fhostname", "an encoded slash"),
-        ("/pub/..%252fetc/hostname", "an encoded slash"),
-        ("/pub/..%5cetc/hostname", "an encoded slash"),
+        ("/pub/..%2fetc/hostname", "an encoded"),
+        ("/pub/..%2Fetc/hostname", "an encoded"),
+        ("/pub/%2e%2e%2fetc%2fhostname", "an encoded"),
+        ("/pub/..%252fetc/hostname", "an encoded"),
+        ("/pub/..%5cetc/hostname", "an encoded"),
+        ("/admin%3f/../pub/x", "an encoded"),  # decoded then parsed again: /admin
+        ("/admin%23/../pub/x", "an encoded"),
         ("/pub/..\\etc\\hostname", "a backslash"),
         ("/pub/%00/x", "a control character"),
         ("pub/x", "does not start with /"),
@@ -101,11 +106,12 @@ def test_paths_cannot_climb_out_of_their_rule(path: str, refusal: str) -> None:
 def test_paths_are_matched_as_the_server_reads_them() -> None:
     rules = parse_allowlist(PUB_ONLY, None)
     assert decide(rules, "GET", "files.test", "/pub/x").allowed
-    assert decide(rules, "GET", "files.test", "/pub/sub/../x?q=../../etc").allowed
-    assert decide(rules, "GET", "files.test", "/pub/./a%20b").allowed
-    assert decide(rules, "GET", "files.test", "/x/../pub/y").allowed  # it is /pub/y
-    refused = decide(rules, "GET", "files.test", "/pub/%2e%2e/etc/hostname")
-    assert "(read as /etc/hostname)" in refused.reason
+    assert decide(rules, "GET", "files.test", "/pub/x?q=../../etc").allowed  # the query
+    assert decide(rules, "GET", "files.test", "/pub/a%20b").allowed
+    assert decide(rules, "GET", "files.test", "/pub//x").allowed  # read as /pub/x
+    refused = decide(rules, "GET", "files.test", "/x/../pub/y")
+    assert not refused.allowed
+    assert "dot segments" in refused.reason
     # Hosts without path rules never look at the path: npm's scoped names keep working.
     assert decide(rules, "GET", "registry.test", "/@types%2fnode").allowed
     assert decide(rules, "GET", "registry.test", "/a/../b").allowed
@@ -162,3 +168,24 @@ def test_model_credentials_become_placeholders_with_an_injected_header() -> None
         ("http", "10.89.0.1", 4000, "authorization", "Bearer t")
     ]
     assert injected_credentials({"ANTHROPIC_BASE_URL": "http://x"}) == ()
+
+
+def test_non_public_addresses_need_a_rule_that_names_them() -> None:
+    rules = parse_allowlist("allow:\n  - '*.example.test'\n  - 10.89.0.1\n", None)
+    assert decide_address(rules, "api.example.test", "93.184.216.34").allowed
+    for address in (
+        "127.0.0.1",
+        "169.254.169.254",
+        "10.0.0.5",
+        "192.168.1.1",
+        "::1",
+        "fe80::1%eth0",
+        "::ffff:127.0.0.1",
+        "100.64.0.1",
+        "fd00::1",
+        "0.0.0.0",
+    ):
+        verdict = decide_address(rules, "rebind.example.test", address)
+        assert not verdict.allowed, address
+        assert "a non-public address no rule names" in verdict.reason
+    assert decide_address(rules, "10.89.0.1", "10.89.0.1").allowed

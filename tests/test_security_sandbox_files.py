@@ -14,7 +14,7 @@ import yaml
 from tests.conftest import write_config
 from tests.fake_anthropic import FakeAnthropic
 from tests.fake_slack import APP_TOKEN, BOT_TOKEN, BOT_USER, TEAM, FakeSlack
-from tests.sandbox_fixtures import SandboxSetup, commit_file
+from tests.sandbox_fixtures import SandboxSetup, commit_file, wait_until
 
 ALICE, GENERAL = "U0ALICE", "C0GENERAL"
 MENTION = f"<@{BOT_USER}>"
@@ -111,6 +111,38 @@ def test_an_outbox_entry_flipped_to_a_link_never_uploads_a_host_file(
     assert "TOPSECRET" not in shown
     for path in re.findall(r"\[file\] (\S+)", shown):
         assert Path(path).read_text() == "decoy\n"
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker in (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def test_background_processes_end_with_the_task_even_with_the_containers_tools_replaced(
+    gateway: Any, sandbox: SandboxSetup
+) -> None:
+    # The agent is root in its container: it swaps sh and kill for programs that do
+    # nothing, then leaves a process behind (a disk filler, a loop racing the outbox).
+    sabotage = (
+        "printf '#!/bin/bash\\nexit 0\\n' > /tmp/noop && chmod +x /tmp/noop"
+        " && cp /tmp/noop /usr/bin/dash && cp /tmp/noop /usr/bin/kill"
+        " && (setsid sleep 777777 >/dev/null 2>&1 < /dev/null &)"
+    )
+    chat = gateway("chat", "--config", str(sandbox.config()))
+    chat.send(f"RUN_BASH {sabotage}")
+    chat.expect(r"^agent> Echo:")
+    wait_until(lambda: not _processes_with("sleep 777777"), "the stray to be ended", 30)
+    chat.send("and the next task still runs")
+    chat.expect(r"^agent> Echo: .*next task still runs")
+    chat.close_input()
+    assert chat.wait() == 0
 
 
 EVIL_RUNTIME = """#!/bin/sh

@@ -14,10 +14,12 @@ Blocked requests get 403 with the reason, before any connection to the target is
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import json
 import logging
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ from egress_rules import (  # type: ignore[import-not-found]  # copied beside th
     HeaderInjection,
     Verdict,
     decide,
+    decide_address,
     decide_connect,
     decide_raw_stream,
     rules_from_json,
@@ -133,6 +136,37 @@ class EgressAllowlist:
         _write_log(
             context, {"method": method, "url": url, "allowed": True, "reason": verdict.reason}
         )
+
+    async def server_connect(self, data: Any) -> None:
+        """Before dialling: resolve the name here and refuse non-public addresses no rule
+        names (``decide_address``). (The connection is not pinned to the checked address:
+        mitmproxy resolves again, so a rebinding DNS server with a zero TTL still has a
+        window; pinning would change what TLS verification and SNI see upstream.)"""
+        if data.server.address is None:
+            return
+        host, port = data.server.address
+        route = self._route(data.client.peername[0]) if data.client.peername else None
+        if route is None:
+            data.server.error = "gateway-bot egress: unknown source address"
+            return
+        try:
+            infos = await asyncio.get_running_loop().getaddrinfo(
+                host, port, type=socket.SOCK_STREAM
+            )
+        except OSError as exc:
+            data.server.error = f"gateway-bot egress: cannot resolve {host}: {exc}"
+            return
+        addresses = [str(info[4][0]) for info in infos]
+        for address in addresses:
+            verdict = decide_address(route.rules, str(host), address)
+            if not verdict.allowed:
+                _write_log(
+                    route.context,
+                    {"method": "CONNECT", "url": f"{host}:{port}", "allowed": False,
+                     "reason": verdict.reason},
+                )  # fmt: skip
+                data.server.error = f"Blocked by gateway-bot's egress proxy: {verdict.reason}"
+                return
 
     def tcp_start(self, flow: tcp.TCPFlow) -> None:
         route = self._route(flow.client_conn.peername[0])

@@ -140,6 +140,15 @@ def _print_report(
             else f"host paths visible inside: {', '.join(report.visible_host_paths)}",
         ),
     ]
+    root_is_host_root = report.uid_map.startswith("0:0:")
+    checks.append(
+        (
+            bool(report.uid_map) and not root_is_host_root,
+            f"container root is not host root (uid map {report.uid_map or '?'})"
+            if not root_is_host_root
+            else "container root IS host root (no user namespace: sandbox.userns_host_uid)",
+        )
+    )
     options = set(report.workspace_options.split(","))
     checks.append(
         (

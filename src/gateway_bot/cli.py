@@ -23,6 +23,7 @@ from gateway_bot.config.channels import ChannelsSettings, ConsoleChannelSettings
 from gateway_bot.config.server import (
     ServerConfig,
     build_server_config,
+    current_git_repo,
     load_server_config,
 )
 from gateway_bot.config.yaml_tags import ConfigError
@@ -30,6 +31,7 @@ from gateway_bot.daemon import (
     Daemon,
     agent_environment,
     agent_image_files,
+    agent_program,
     check_agent_setup,
     model_api_on_loopback,
 )
@@ -126,15 +128,16 @@ async def _serve(config: ServerConfig, agent_env: dict[str, str], *, chat: bool,
     if chat:
         console = config.channels.console
         assert console is not None
+        # Made now if there is none, so the banner shows the id /status will show.
         conversation = (
             await daemon.service.start_new_conversation("console", console.conversation)
             if new
             else await daemon.store.active_conversation("console", console.conversation)
-        )
-        label = conversation.id if conversation else "new"
+        ) or await daemon.store.create_conversation("console", console.conversation, None)
         print(
-            f"gateway-bot console · conversation {console.conversation} ({label}) · "
-            f"repo {config.repo.url} · /help for commands, Ctrl-D to quit",
+            f"gateway-bot console · conversation {console.conversation} ({conversation.id}) · "
+            f"repo {config.repo.url} · /help for commands, Ctrl-D to quit\n"
+            f"{daemon.workspace_reports.location(conversation.id)} · /diff shows the changes",
             flush=True,
         )
     try:
@@ -163,6 +166,7 @@ def _check(path: Path, *, canary: bool = False) -> int:
         f"{path}: OK (state {config.state_dir}, repo {config.repo.url}, "
         f"channels: {', '.join(channels) or 'none'})"
     )
+    print(f"agent: {agent_program(config) or config.agent.command[0] + ' (not found)'}")
     if problem is not None:
         print(f"warning: {problem.message}")
     sandbox = create_sandbox(config.sandbox, config.state_dir)
@@ -233,15 +237,8 @@ def _built_in_config() -> ServerConfig | None:
     except ConfigError as exc:
         _print_config_error(exc)
         return None
-    config.repo.url = str(_current_repo() or _sample_repo(config.state_dir))
+    config.repo.url = str(current_git_repo() or _sample_repo(config.state_dir))
     return config
-
-
-def _current_repo() -> Path | None:
-    found = subprocess.run(
-        ["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=False
-    )
-    return Path(found.stdout.strip()) if found.returncode == 0 else None
 
 
 def _sample_repo(state_dir: Path) -> Path:

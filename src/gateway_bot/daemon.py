@@ -20,6 +20,7 @@ from gateway_bot.core.channel import ChannelAdapter
 from gateway_bot.core.executor import AgentDefaults, TaskExecutor
 from gateway_bot.core.lifecycle import TaskState
 from gateway_bot.core.service import GatewayService
+from gateway_bot.core.workspace_diff import WorkspaceReports
 from gateway_bot.core.workspaces import Workspaces
 from gateway_bot.sandbox.factory import create_sandbox
 from gateway_bot.state.sqlite_store import SqliteStore
@@ -143,6 +144,7 @@ class Daemon:
         self.store = SqliteStore(config.state_dir / "state.db")
         self.sandbox = create_sandbox(config.sandbox, config.state_dir, agent_image_files(config))
         self.workspaces = Workspaces(config.state_dir, config.repo.url, config.repo.default_branch)
+        self.workspace_reports = WorkspaceReports(self.workspaces, self.sandbox)
         self._garbage_collector: asyncio.Task[None] | None = None
         executor = TaskExecutor(
             self.store,
@@ -166,6 +168,7 @@ class Daemon:
             timezone=config.timezone,
             max_concurrent_tasks=config.execution.max_concurrent_tasks,
             max_pending_per_conversation=config.execution.max_pending_per_conversation,
+            workspace_reports=self.workspace_reports,
         )
         self.stop_requested = asyncio.Event()
         self.end_of_input = asyncio.Event()
@@ -199,8 +202,12 @@ class Daemon:
             if busy:
                 continue
             log.info("garbage-collecting idle conversation %s", conversation_id)
-            await self.sandbox.discard(conversation_id)
-            await self.workspaces.remove(conversation_id)
+            try:
+                await self.sandbox.discard(conversation_id)
+                await self.workspaces.remove(conversation_id)
+            except Exception:  # one conversation's trouble must not stop the others'
+                log.exception("garbage-collecting conversation %s failed", conversation_id)
+                continue
             await self.store.update_conversation(conversation_id, clear_session=True)
 
     async def _collect_garbage_forever(self) -> None:

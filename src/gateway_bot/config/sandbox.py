@@ -125,6 +125,14 @@ class SandboxSettings(Section):
     max_live_containers: PositiveInt = Field(
         default=8, description="Running containers at most; the longest idle are stopped first."
     )
+    userns_host_uid: PositiveInt | None = Field(
+        default=100000,
+        description=(
+            "Agent containers run in a user namespace: their uids 0-65535 are host uids from "
+            "this one on, so container root is not host root (the conversation's directories "
+            "are handed to that uid). null: no user namespace (container root is host root)."
+        ),
+    )
 
     @field_validator("deployment")
     @classmethod

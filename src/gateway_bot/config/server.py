@@ -151,13 +151,14 @@ def _default_repo_to_current(data: dict[str, Any]) -> None:
     """``repo.url`` left out: the git repo of the current directory, the rule `gateway-bot
     chat` follows, so the sample config checks as it is from a checkout. Outside a repo
     the key stays missing and is reported; GATEWAY_BOT_REPO__URL still beats it."""
-    if data.get("repo") is None:
-        data["repo"] = {}
-    repo = data["repo"]
-    if isinstance(repo, dict) and repo.get("url") is None:
-        found = current_git_repo()
-        if found is not None:
-            repo["url"] = str(found)
+    repo = data.get("repo")
+    if repo is not None and (not isinstance(repo, dict) or repo.get("url") is not None):
+        return
+    found = current_git_repo()
+    if found is not None:
+        data["repo"] = {**(repo or {}), "url": str(found)}
+    elif "repo" in data and repo is None:
+        data["repo"] = {}  # `repo:` with only comments under it: report repo.url
 
 
 def current_git_repo() -> Path | None:

@@ -9,6 +9,7 @@ ones, and the card says so, so the owner never approves words they did not see.
 from __future__ import annotations
 
 import datetime
+import re
 import time
 from dataclasses import dataclass
 from zoneinfo import ZoneInfo
@@ -21,8 +22,8 @@ SHOWN_MESSAGES = 3
 """A flood of messages is one card quoting the first few, not a card (or a quote) each. No
 more than a conversation queues by default (one running, three waiting), so what Allow
 releases is run, not refused as a full queue."""
-_PREVIEW_LINES = 3
-_PREVIEW_CHARS = 300
+_PREVIEW_LINES = 40
+_PREVIEW_CHARS = 2000
 
 
 @dataclass(frozen=True)
@@ -57,22 +58,36 @@ def parse_approval_action(action_id: str) -> tuple[str, str] | None:
 def room_label(title: str, room: str) -> str:
     """``Team (!abc:hs)``: the title people know beside the id nobody can fake."""
     if not title or title == room:
-        return room
-    return f"{title} ({room})"
+        return plain(room)
+    return f"{plain(title)} ({plain(room)})"
+
+
+_MARKDOWN_PUNCTUATION = re.compile(r"([\\`*\[\]<>|~])")
+"""What makes a link, an image, emphasis or code; ids (``!room:hs``, ``@u_1:hs``) have none."""
+
+
+def plain(text: str) -> str:
+    """A name or title chosen by a stranger, as literal text in the card's markdown: no
+    link (``[Allow here](https://evil)``), no emphasis, no heading."""
+    return _MARKDOWN_PUNCTUATION.sub(r"\\\1", " ".join(text.split()))
 
 
 def preview(body: str) -> str:
-    lines = body.strip().splitlines()[:_PREVIEW_LINES]
-    text = "\n".join(lines)
-    if len(text) > _PREVIEW_CHARS:
-        text = text[:_PREVIEW_CHARS] + "…"
-    elif len(body.strip().splitlines()) > _PREVIEW_LINES:
-        text += "\n…"
-    return text
+    """The held message verbatim in a code block (markdown in it is not rendered, so link
+    titles and reference definitions cannot hide words), bounded, saying what was cut."""
+    text = body.strip()
+    lines = text.splitlines()
+    shown = "\n".join(lines[:_PREVIEW_LINES])[:_PREVIEW_CHARS]
+    cut = len(text) - len(shown)
+    fence = "`" * max(3, _longest_backtick_run(shown) + 1)
+    block = f"{fence}\n{shown}\n{fence}"
+    if cut > 0:
+        block += f"\n(…{cut} more characters not shown here; Allow runs the whole message)"
+    return block
 
 
-def _quote(text: str) -> str:
-    return "\n".join(f"> {line}" for line in text.splitlines() or [""])
+def _longest_backtick_run(text: str) -> int:
+    return max((len(run) for run in re.findall(r"`+", text)), default=0)
 
 
 def _buttons(code: str, allow: str, deny: str) -> tuple[Button, ...]:
@@ -88,14 +103,15 @@ def pending_card(approval: ApprovalRecord, held: HeldSummary) -> Card:
         return Card(
             title=f"Invitation to {where}",
             body=(
-                f"{approval.sender_name} ({approval.sender_id}) invited the bot to {where} "
+                f"{plain(approval.sender_name)} ({plain(approval.sender_id)}) invited the bot "
+                f"to {where} "
                 f"({approval.channel}). Join, or ignore the invitation? "
                 f"Or reply !approve {approval.code} or !deny {approval.code}."
             ),
             buttons=_buttons(approval.code, "Join", "Ignore"),
         )
     count = f"{held.total} messages" if held.total != 1 else "a message"
-    quotes = "\n\n".join(_quote(preview(body)) for body in held.shown)
+    quotes = "\n\n".join(preview(body) for body in held.shown)
     unseen = held.total - len(held.shown)
     more = (
         f"\n\n…and {unseen} more message{'s' if unseen != 1 else ''} not shown here: "
@@ -107,7 +123,8 @@ def pending_card(approval: ApprovalRecord, held: HeldSummary) -> Card:
     return Card(
         title=f"Unknown sender in {where}",
         body=(
-            f"{approval.sender_name} ({approval.sender_id}) wrote {count} to the bot in "
+            f"{plain(approval.sender_name)} ({plain(approval.sender_id)}) wrote {count} to "
+            "the bot in "
             f"{where} ({approval.channel}):\n\n{quotes}{more}\n\nAllow runs {runs} and lets "
             f"them use the bot in this room. Or reply !approve {approval.code} or "
             f"!deny {approval.code}."
@@ -134,7 +151,8 @@ def decided_card(approval: ApprovalRecord, timezone: str, outcome: Outcome | Non
                 outcome_text += f"; dropped {outcome.dropped_unseen} not shown on this card"
             outcome_text += "."
     return Card(
-        title=f"{approval.sender_name} in {where}",
-        body=f"{approval.sender_name} ({approval.sender_id}) in {where}: {outcome_text}",
+        title=f"{plain(approval.sender_name)} in {where}",
+        body=f"{plain(approval.sender_name)} ({plain(approval.sender_id)}) in {where}: "
+        f"{outcome_text}",
         buttons=(),
     )

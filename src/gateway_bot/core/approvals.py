@@ -35,6 +35,7 @@ from gateway_bot.core.approval_cards import (
 from gateway_bot.core.channel import ChannelAdapter
 from gateway_bot.core.lifecycle import CompletionReason, TaskState
 from gateway_bot.core.messages import InboundMessage, RoomInvite
+from gateway_bot.core.retries import DEFAULT_POLICY, RetryPolicy, call_channel
 from gateway_bot.state.records import ApprovalRecord, ApprovalState, TaskRecord
 from gateway_bot.state.store import Store
 
@@ -77,6 +78,7 @@ class Gatekeeper:
         timezone: str,
         *,
         card_refresh_s: float = CARD_REFRESH_S,
+        retry_policy: RetryPolicy = DEFAULT_POLICY,
     ) -> None:
         self._store = store
         self._access = access
@@ -90,6 +92,9 @@ class Gatekeeper:
         card said when the owner pressed."""
         self._refresh_due: set[str] = set()
         self._refreshing: set[asyncio.Task[None]] = set()
+        self._retry_policy = retry_policy
+        self._posting: set[str] = set()
+        """Cards whose failed first post is being retried now."""
 
     async def trusts(self, message: InboundMessage) -> bool:
         """May this sender use the bot here without an owner's say (also for commands)?"""
@@ -219,8 +224,55 @@ class Gatekeeper:
             log.warning("could not refresh approval card %s", code, exc_info=True)
 
     async def _show(self, approval: ApprovalRecord) -> None:
+        """Send or edit the pending card; a first post that fails is retried by a job of its
+        own, outside the locks (and by the service's sweep and at start-up, which find it
+        without a message reference). Caller holds ``self._cards``."""
+        try:
+            await self._post_or_edit(approval)
+        except Exception:
+            log.warning("could not send approval card %s", approval.code, exc_info=True)
+            if approval.card_ref is None:
+                self._post_later(approval.code)
+
+    def _post_later(self, code: str) -> None:
+        if code in self._posting:
+            return
+        self._posting.add(code)
+        job = asyncio.create_task(self._post_until_sent(code))
+        self._refreshing.add(job)
+        job.add_done_callback(self._refreshing.discard)
+
+    async def _post_until_sent(self, code: str) -> None:
+        async def attempt() -> None:
+            async with self._cards:
+                approval = await self._store.approvals.get(code)
+                pending = approval is not None and approval.state is ApprovalState.PENDING
+                if approval is not None and pending and approval.card_ref is None:
+                    await self._post_or_edit(approval)
+
+        try:
+            await asyncio.sleep(self._retry_policy.first_wait_s)
+            await call_channel(f"posting approval card {code}", attempt, self._retry_policy)
+        except Exception as exc:
+            log.warning("approval card %s is still not posted (%s); will try again", code, exc)
+        finally:
+            self._posting.discard(code)
+
+    async def resend_unsent_cards(self) -> None:
+        """Post the pending cards that never reached the owners (at start-up, and from the
+        service's sweep): a failed post must not leave a message held until it expires."""
+        for approval in await self._store.approvals.unsent_cards():
+            self._post_later(approval.code)
+
+    async def close(self) -> None:
+        """Cancel pending card edits and posts (shutdown); the next start redoes them."""
+        for job in list(self._refreshing):
+            job.cancel()
+        await asyncio.gather(*self._refreshing, return_exceptions=True)
+
+    async def _post_or_edit(self, approval: ApprovalRecord) -> None:
         """Send or edit the pending card to quote the first held messages, then record which
-        ones it quotes: those are what Allow runs. Caller holds ``self._cards``."""
+        ones it quotes: those are what Allow runs. Raises what the channel raised."""
         destination = self._access.approval_destination
         assert destination is not None
         adapter = self._adapters.get(destination.channel)
@@ -235,17 +287,11 @@ class Gatekeeper:
             parsed = (await self._store.get_task(task_id)).parsed
             bodies.append(parsed.body if parsed is not None else "")
         card = pending_card(approval, HeldSummary(tuple(bodies), len(held)))
-        try:
-            if approval.card_ref is None:
-                ref = await adapter.send_card(destination.context, card)
-                await approvals.set_card(
-                    approval.code, destination.channel, destination.context, ref
-                )
-            else:
-                await adapter.update_card(approval.card_context or {}, approval.card_ref, card)
-        except Exception:
-            log.warning("could not send approval card %s", approval.code, exc_info=True)
-            return
+        if approval.card_ref is None:
+            ref = await adapter.send_card(destination.context, card)
+            await approvals.set_card(approval.code, destination.channel, destination.context, ref)
+        else:
+            await adapter.update_card(approval.card_context or {}, approval.card_ref, card)
         await approvals.mark_shown(approval.code, quoted)
 
     async def decide(

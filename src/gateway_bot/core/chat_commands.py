@@ -1,5 +1,5 @@
-"""The shared chat commands' effects: /stop, /status, /new, /model, /approve, /deny, /revoke,
-/help.
+"""The shared chat commands' effects: /stop, /status, /new, /model, /diff, /approve, /deny,
+/revoke, /help.
 
 Parsing lives in ``commands.py``; this module acts on the service's running tasks and the
 store, and returns the text to answer with.
@@ -7,33 +7,20 @@ store, and returns the text to answer with.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
 
 from gateway_bot.core.approvals import Gatekeeper
 from gateway_bot.core.commands import HELP_TEXT, Command, CommandName
-from gateway_bot.core.executor import TaskResult
 from gateway_bot.core.lifecycle import TaskState
-from gateway_bot.core.messages import InboundMessage
-from gateway_bot.core.progress import ProgressReporter
+from gateway_bot.core.messages import InboundMessage, Reply
+from gateway_bot.core.scheduler import RunningTask
 from gateway_bot.core.status import describe_status
+from gateway_bot.core.workspace_diff import WorkspaceReports
 from gateway_bot.state.records import ConversationRecord
 from gateway_bot.state.store import Store
 
 NewConversation = Callable[[str, str], Awaitable[ConversationRecord]]
-
-
-class RunningTask:
-    """The task a conversation is executing now, for /stop and /status."""
-
-    def __init__(self, task_id: str, body: str, job: asyncio.Task[TaskResult]) -> None:
-        self.task_id = task_id
-        self.body = body
-        self.job = job
-        self.started = time.monotonic()
-        self.progress: ProgressReporter | None = None
-        self.stop_requested = False
 
 
 class ChatCommands:
@@ -43,11 +30,27 @@ class ChatCommands:
         gate: Gatekeeper,
         running: Mapping[str, RunningTask],
         new_conversation: NewConversation,
+        workspaces: WorkspaceReports | None = None,
     ) -> None:
         self._store = store
         self._gate = gate
         self._running = running
         self._new_conversation = new_conversation
+        self._workspaces = workspaces
+
+    async def reply(
+        self,
+        conversation: ConversationRecord,
+        message: InboundMessage,
+        command: Command,
+        task_id: str,
+    ) -> Reply:
+        """The reply to ``command``: /diff may carry a file (in the task's sent/)."""
+        if command.name is CommandName.DIFF:
+            if self._workspaces is None:
+                return Reply(text="/diff is not available here.")
+            return await self._workspaces.diff(conversation.id, task_id)
+        return Reply(text=await self.answer(conversation, message, command))
 
     async def answer(
         self, conversation: ConversationRecord, message: InboundMessage, command: Command
@@ -80,14 +83,13 @@ class ChatCommands:
         running = self._running.get(conversation_id)
         if running is None:
             return "Nothing is running in this conversation."
-        running.stop_requested = True
-        running.job.cancel()
+        running.request_stop()
         return f"Stopping task {running.task_id}…"
 
     async def _status_text(self, conversation: ConversationRecord) -> str:
         waiting = await self._store.conversation_tasks(conversation.id, [TaskState.PENDING])
         running = self._running.get(conversation.id)
-        return describe_status(
+        text = describe_status(
             conversation,
             running.task_id if running else None,
             running.body if running else None,
@@ -99,6 +101,9 @@ class ChatCommands:
                 if not running or t.id != running.task_id
             ],
         )
+        if self._workspaces is not None:
+            text += f"\n{self._workspaces.location(conversation.id)}"
+        return text
 
     async def _set_model(self, conversation: ConversationRecord, name: str) -> str:
         if not name:

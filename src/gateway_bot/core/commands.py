@@ -1,5 +1,5 @@
-"""Chat commands shared by every channel: /stop, /status, /new, /model NAME, and the owners'
-/approve, /deny and /revoke.
+"""Chat commands shared by every channel: /stop, /status, /new, /model NAME, /diff, and the
+owners' /approve, /deny and /revoke.
 
 ``!`` works as a prefix too, for clients that swallow ``/``. A message that starts with the
 prefix and a known word is a command; an unknown word gets a clear error listing the known
@@ -23,11 +23,13 @@ class CommandName(enum.Enum):
     APPROVE = "approve"
     DENY = "deny"
     REVOKE = "revoke"
+    DIFF = "diff"
 
 
 HELP_TEXT = (
     "Commands: /stop (cancel the running task), /status (running task and queue), "
     "/new (start a fresh conversation), /model NAME (model for the next new session), "
+    "/diff (the agent's changes not pushed yet), "
     "/approve CODE and /deny CODE (owners: decide an approval card), "
     "/revoke USER [everywhere] (owners: take back an approval), /help. "
     "`!` works instead of `/`."

@@ -29,8 +29,10 @@ from typing import TypeVar
 log = logging.getLogger(__name__)
 
 MB = 1024 * 1024
-AGENT_WRITABLE = ("workspace", "home", "inbox", "outbox", "storage")
-"""A conversation's directories its agent can write (mounted into its sandbox)."""
+AGENT_WRITABLE = ("workspace", "home", "inbox", "outbox", "storage", "sent")
+"""A conversation's directories its agent fills: the ones mounted into its sandbox, and
+``sent/``, where what it leaves in its outbox is copied (a sparse file there costs its full
+size)."""
 MAX_ENTRIES = 1_000_000
 MAX_DEPTH = 256
 """Directories held open at once during a walk (one descriptor per level)."""

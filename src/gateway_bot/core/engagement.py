@@ -7,6 +7,7 @@ message is for the bot; in a group room only messages that mention it are.
 from __future__ import annotations
 
 import re
+import unicodedata
 
 from gateway_bot.config.access import EngageMode, RoomSettings
 from gateway_bot.core.messages import InboundMessage
@@ -23,3 +24,10 @@ def engages(message: InboundMessage, room: RoomSettings, conversation_started: b
     if mode is EngageMode.MENTION_STICKY:
         return message.is_direct or message.mentioned or conversation_started
     return message.mentioned
+
+
+def is_blank(text: str) -> bool:
+    """Nothing a person could read: only whitespace and format characters (Unicode category
+    Cf: zero-width space and joiners, direction marks, the byte order mark, soft hyphens).
+    Chat clients leave such characters behind a mention; the agent must not run on them."""
+    return all(ch.isspace() or unicodedata.category(ch) == "Cf" for ch in text)

@@ -23,6 +23,7 @@ import errno
 import os
 import re
 import secrets
+import stat
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -121,6 +122,8 @@ class InboxWriter:
             fd = await asyncio.to_thread(
                 os.open, staging_name, _NEW_FILE_FLAGS, 0o644, dir_fd=staging_fd
             )
+            with contextlib.suppress(OSError):  # the agent may change what it was given
+                await asyncio.to_thread(self._give_to_inbox_owner, fd)
             incoming = IncomingFile(fd)
             try:
                 try:
@@ -134,6 +137,17 @@ class InboxWriter:
                     os.unlink(staging_name, dir_fd=staging_fd)
         finally:
             os.close(staging_fd)
+
+    def _give_to_inbox_owner(self, fd: int) -> None:
+        """The file belongs to whoever owns the inbox (a sandbox may map the agent's root
+        to another host uid), so the agent can edit what it was sent."""
+        root_fd = self._open_root()
+        try:
+            owner = os.stat(self._inbox_name, dir_fd=root_fd, follow_symlinks=False)
+        finally:
+            os.close(root_fd)
+        if stat.S_ISDIR(owner.st_mode) and (owner.st_uid, owner.st_gid) != (0, 0):
+            os.fchown(fd, owner.st_uid, owner.st_gid)
 
     def _open_root(self) -> int:
         return os.open(self._root, _DIR_FLAGS)

@@ -17,6 +17,9 @@ class TaskState(enum.Enum):
     PENDING = "pending"
     """Authenticated, waiting for its conversation or for a global slot."""
     EXECUTING = "executing"
+    UNDELIVERED = "undelivered"
+    """Ran; its reply is stored but the channel would not take it. Sent again (never
+    recomputed) by the service's sweep and at every start; the conversation moves on."""
     COMPLETED = "completed"
 
 
@@ -37,11 +40,13 @@ _ALLOWED: dict[TaskState, frozenset[TaskState]] = {
         {TaskState.PENDING, TaskState.EXECUTING, TaskState.COMPLETED, TaskState.QUEUED}
     ),
     TaskState.PENDING: frozenset({TaskState.EXECUTING, TaskState.COMPLETED}),
-    TaskState.EXECUTING: frozenset({TaskState.COMPLETED, TaskState.PENDING}),
+    TaskState.EXECUTING: frozenset({TaskState.COMPLETED, TaskState.PENDING, TaskState.UNDELIVERED}),
+    TaskState.UNDELIVERED: frozenset({TaskState.COMPLETED}),
     TaskState.COMPLETED: frozenset(),
 }
-"""AUTHENTICATING -> QUEUED and EXECUTING -> PENDING exist only for crash recovery: a task
-caught mid-step by a kill -9 goes back one step and is done again."""
+"""EXECUTING -> PENDING exists only for crash recovery: a task caught mid-run by a kill -9
+is run again. AUTHENTICATING -> QUEUED is for recovery too, and for a message whose channel
+could not be reached to parse it: it is taken up again later."""
 
 
 class IllegalTransition(RuntimeError):

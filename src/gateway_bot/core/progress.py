@@ -18,6 +18,10 @@ from gateway_bot.core.messages import Progress
 log = logging.getLogger(__name__)
 
 SendProgress = Callable[[Progress], Awaitable[None]]
+MAX_STEPS = 200
+MAX_STEP_CHARS = 300
+"""The display keeps the newest steps, each bounded: an agent emitting millions of tool
+calls must not grow the daemon's memory or every progress update."""
 
 
 class ProgressReporter:
@@ -41,7 +45,9 @@ class ProgressReporter:
     async def on_event(self, event: AgentEvent) -> None:
         if not isinstance(event, ToolUseEvent):
             return
-        self._steps.append(event.summary)
+        self._steps.append(event.summary[:MAX_STEP_CHARS])
+        if len(self._steps) > MAX_STEPS:  # the agent controls how many it reports
+            self._steps[: len(self._steps) - MAX_STEPS] = []
         wait = self._last_sent + self._interval - time.monotonic()
         if wait <= 0:
             await self._send_now()

@@ -1,20 +1,35 @@
-"""Retrying calls into channels: a homeserver hiccup must not strand a task until restart.
+"""The one retry policy for calls into channels: transport failures are retried, nothing else.
 
-A refusal (AuthenticationError) is an answer, not a failure, and is never retried. After
-the last attempt the error propagates: the task then stays where the store has it, and the
-start-up recovery of the next run picks it up again.
+Why only transport failures: a homeserver that is down or a 429 may pass in seconds, but a
+payload the channel cannot parse, a refusal (AuthenticationError) or a thread that no
+longer takes replies will fail the same way every time; retrying them only holds others up.
+Why one policy applied once: a channel that retried by itself inside the core's retries
+multiplied the waits (Matrix's own minute inside five core attempts). Channels make one
+attempt per call and say what failed; the core decides whether and when to try again, and
+never sleeps between attempts while holding the intake lock (callers take the lock per
+attempt).
+
+What counts as transient (``is_transient``), without the core importing any channel:
+- an exception with a boolean ``transient`` attribute says so itself (the Matrix channel's
+  ``MatrixError``: unreachable, 5xx, 429);
+- connection trouble: ``ConnectionError``, ``TimeoutError``, ``aiohttp.ClientError`` (a
+  ``ClientResponseError`` only for 429 and 5xx);
+- an HTTP client error carrying ``response.status_code`` (slack_sdk's ``SlackApiError``):
+  429 and 5xx. Slack answers most refusals with 200 and ``ok: false``: not retried.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
+import aiohttp
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
-    retry_if_not_exception_type,
+    retry_if_exception,
     stop_after_attempt,
     wait_exponential,
 )
@@ -25,25 +40,71 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-ATTEMPTS = 5
-"""With exponential waits of 1, 2, 4, 8 s: about a quarter of a minute of patience."""
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    attempts: int = 5
+    first_wait_s: float = 1.0
+    max_wait_s: float = 8.0
 
 
-async def call_channel(what: str, call: Callable[[], Awaitable[T]]) -> T:
+DEFAULT_POLICY = RetryPolicy()
+"""Waits of 1, 2, 4, 8 s: about a quarter of a minute of patience per call. What still fails
+after that is parked where the store has it and taken up again later (the service's sweep,
+or the next start)."""
+
+
+def is_transient(error: BaseException) -> bool:
+    """Could the same call succeed if made again in a few seconds?"""
+    if isinstance(error, AuthenticationError):
+        return False
+    marked = getattr(error, "transient", None)
+    if isinstance(marked, bool):
+        return marked
+    if isinstance(error, aiohttp.ClientResponseError):
+        return _retryable_status(error.status)
+    if isinstance(error, ConnectionError | TimeoutError | aiohttp.ClientError):
+        return True
+    status = getattr(getattr(error, "response", None), "status_code", None)
+    return isinstance(status, int) and _retryable_status(status)
+
+
+def _retryable_status(status: int) -> bool:
+    return status == 429 or status >= 500
+
+
+def retrying(what: str, policy: RetryPolicy = DEFAULT_POLICY) -> AsyncRetrying:
+    """The policy as a tenacity loop, for callers that must release a lock between
+    attempts (``async for attempt in retrying(...): with attempt: ...``)."""
+
     def note(state: RetryCallState) -> None:
         error = state.outcome.exception() if state.outcome else None
-        log.warning("%s failed (attempt %d of %d): %s", what, state.attempt_number, ATTEMPTS, error)
+        log.warning(
+            "%s failed (attempt %d of %d): %s",
+            what,
+            state.attempt_number,
+            policy.attempts,
+            error or "",
+        )
 
-    retrying = AsyncRetrying(
-        retry=retry_if_not_exception_type(AuthenticationError),
-        stop=stop_after_attempt(ATTEMPTS),
-        wait=wait_exponential(multiplier=1, max=8),
+    return AsyncRetrying(
+        retry=retry_if_exception(is_transient),
+        stop=stop_after_attempt(policy.attempts),
+        wait=wait_exponential(
+            multiplier=policy.first_wait_s, min=policy.first_wait_s, max=policy.max_wait_s
+        ),
         before_sleep=note,
         reraise=True,
     )
+
+
+async def call_channel(
+    what: str, call: Callable[[], Awaitable[T]], policy: RetryPolicy = DEFAULT_POLICY
+) -> T:
+    """Call, retrying transport failures; the last failure (or any other) propagates."""
 
     async def attempt() -> T:
         # tenacity awaits only coroutine functions; a lambda returning an awaitable is not one.
         return await call()
 
-    return await retrying(attempt)
+    return await retrying(what, policy)(attempt)

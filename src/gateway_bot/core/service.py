@@ -1,11 +1,19 @@
-"""The gateway service: accept, authenticate, queue, execute, reply, recover.
+"""The gateway service: accept, authenticate, route; recover at start.
 
 A message's path: a channel listener calls ``submit`` -> the message is committed to the
 store (only then may the channel acknowledge it at its source) -> authenticated and parsed
-by its channel -> commands are answered at once, other messages join their conversation's
-queue -> one task at a time per conversation, at most N at once overall -> the reply is
-stored, then sent, then the task completes. At start-up the recovery sweep picks up every
-task a crash left behind, so each accepted message is answered exactly once.
+by its channel -> commands are answered at once, other messages join their conversation in
+the scheduler (``core/scheduler.py``: one task at a time per conversation, at most N at
+once overall) -> the reply is stored, then sent, then the task completes
+(``core/delivery.py``). At start-up the recovery sweep picks up every task a crash left
+behind, so each accepted message is answered exactly once.
+
+Intake (authentication and routing) is serialised per channel so that messages reach their
+conversation in arrival order, but nothing slow happens under that lock: channel calls
+that fail for a transport reason are retried with the lock released between attempts, and
+every send (acknowledgements, command answers, refusals) is a job of its own. A message
+whose channel stays unreachable is taken up again by the periodic sweep, which also sends
+parked replies again and posts approval cards that never went out.
 """
 
 from __future__ import annotations
@@ -14,32 +22,38 @@ import asyncio
 import collections
 import dataclasses
 import logging
-from collections.abc import Coroutine, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
 
 from gateway_bot.config.access import AccessSettings, IgnoredMessages
 from gateway_bot.core.approvals import Gatekeeper, parse_approval_action
 from gateway_bot.core.channel import AuthenticationError, ChannelAdapter
-from gateway_bot.core.chat_commands import ChatCommands, RunningTask
+from gateway_bot.core.chat_commands import ChatCommands
 from gateway_bot.core.commands import (
     UnknownCommand,
     parse_command,
 )
 from gateway_bot.core.delivery import ReplyDelivery
-from gateway_bot.core.engagement import engages
-from gateway_bot.core.executor import TaskExecutor, TaskResult
+from gateway_bot.core.engagement import engages, is_blank
+from gateway_bot.core.jobs import Jobs
 from gateway_bot.core.lifecycle import CompletionReason, TaskState
-from gateway_bot.core.messages import Decision, InboundMessage, RawMessage, Reply, RoomInvite
-from gateway_bot.core.progress import ProgressReporter
-from gateway_bot.core.retries import call_channel
-from gateway_bot.sandbox.base import SandboxUnavailable
+from gateway_bot.core.messages import Decision, InboundMessage, RawMessage, RoomInvite
+from gateway_bot.core.retries import (
+    DEFAULT_POLICY,
+    RetryPolicy,
+    call_channel,
+    is_transient,
+    retrying,
+)
+from gateway_bot.core.scheduler import Executes, Scheduler
+from gateway_bot.core.workspace_diff import WorkspaceReports
 from gateway_bot.state.records import ContextLine, ConversationRecord, TaskRecord
 from gateway_bot.state.store import Store
 
 log = logging.getLogger(__name__)
 
 SWEEP_INTERVAL_S = 60.0
-"""How often undecided approval cards are checked for expiry."""
+"""How often parked work is taken up again: approval cards checked for expiry or never
+posted, replies a channel would not take, messages whose channel could not be reached."""
 
 
 class GatewayService:
@@ -47,31 +61,47 @@ class GatewayService:
         self,
         store: Store,
         adapters: Mapping[str, ChannelAdapter],
-        executor: TaskExecutor,
+        executor: Executes,
         *,
         access: AccessSettings,
         timezone: str,
         max_concurrent_tasks: int,
         max_pending_per_conversation: int,
+        retry_policy: RetryPolicy = DEFAULT_POLICY,
+        sweep_interval_s: float = SWEEP_INTERVAL_S,
+        workspace_reports: WorkspaceReports | None = None,
     ) -> None:
         self._store = store
         self._adapters = dict(adapters)
-        self._executor = executor
         self._access = access
-        self._gate = Gatekeeper(store, access, self._adapters, self._release_held, timezone)
+        self._policy = retry_policy
+        self._sweep_interval_s = sweep_interval_s
+        self._jobs = Jobs()
+        self._gate = Gatekeeper(
+            store, access, self._adapters, self._release_held, timezone, retry_policy=retry_policy
+        )
         self._sweeper: asyncio.Task[None] | None = None
-        self._running: dict[str, RunningTask] = {}
-        self._replies = ReplyDelivery(store, self._adapters)
-        self._commands = ChatCommands(store, self._gate, self._running, self.start_new_conversation)
-        self._slots = asyncio.Semaphore(max_concurrent_tasks)
-        self._max_pending = max_pending_per_conversation
-        self._queues: dict[str, collections.deque[str]] = collections.defaultdict(collections.deque)
-        self._drainers: dict[str, asyncio.Task[None]] = {}
-        self._background: set[asyncio.Task[Any]] = set()
+        self._replies = ReplyDelivery(store, self._adapters, self._jobs, retry_policy)
+        self._scheduler = Scheduler(
+            store,
+            self._adapters,
+            executor,
+            self._replies,
+            self._jobs,
+            max_concurrent=max_concurrent_tasks,
+            max_pending=max_pending_per_conversation,
+        )
+        self._commands = ChatCommands(
+            store,
+            self._gate,
+            self._scheduler.running_tasks,
+            self.start_new_conversation,
+            workspace_reports,
+        )
         self._intake_locks: dict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
+        self._taking_in: set[str] = set()
+        """Tasks with an intake job now (waiting for the lock, parsing or backing off)."""
         self._accepting = False
-        self._idle = asyncio.Event()
-        self._idle.set()
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -79,6 +109,7 @@ class GatewayService:
         """Recover what a previous run left, then start every channel's listener."""
         await self.recover()
         await self._gate.expire()
+        await self._gate.resend_unsent_cards()
         self._sweeper = asyncio.create_task(self._sweep_periodically())
         self._accepting = True
         for adapter in self._adapters.values():
@@ -86,11 +117,20 @@ class GatewayService:
 
     async def _sweep_periodically(self) -> None:
         while True:
-            await asyncio.sleep(SWEEP_INTERVAL_S)
+            await asyncio.sleep(self._sweep_interval_s)
             try:
-                await self._gate.expire()
+                await self.sweep()
             except Exception:
-                log.exception("approval expiry sweep failed")
+                log.exception("the periodic sweep failed")
+
+    async def sweep(self) -> None:
+        """Take up what is parked: expired or unsent approval cards, replies a channel would
+        not take, messages whose channel could not be reached to parse them."""
+        await self._gate.expire()
+        await self._gate.resend_unsent_cards()
+        await self._replies.redeliver()
+        for task in await self._store.tasks_in_states([TaskState.QUEUED]):
+            self._take_in(task.id)
 
     async def stop_listening(self) -> None:
         self._accepting = False
@@ -101,11 +141,7 @@ class GatewayService:
 
     async def wait_idle(self, timeout_s: float | None) -> bool:
         """Wait until no task is in flight; False if the timeout passed first."""
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout_s)
-        except TimeoutError:
-            return False
-        return True
+        return await self._jobs.wait_idle(timeout_s)
 
     async def shutdown(self, timeout_s: float) -> None:
         """Stop listening, let running tasks finish for up to ``timeout_s``, then abandon
@@ -116,24 +152,8 @@ class GatewayService:
                 "shutdown: tasks still running after %.0f s; they will be re-run at the next start",
                 timeout_s,
             )
-        for job in list(self._background):
-            job.cancel()
-        await asyncio.gather(*self._background, return_exceptions=True)
-
-    def _spawn(self, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        job = asyncio.create_task(coroutine)
-        self._background.add(job)
-        self._idle.clear()
-
-        def done(finished: asyncio.Task[Any]) -> None:
-            self._background.discard(finished)
-            if not self._background:
-                self._idle.set()
-            if not finished.cancelled() and finished.exception() is not None:
-                log.error("background job failed", exc_info=finished.exception())
-
-        job.add_done_callback(done)
-        return job
+        await self._jobs.close()
+        await self._gate.close()
 
     # -- intake ------------------------------------------------------------------------
 
@@ -150,7 +170,7 @@ class GatewayService:
                 task_id,
             )
         elif self._accepting:
-            self._spawn(self._authenticate(task_id))
+            self._take_in(task_id)
         return True
 
     async def recover(self) -> None:
@@ -161,33 +181,55 @@ class GatewayService:
             if task.state is TaskState.AUTHENTICATING:
                 task = await self._store.transition(task.id, TaskState.QUEUED)
             if task.state is TaskState.QUEUED:
-                self._spawn(self._authenticate(task.id))
+                self._take_in(task.id)
                 continue
             if task.state is TaskState.EXECUTING:
                 if task.reply is not None:
                     log.info("recovery: delivering the stored reply of task %s", task.id)
-                    self._spawn(self._replies.finish(task))
+                    self._jobs.spawn(self._replies.finish(task), name=f"finish-{task.id}")
                     continue
                 log.info("recovery: task %s was interrupted mid-run; running it again", task.id)
                 task = await self._store.transition(task.id, TaskState.PENDING)
             assert task.conversation_id is not None
-            self._enqueue(task.conversation_id, task.id)
+            self._scheduler.enqueue(task.conversation_id, task.id)
+        await self._replies.redeliver()
+
+    def _take_in(self, task_id: str) -> None:
+        if task_id in self._taking_in or self._jobs.closed:
+            return
+        self._taking_in.add(task_id)
+        job = self._jobs.spawn(self._authenticate(task_id), name=f"intake-{task_id}")
+        job.add_done_callback(lambda _: self._taking_in.discard(task_id))
 
     async def _authenticate(self, task_id: str) -> None:
         """Authenticate and route one message. Serialised per channel, so messages reach
-        their conversation (and commands take effect) in the order they arrived."""
+        their conversation (and commands take effect) in the order they arrived. A transport
+        failure is retried with the lock released between attempts: one unreachable room
+        never holds up the others. Routing is idempotent by task state, so an attempt that
+        failed half-way is safe to repeat."""
         channel = (await self._store.get_task(task_id)).channel
-        async with self._intake_locks[channel]:
-            await self._authenticate_in_order(task_id)
+        lock = self._intake_locks[channel]
+        try:
+            async for attempt in retrying(f"{channel}: taking in task {task_id}", self._policy):
+                with attempt:
+                    async with lock:
+                        await self._authenticate_in_order(task_id)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            log.warning("task %s: %s stays unreachable; the sweep tries again", task_id, channel)
+            if (await self._store.get_task(task_id)).state is TaskState.AUTHENTICATING:
+                await self._store.transition(task_id, TaskState.QUEUED)
 
     async def _authenticate_in_order(self, task_id: str) -> None:
-        task = await self._store.transition(task_id, TaskState.AUTHENTICATING)
+        task = await self._store.get_task(task_id)
+        if task.state is TaskState.QUEUED:
+            task = await self._store.transition(task_id, TaskState.AUTHENTICATING)
+        elif task.state is not TaskState.AUTHENTICATING:
+            return  # routed by an earlier attempt that failed afterwards
         adapter = self._adapters[task.channel]
         try:
-            message = await call_channel(
-                f"{task.channel}: parsing task {task_id}",
-                lambda: adapter.authenticate_and_parse(task.raw),
-            )
+            message = await adapter.authenticate_and_parse(task.raw)
         except AuthenticationError as exc:
             reason = (
                 CompletionReason.UNAUTHORIZED if exc.unauthorized else CompletionReason.AUTH_FAILED
@@ -195,6 +237,18 @@ class GatewayService:
             log.warning("task %s refused: %s (%s)", task_id, exc.sender, exc.reason)
             await self._store.transition(
                 task_id, TaskState.COMPLETED, reason=reason, error=exc.reason
+            )
+            return
+        except Exception as exc:
+            if is_transient(exc):
+                raise
+            # The same payload fails the same way every time: never retried.
+            log.warning("task %s: %s cannot parse it: %r", task_id, task.channel, exc)
+            await self._store.transition(
+                task_id,
+                TaskState.COMPLETED,
+                reason=CompletionReason.REJECTED,
+                error=f"could not be parsed: {type(exc).__name__}: {exc}",
             )
             return
         if message is None:
@@ -240,8 +294,10 @@ class GatewayService:
                 await self._drop_untrusted(task, message, "command")
                 return
             conversation = await self._conversation_for(message)
-            text = await self._commands.answer(conversation, message, command)
-            await self._replies.answer_now(task, message, text, CompletionReason.SUCCESS)
+            reply = await self._commands.reply(conversation, message, command, task.id)
+            await self._replies.answer_now(
+                task, message, reply.text, CompletionReason.SUCCESS, files=reply.files
+            )
             return
         room = self._access.room_settings(message.channel, message.room)
         started = await self._store.active_conversation(message.channel, message.conversation_key)
@@ -258,7 +314,7 @@ class GatewayService:
                 error="not addressed to the bot",
             )
             return
-        if not message.body.strip() and not message.attachments:
+        if is_blank(message.body) and not message.attachments:
             if trusted:
                 await self._replies.answer_now(
                     task,
@@ -312,31 +368,45 @@ class GatewayService:
         )
 
     async def _queue_message(self, task: TaskRecord, message: InboundMessage) -> None:
+        """Queue first; the acknowledgement (or the refusal of a full queue) is a job of its
+        own, retried, and never decides whether the task runs."""
         conversation = await self._conversation_for(message)
-        ahead = len(self._queues[conversation.id])
-        # The queue's head is the task in progress (running or waiting for a global slot).
-        waiting = max(0, ahead - 1)
-        if ahead and waiting >= self._max_pending:
+        ahead = self._scheduler.depth(conversation.id)
+        await self._store.transition(
+            task.id, TaskState.PENDING, conversation_id=conversation.id, parsed=message
+        )
+        adapter, context = self._adapters[message.channel], message.channel_context
+        if self._scheduler.is_full(conversation.id):
             text = (
-                f"This conversation already has {waiting} messages waiting; this one was "
+                f"This conversation already has {ahead - 1} messages waiting; this one was "
                 "not queued. Send it again when the agent has caught up, or /stop."
-            )
-            await self._store.transition(
-                task.id, TaskState.PENDING, conversation_id=conversation.id, parsed=message
             )
             await self._store.transition(
                 task.id, TaskState.COMPLETED, reason=CompletionReason.REJECTED, error=text
             )
-            await self._adapters[message.channel].send_rejection(message.channel_context, text)
+            self._tell(
+                f"{message.channel}: refusing task {task.id}",
+                lambda: adapter.send_rejection(context, text),
+            )
             return
-        await self._store.transition(
-            task.id, TaskState.PENDING, conversation_id=conversation.id, parsed=message
-        )
         ack = f"Queued behind {ahead} task(s)." if ahead else "Working on it…"
-        await self._adapters[message.channel].send_acknowledgement(
-            message.channel_context, task.id, ack
+        acknowledged = self._tell(
+            f"{message.channel}: acknowledging task {task.id}",
+            lambda: adapter.send_acknowledgement(context, task.id, ack),
         )
-        self._enqueue(conversation.id, task.id)
+        self._scheduler.enqueue(conversation.id, task.id, after=acknowledged)
+
+    def _tell(self, what: str, send: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
+        """A best-effort send in a job of its own: retried by the policy, then given up
+        (logged). People may miss a notice; no task waits on it."""
+
+        async def attempt() -> None:
+            try:
+                await call_channel(what, send, self._policy)
+            except Exception as exc:
+                log.warning("%s: given up (%s)", what, exc)
+
+        return self._jobs.spawn(attempt(), name=what)
 
     async def _conversation_for(self, message: InboundMessage) -> ConversationRecord:
         existing = await self._store.active_conversation(message.channel, message.conversation_key)
@@ -355,66 +425,3 @@ class GatewayService:
         if model:
             created = await self._store.update_conversation(created.id, next_model=model)
         return created
-
-    # -- execution ---------------------------------------------------------------------
-
-    def _enqueue(self, conversation_id: str, task_id: str) -> None:
-        self._queues[conversation_id].append(task_id)
-        if conversation_id not in self._drainers:
-            self._drainers[conversation_id] = self._spawn(self._drain(conversation_id))
-
-    async def _drain(self, conversation_id: str) -> None:
-        """Run the conversation's queue in order. No await between the emptiness check
-        and leaving, so a message enqueued meanwhile always finds a drainer."""
-        queue = self._queues[conversation_id]
-        try:
-            while queue:
-                task_id = queue[0]
-                async with self._slots:
-                    await self._execute(conversation_id, task_id)
-                queue.popleft()
-        finally:
-            del self._drainers[conversation_id]
-
-    async def _execute(self, conversation_id: str, task_id: str) -> None:
-        task = await self._store.transition(task_id, TaskState.EXECUTING)
-        message = task.parsed
-        assert message is not None
-        adapter = self._adapters[task.channel]
-        conversation = await self._store.get_conversation(conversation_id)
-        reporter = ProgressReporter(
-            task_id,
-            lambda progress: adapter.send_progress(message.channel_context, progress),
-            adapter.capabilities.progress_interval_s,
-        )
-        job = asyncio.create_task(
-            self._executor.execute(task_id, conversation, message, adapter, reporter.on_event)
-        )
-        running = RunningTask(task_id, message.body, job)
-        running.progress = reporter
-        self._running[conversation_id] = running
-        try:
-            result = await asyncio.shield(job)
-        except asyncio.CancelledError:
-            if not (running.stop_requested and job.cancelled()):
-                job.cancel()
-                raise  # daemon shutting down: the task stays EXECUTING and is re-run later
-            result = TaskResult(
-                Reply(text="Stopped. The task was cancelled with /stop.", stopped=True),
-                CompletionReason.CANCELLED,
-            )
-        except SandboxUnavailable as exc:
-            log.warning("task %s: the sandbox could not run it: %s", task_id, exc)
-            result = TaskResult(
-                Reply(text=f"The sandbox could not run this task: {exc}", is_error=True),
-                CompletionReason.INTERNAL_ERROR,
-            )
-        except Exception as exc:
-            log.exception("task %s failed", task_id)
-            result = TaskResult(
-                Reply(text=f"Internal error: {exc}", is_error=True), CompletionReason.INTERNAL_ERROR
-            )
-        finally:
-            await reporter.close()
-            self._running.pop(conversation_id, None)
-        await self._replies.store_and_send(task_id, message, result.reply, result.reason)

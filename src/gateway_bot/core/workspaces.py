@@ -27,6 +27,10 @@ from pathlib import Path
 
 MAX_OUTBOX_FILE_BYTES = 1024 * 1024 * 1024
 """Outbox files larger than this stay where they are (no channel takes them anyway)."""
+MAX_OUTBOX_FILES = 20
+MAX_OUTBOX_BYTES = 1024 * 1024 * 1024
+"""Per task, at most this many files and bytes are taken from the outbox; the rest wait
+for the next task. A sparse file costs nothing in the outbox and its full size copied."""
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
@@ -141,8 +145,41 @@ class Workspaces:
         return sorted(idle)
 
     async def remove(self, conversation_id: str) -> None:
-        """Delete a conversation's directories (workspace, home, files, logs)."""
-        await asyncio.to_thread(shutil.rmtree, self.dirs(conversation_id).root, True)
+        """Delete a conversation's directories (workspace, home, files, logs). With GNU rm,
+        which walks iteratively and never follows a link: the agent's tree may be thousands
+        of levels deep, where ``shutil.rmtree`` dies of recursion."""
+        root = self.dirs(conversation_id).root
+        process = await asyncio.create_subprocess_exec(
+            "rm", "-rf", "--one-file-system", "--", str(root),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        _, stderr = await process.communicate()
+        if process.returncode != 0:
+            raise OSError(f"removing {root} failed: {stderr.decode(errors='replace')[-300:]}")
+
+    @property
+    def mirror(self) -> Path:
+        """The bare mirror: origin as the daemon last fetched it (daemon-written only)."""
+        return self._mirror
+
+    async def upstream_branch(self) -> tuple[str, str] | None:
+        """(name, commit id) of origin's default branch in the mirror, None before the
+        first clone: what "not pushed yet" is measured against."""
+        if not (self._mirror / "HEAD").exists():
+            return None
+        try:
+            name = self._branch
+            if name is None:
+                found = await _git("-C", str(self._mirror), "symbolic-ref", "--short", "HEAD")
+                name = found.strip()
+            commit = await _git(
+                "-C", str(self._mirror), "rev-parse", "--verify", f"refs/heads/{name}^{{commit}}"
+            )
+        except GitError:
+            return None
+        return name, commit.strip()
 
     async def read_default_branch_file(self, path: str) -> str | None:
         """A file's text on the default branch of the mirror, or None when it is absent."""
@@ -174,16 +211,22 @@ def _move_regular_files(source: Path, target: Path) -> list[Path]:
             return []
         raise
     copied: list[Path] = []
+    budget = MAX_OUTBOX_BYTES
     try:
         for name in sorted(os.listdir(source_fd)):
+            if len(copied) >= MAX_OUTBOX_FILES:
+                break
             try:
                 fd = os.open(name, _READ_FLAGS, dir_fd=source_fd)
             except OSError:
                 continue  # a link (ELOOP), gone, or unreadable: never followed
             try:
                 info = os.fstat(fd)
-                if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_OUTBOX_FILE_BYTES:
+                if not stat.S_ISREG(info.st_mode) or info.st_size > min(
+                    MAX_OUTBOX_FILE_BYTES, budget
+                ):
                     continue
+                budget -= info.st_size
                 target.mkdir(parents=True, exist_ok=True)
                 _copy_fd(fd, target / name)
             finally:

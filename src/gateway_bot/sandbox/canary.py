@@ -23,6 +23,7 @@ from gateway_bot.sandbox.base import ExecutionContext, Sandbox
 _SCRIPT = r"""
 echo "hostname=$(cat /proc/sys/kernel/hostname)"
 for p in {paths}; do [ -e "$p" ] && echo "visible=$p"; done
+echo "uid_map=$(awk 'NR == 1 {{print $1 ":" $2 ":" $3}}' /proc/self/uid_map)"
 echo "root_mount=$(awk '$5 == "/" {{print $4; exit}}' /proc/self/mountinfo)"
 echo "workspace_options=$(awk -v w={workspace} '$5 == w {{print $6; exit}}' /proc/self/mountinfo)"
 unset HTTPS_PROXY HTTP_PROXY https_proxy http_proxy ALL_PROXY all_proxy
@@ -47,6 +48,8 @@ class CanaryReport:
     hostname: str = ""
     visible_host_paths: list[str] = field(default_factory=list)
     root_mount: str = ""
+    uid_map: str = ""
+    """The first line of /proc/self/uid_map: ``0:0:4294967295`` means root is host root."""
     workspace_options: str = ""
     """Mount options of the workspace as the process sees them (nosuid,nodev expected)."""
     connected: list[str] = field(default_factory=list)
@@ -118,6 +121,8 @@ async def probe(
             report.hostname = value
         elif key == "visible":
             report.visible_host_paths.append(value)
+        elif key == "uid_map":
+            report.uid_map = value
         elif key == "root_mount":
             report.root_mount = value
         elif key == "workspace_options":

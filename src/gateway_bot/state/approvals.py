@@ -140,6 +140,13 @@ class SqliteApprovals:
         ) as cursor:
             return [_approval(row) for row in await cursor.fetchall()]
 
+    async def unsent_cards(self) -> list[ApprovalRecord]:
+        async with self.db.execute(
+            "SELECT * FROM approvals WHERE state = 'pending' AND card_ref IS NULL"
+            " ORDER BY created_at, rowid"
+        ) as cursor:
+            return [_approval(row) for row in await cursor.fetchall()]
+
     async def add_member(self, channel: str, room: str, sender_id: str, added_by: str) -> None:
         await self._database.write(
             "INSERT OR IGNORE INTO room_members (channel, room, sender_id, added_by, added_at)"

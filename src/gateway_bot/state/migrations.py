@@ -111,4 +111,9 @@ MIGRATIONS: tuple[str, ...] = (
     UPDATE approval_tasks SET shown = 1
         WHERE rowid IN (SELECT MIN(rowid) FROM approval_tasks GROUP BY code);
     """,
+    # 5: why a task's stored reply could not be sent yet (state 'undelivered'); cleared
+    # when it goes out.
+    """
+    ALTER TABLE tasks ADD COLUMN delivery_error TEXT;
+    """,
 )

@@ -46,6 +46,8 @@ class TaskRecord:
     num_turns: int
     error: str | None
     attempts: int
+    delivery_error: str | None = None
+    """Why the stored reply could not be sent yet (an UNDELIVERED task); None once sent."""
 
 
 class ApprovalState(enum.Enum):

@@ -176,7 +176,14 @@ class SqliteStore:
         )
 
     async def mark_reply_delivered(self, task_id: str) -> None:
-        await self._database.write("UPDATE tasks SET reply_delivered = 1 WHERE id = ?", (task_id,))
+        await self._database.write(
+            "UPDATE tasks SET reply_delivered = 1, delivery_error = NULL WHERE id = ?", (task_id,)
+        )
+
+    async def record_delivery_failure(self, task_id: str, error: str) -> None:
+        await self._database.write(
+            "UPDATE tasks SET delivery_error = ? WHERE id = ?", (error, task_id)
+        )
 
     async def record_usage(self, task_id: str, usage: Usage) -> None:
         await self._database.write(
@@ -274,6 +281,7 @@ def _task_from_row(row: aiosqlite.Row) -> TaskRecord:
         num_turns=row["num_turns"],
         error=row["error"],
         attempts=row["attempts"],
+        delivery_error=row["delivery_error"],
     )
 
 

@@ -22,7 +22,6 @@ import html
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
@@ -71,7 +70,6 @@ log = logging.getLogger(__name__)
 CHANNEL = "matrix"
 _TYPING_MS = 30_000
 _TYPING_REFRESH_S = 20.0
-_RETRY_DELAYS_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
 
 T = TypeVar("T")
 
@@ -96,28 +94,18 @@ class MatrixAdapter:
     def listener(self) -> MatrixListener:
         return self._listener
 
-    async def _retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
-        """Wait for the login, then call; transient failures (homeserver unreachable or
-        overloaded) are retried for about a minute. Sends carry transaction ids, so a retry
-        never posts twice."""
+    async def _when_ready(self, call: Callable[[], Awaitable[T]]) -> T:
+        """Wait for the login, then make one attempt. Retrying is the core's (one policy,
+        ``core/retries.py``, outside its intake lock): a MatrixError says whether it is
+        ``transient``. Sends carry transaction ids, so the core's retry never posts twice."""
         await self._session.ready()
-        for delay in (*_RETRY_DELAYS_S, None):
-            try:
-                return await call()
-            except MatrixError as exc:
-                if not exc.transient or delay is None:
-                    raise
-                log.warning("matrix: %s failed (%s); retrying in %.0f s", what, exc, delay)
-                await asyncio.sleep(delay)
-        raise AssertionError("unreachable")
+        return await call()
 
     async def _send(self, room_id: str, content: JsonDict, txn_id: str) -> str:
         """Every message the bot sends goes out here, mentioning nobody: its text is the
         agent's or people's, and must not ping members by name or ``@room``."""
         api, silenced = self._session.api, without_mentions(content)
-        return await self._retrying(
-            "send", lambda: api.send(room_id, "m.room.message", silenced, txn_id)
-        )
+        return await self._when_ready(lambda: api.send(room_id, "m.room.message", silenced, txn_id))
 
     # -- inbound -------------------------------------------------------------------------
 
@@ -139,7 +127,7 @@ class MatrixAdapter:
         sender = str(event.get("sender", raw.sender))
         api = self._session.api
         try:
-            members = await self._retrying("members", lambda: api.joined_members(room_id))
+            members = await self._when_ready(lambda: api.joined_members(room_id))
         except MatrixError as exc:
             if exc.transient:
                 raise
@@ -206,7 +194,7 @@ class MatrixAdapter:
         target, key = reaction
         api = self._session.api
         try:
-            card = await self._retrying("card", lambda: api.get_event(room_id, target))
+            card = await self._when_ready(lambda: api.get_event(room_id, target))
         except MatrixError as exc:
             if exc.transient:
                 raise
@@ -280,8 +268,10 @@ class MatrixAdapter:
     async def _send_file(self, context: JsonDict, path: Path, txn_id: str) -> None:
         api, limit = self._session.api, self._max_file_bytes
         try:
-            content = await self._retrying("upload", lambda: upload_file(api, path, limit))
+            content = await self._when_ready(lambda: upload_file(api, path, limit))
         except (MatrixError, OSError) as exc:
+            if isinstance(exc, MatrixError) and exc.transient:
+                raise  # the core sends the reply again: same txn ids, no duplicate events
             reason = exc.error if isinstance(exc, MatrixError) else exc.strerror
             await self._notice(context, f"Could not send the file {path.name}: {reason}.")
             return
@@ -299,11 +289,11 @@ class MatrixAdapter:
 
     async def join_room(self, room: str) -> None:
         api = self._session.api
-        await self._retrying("join", lambda: api.join(room))
+        await self._when_ready(lambda: api.join(room))
 
     async def leave_room(self, room: str) -> None:
         api = self._session.api
-        await self._retrying("leave", lambda: api.leave(room))
+        await self._when_ready(lambda: api.leave(room))
 
     # -- cards ---------------------------------------------------------------------------
 
@@ -315,7 +305,12 @@ class MatrixAdapter:
         emojis = [b.emoji for b in card.buttons if b.emoji]
         await self._session.store.save_card(event_id, room_id, emojis)
         for emoji in emojis:
-            await self._retrying("react", partial(self._react, room_id, event_id, emoji))
+            # Best effort: the card is posted, and failing here would have the core post it
+            # again. A missing pre-reaction still lets an owner react (or type !approve).
+            try:
+                await self._react(room_id, event_id, emoji)
+            except MatrixError as exc:
+                log.warning("matrix: could not pre-react %s on card %s: %s", emoji, event_id, exc)
         return event_id
 
     async def _react(self, room_id: str, event_id: str, emoji: str) -> str:

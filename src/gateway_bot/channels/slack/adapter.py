@@ -33,7 +33,7 @@ from gateway_bot.channels.slack.access import (
 from gateway_bot.channels.slack.files import SlackFiles
 from gateway_bot.channels.slack.listener import CHANNEL, SlackListener
 from gateway_bot.channels.slack.records import SlackRecords
-from gateway_bot.channels.slack.webapi import next_cursor, retrying
+from gateway_bot.channels.slack.webapi import next_cursor
 from gateway_bot.config.channels import SlackChannelSettings
 from gateway_bot.core.channel import AuthenticationError
 from gateway_bot.core.inbox_files import InboxWriter
@@ -170,8 +170,10 @@ class SlackAdapter:
         if not user_id:
             raise AuthenticationError("unknown", "no user on the event")
         try:
-            user = await retrying(lambda: self._directory.user(user_id))
+            user = await self._directory.user(user_id)
         except SlackApiError as exc:
+            if exc.response.status_code == 429 or exc.response.status_code >= 500:
+                raise  # Slack is busy, not refusing: the core's retry policy tries again
             error = exc.response.get("error")
             raise AuthenticationError(user_id, f"users.info failed: {error}") from exc
         reason = refusal(user, self._settings)
@@ -185,7 +187,7 @@ class SlackAdapter:
         if not self._settings.allowed_user_groups:
             return False
         groups = self._settings.allowed_user_groups
-        members = await retrying(lambda: self._directory.members_of(groups))
+        members = await self._directory.members_of(groups)
         return is_allowed(user.id, members, self._settings)
 
     async def save_attachments(self, message: InboundMessage, inbox: InboxWriter) -> list[str]:

@@ -4,16 +4,22 @@ aiohttp server, which hands each request to Bolt.
 Bolt checks the ``X-Slack-Signature`` HMAC with the signing secret and refuses a
 ``X-Slack-Request-Timestamp`` older than five minutes (both answered 401, nothing runs),
 and answers ``url_verification`` and ``ssl_check`` itself. A message is committed to
-SQLite before the 200 goes out; if that fails the answer is 500 and Slack retries.
+SQLite before the 200 goes out; if that fails the answer is 500 and Slack retries. A body
+Bolt cannot read (not JSON, a form without a JSON payload) is a 400: retrying it cannot
+help, and a 500 would have Slack send it again and again.
 
 Binds 127.0.0.1 unless configured otherwise: put a TLS reverse proxy in front of it.
 """
 
 from __future__ import annotations
 
+import logging
+
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.async_app import AsyncApp
+
+log = logging.getLogger(__name__)
 
 
 class HttpEventsServer:
@@ -41,5 +47,10 @@ class HttpEventsServer:
         return f"http://{self._host}:{self._port}{self._path}"
 
     async def _receive(self, request: web.Request) -> web.Response:
-        bolt_response = await self._app.async_dispatch(await to_bolt_request(request))
+        try:
+            bolt_request = await to_bolt_request(request)
+        except Exception as exc:  # the body's fault, whatever Bolt's parser raised
+            log.warning("slack: refused an Events API body that cannot be read: %r", exc)
+            return web.Response(status=400, text="malformed body")
+        bolt_response = await self._app.async_dispatch(bolt_request)
         return await to_aiohttp_response(bolt_response)

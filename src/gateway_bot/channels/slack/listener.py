@@ -10,6 +10,10 @@ ts), so the core runs the message once.
 
 Identity (``auth.test``: the bot's user id) is learnt once at start and handed to Bolt
 through ``authorize``, which also lets Bolt drop the bot's own posts before they reach us.
+
+The listener task is supervised: whatever ends it but a stop or a token Slack refuses (an
+answer slack_sdk chokes on, a bug), it is logged, shown as DEGRADED health, and started
+again with backoff. A dead listener must never look "connected".
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ from gateway_bot.core.messages import ChannelHealth, ChannelStatus, RawMessage
 log = logging.getLogger(__name__)
 
 CHANNEL = "slack"
+RESTART_RESET_S = 60.0
+"""A listener that ran this long before it ended restarts at the shortest backoff again."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,7 @@ class SlackListener:
         self._identity: BotIdentity | None = None
         self._identity_lock = asyncio.Lock()
         self._submit: Submit | None = None
+        self._stopping = False
         self._task: asyncio.Task[None] | None = None
         self._socket: SocketModeConnection | None = None
         self._http: HttpEventsServer | None = None
@@ -114,14 +121,39 @@ class SlackListener:
                     ChannelHealth.FAILED, f"cannot listen on {self._http.address}: {exc.strerror}"
                 )
                 return
-        self._task = asyncio.create_task(self._run())
+        self._stopping = False
+        self._task = asyncio.create_task(self._supervise())
 
     async def stop(self) -> None:
+        self._stopping = True
         if self._socket is not None:
             await self._socket.stop()
         await stop_task(self._task)
         if self._http is not None:
             await self._http.stop()
+
+    async def _supervise(self) -> None:
+        attempt = 0
+        while True:
+            started = time.monotonic()
+            try:
+                await self._run()
+            except Exception as exc:
+                log.exception("slack: the listener stopped")
+                reason = f"the listener stopped ({exc!r})"
+            else:
+                done = self._http is not None or self._health.status.health is ChannelHealth.FAILED
+                if self._stopping or done:
+                    return
+                reason = "the listener stopped"
+            if self._stopping:
+                return
+            if time.monotonic() - started > RESTART_RESET_S:
+                attempt = 0
+            delay = backoff_delay(attempt, self._settings.reconnect_max_delay_seconds)
+            attempt += 1
+            self._health.set(ChannelHealth.DEGRADED, f"{reason}; restarting in {delay:.1f} s")
+            await asyncio.sleep(delay)
 
     async def _run(self) -> None:
         if await self._learn_identity() is None:
@@ -191,13 +223,18 @@ class SlackListener:
     # -- Socket Mode -------------------------------------------------------------------
 
     async def _handle_envelope(self, envelope: Envelope) -> Envelope | None:
+        """Bolt's answer as the envelope's ack. Raises when Bolt cannot make a request of
+        the envelope (the connection then logs, acks and drops it)."""
+        payload = envelope.get("payload")
+        if not isinstance(payload, dict) or not isinstance(payload.get("event", {}), dict):
+            # Bolt's own middleware would fail on it (500) and Slack redeliver it in vain.
+            log.warning("dropped a malformed Socket Mode envelope: %r", envelope)
+            return {"envelope_id": envelope["envelope_id"]}
         headers: dict[str, str | Sequence[str]] = {}
         if envelope.get("retry_attempt"):
             headers["x-slack-retry-num"] = str(envelope["retry_attempt"])
             headers["x-slack-retry-reason"] = str(envelope.get("retry_reason") or "")
-        request = AsyncBoltRequest(
-            mode="socket_mode", body=envelope.get("payload") or {}, headers=headers or None
-        )
+        request = AsyncBoltRequest(mode="socket_mode", body=payload, headers=headers or None)
         response = await self.app.async_dispatch(request)
         if response.status >= 500:
             log.warning(
@@ -212,7 +249,11 @@ class SlackListener:
     # -- Bolt listeners ----------------------------------------------------------------
 
     async def _on_event(self, body: dict[str, Any], context: AsyncBoltContext) -> None:
-        event: dict[str, Any] = body.get("event") or {}
+        event = body.get("event")
+        if not isinstance(event, dict):
+            # Acked and dropped: raising would answer 500 and Slack would redeliver it.
+            log.warning("dropped a Slack event that is not an object: %r", event)
+            return
         team = str(body.get("team_id") or context.team_id or "")
         bot_user_id = context.bot_user_id or ""
         if events.is_bot_added(event, bot_user_id):

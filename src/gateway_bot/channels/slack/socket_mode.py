@@ -10,7 +10,10 @@ backoff. The protocol is small: ``apps.connections.open`` gives a wss URL; Slack
 answer with ``{"envelope_id": ...}``, and ``disconnect`` when it wants us elsewhere.
 
 Envelopes are handled one at a time in arrival order, so messages reach the core in the
-order people sent them; handling is a SQLite commit, not the agent's work.
+order people sent them; handling is a SQLite commit, not the agent's work. One frame never
+ends the connection: a frame that is not a JSON object is ignored, and an envelope whose
+handling raises (Bolt cannot make a request of it) is logged, acknowledged and dropped,
+because Slack would redeliver it, and it would fail the same way, for ever.
 """
 
 from __future__ import annotations
@@ -104,6 +107,13 @@ class SocketModeConnection:
         response = await self._client.apps_connections_open(app_token=self._app_token)
         return str(response["url"])
 
+    async def _handle_one(self, envelope: Envelope) -> Envelope | None:
+        try:
+            return await self._handle(envelope)
+        except Exception:
+            log.exception("dropped Socket Mode envelope %r: it cannot be handled", envelope)
+            return {"envelope_id": envelope["envelope_id"]}
+
     async def _serve(self, url: str) -> tuple[str | None, bool]:
         """Serve one websocket. Returns (why it ended or None for a requested reconnect,
         whether Slack said hello)."""
@@ -115,7 +125,10 @@ class SocketModeConnection:
                 async for frame in ws:
                     if frame.type is not aiohttp.WSMsgType.TEXT:
                         break
-                    message = json.loads(frame.data)
+                    message = _json_object(frame.data)
+                    if message is None:
+                        log.warning("ignored a Socket Mode frame that is not a JSON object")
+                        continue
                     kind = message.get("type")
                     if kind == "hello":
                         greeted = True
@@ -124,7 +137,7 @@ class SocketModeConnection:
                         log.info("Slack asked to reconnect (%s)", message.get("reason"))
                         return None, greeted
                     elif "envelope_id" in message:
-                        ack = await self._handle(message)
+                        ack = await self._handle_one(message)
                         if ack is not None:
                             await ws.send_str(json.dumps(ack))
                 close_code = ws.close_code
@@ -133,6 +146,14 @@ class SocketModeConnection:
         finally:
             self._ws = None
         return f"Socket Mode connection closed (code {close_code})", greeted
+
+
+def _json_object(text: str) -> Envelope | None:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 async def stop_task(task: asyncio.Task[None] | None) -> None:

@@ -9,6 +9,7 @@ enforces it) decide with the same code.
 from __future__ import annotations
 
 import fnmatch
+import ipaddress
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -89,7 +90,9 @@ def decide(rules: Sequence[EgressRule], method: str, host: str, path: str) -> Ve
     )
 
 
-_ENCODED_SEPARATOR = re.compile(r"%(2f|5c)", re.IGNORECASE)
+_ENCODED_SEPARATOR = re.compile(r"%(2f|5c|3f|23)", re.IGNORECASE)
+"""Encoded ``/``, ``\\``, ``?`` and ``#``: a server that decodes and then parses again
+reads them as structure (``/admin%3f/../pub/x`` is ``/admin`` there)."""
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _MAX_DECODINGS = 4
 
@@ -106,7 +109,7 @@ def normal_path(path: str) -> str:
     current = path
     for _ in range(_MAX_DECODINGS):
         if _ENCODED_SEPARATOR.search(current):
-            raise UnsafePath("an encoded slash (%2f or %5c) in the path is refused")
+            raise UnsafePath("an encoded / \\ ? or # (%2f %5c %3f %23) in the path is refused")
         decoded = unquote(current, errors="surrogateescape")
         if decoded == current:
             break
@@ -126,6 +129,10 @@ def normal_path(path: str) -> str:
     for index, segment in enumerate(segments):
         last = index == len(segments) - 1
         name = segment.split(";", 1)[0]
+        if name in (".", "..") and not last:
+            # Servers that do not normalise (object stores: S3 keys) take the path as
+            # written, so /secret/../pub/x is a key under secret/ there: no dot segments.
+            raise UnsafePath("dot segments (. or ..) in the path are refused")
         if name == "..":
             if kept:
                 kept.pop()
@@ -137,6 +144,29 @@ def normal_path(path: str) -> str:
         elif segment or last:
             kept.append(segment)
     return "/" + "/".join(kept)
+
+
+def decide_address(rules: Sequence[EgressRule], host: str, address: str) -> Verdict:
+    """May the proxy dial ``address``, which ``host`` resolved to? Public addresses yes (the
+    name was already checked against the rules). Anything else (loopback, link-local such
+    as cloud metadata, private networks, the host's side of the sandbox's own networks)
+    only when a rule names that very address: a rule for a name, or a wildcard, must not
+    reach the host or the operator's internal network through a DNS answer (rebinding)."""
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return Verdict(False, f"{address} is not an address")
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if ip.is_global and not ip.is_multicast:
+        return Verdict(True, "a public address")
+    if any(_normal_host(rule.host) == str(ip) for rule in rules):
+        return Verdict(True, f"{ip} is named by a rule")
+    return Verdict(
+        False,
+        f"{_normal_host(host)} resolves to {ip}, a non-public address no rule names "
+        "(allow the address itself to reach it)",
+    )
 
 
 def decide_connect(rules: Sequence[EgressRule], host: str) -> Verdict:

@@ -52,5 +52,6 @@ async def build_images(
 async def bootstrap(settings: SandboxSettings, state_dir: Path, *, force: bool) -> None:
     service, _ = _parts(settings, state_dir)
     await service.check()
-    tag = await bootstrap_base(service, _print, force=force)
-    print(f"base image: {tag}", flush=True)
+    # bootstrap_base's own lines name the image ("... exists" or "podman import -> ..."); a
+    # "base image:" line here would repeat it, and `image build` prints that one.
+    await bootstrap_base(service, _print, force=force)

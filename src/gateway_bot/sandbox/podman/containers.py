@@ -9,9 +9,11 @@ from the host; environment variables come with each exec.
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
-from collections.abc import Mapping
+import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,8 @@ from gateway_bot.sandbox.podman.proxy import (
 )
 from gateway_bot.sandbox.podman.service import PodmanService
 
+log = logging.getLogger(__name__)
+
 PATHS = SandboxPaths(
     workspace="/workspace", home="/home/agent", inbox="/inbox", outbox="/outbox", storage="/storage"
 )
@@ -36,7 +40,7 @@ SYSTEM_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 
 INIT_SCRIPT = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"
 """PID 1: sleeps, exits on SIGTERM, and reaps orphans (the shell's wait collects any child).
-Being PID 1 it also survives ``kill -9 -1``, which is how stray processes are cleared."""
+Stray processes are ended from the host (``strays.py``), never by this shell."""
 
 NETWORK_SYSCTLS = {
     "net.ipv6.conf.all.disable_ipv6": "1",
@@ -48,9 +52,37 @@ NETWORK_SYSCTLS = {
 address through which host services listening on ``[::]`` answer: no IPv6 in the agent's
 network namespace at all, and no unprivileged ICMP sockets."""
 
+USERNS_SIZE = 65536
+
+
+def userns_matches(info: dict[str, Any], userns_host_uid: int | None) -> bool:
+    """Does an existing container have the user namespace the settings ask for?"""
+    mappings = (info.get("HostConfig") or {}).get("IDMappings") or {}
+    wanted = [f"0:{userns_host_uid}:{USERNS_SIZE}"] if userns_host_uid is not None else []
+    return list(mappings.get("UidMap") or []) == wanted
+
+
+async def hand_over(directories: Sequence[Path], uid: int) -> None:
+    """Make ``directories`` (recursively, never following a link) belong to ``uid``: the
+    container's root in its user namespace. Only called while no container of the context
+    exists, so nothing in there can change under the walk. GNU chown walks iteratively
+    (a tree thousands of levels deep is no problem) and, with ``-P -h``, changes links
+    themselves, never what they point at."""
+    stale = [str(p) for p in directories if p.exists() and p.lstat().st_uid != uid]
+    if not stale:
+        return
+    process = await asyncio.create_subprocess_exec(
+        "chown", "-R", "-P", "-h", f"{uid}:{uid}", "--", *stale,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    _, stderr = await process.communicate()
+    if process.returncode != 0:
+        log.warning("chown of %s: %s", ", ".join(stale), stderr.decode(errors="replace")[-500:])
+
+
 TRUST_CA = ["sh", "-c", "update-ca-certificates >/dev/null 2>&1 || true"]
-KILL_STRAYS = ["sh", "-c", "kill -9 -1 2>/dev/null || true"]
-"""One task at a time per context: anything but PID 1 left running belongs to no task."""
 
 
 @dataclass(frozen=True)
@@ -156,13 +188,23 @@ def _bind(source: Path, target: str) -> dict[str, Any]:
     return {"type": "bind", "source": str(source), "target": target}
 
 
-def create_container(client: Any, create: dict[str, Any]) -> None:
-    """``containers.create`` with every bind mount ``nosuid,nodev``: what the agent leaves in
+def create_container(client: Any, create: dict[str, Any], userns_host_uid: int | None) -> None:
+    """``containers.create`` with every bind mount ``nosuid,nodev`` (what the agent leaves in
     its directories lands on the host's filesystem, where a setuid-root binary or a device
-    node made by container root must never take effect. podman-py has no key for those
-    mount options, so its own payload rendering is used and the options added before the
-    POST (the same request ``containers.create`` makes)."""
+    node made by container root must never take effect) and, with ``userns_host_uid``, in a
+    user namespace mapping container uids/gids 0-65535 to host ids from that one on.
+    podman-py has no key for either, so its own payload rendering is used and both added
+    before the POST (the same request ``containers.create`` makes)."""
     payload = client.containers._render_payload(dict(create))
+    if userns_host_uid is not None:
+        mapping = [{"container_id": 0, "host_id": userns_host_uid, "size": USERNS_SIZE}]
+        payload["idmappings"] = {
+            "HostUIDMapping": False,
+            "HostGIDMapping": False,
+            "UIDMap": mapping,
+            "GIDMap": mapping,
+        }
+        payload["userns"] = {"nsmode": "private"}
     for mount in payload.get("mounts") or []:
         if mount.get("type") == "bind":
             options = list(mount.get("options") or [])

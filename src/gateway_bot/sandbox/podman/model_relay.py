@@ -94,9 +94,7 @@ class ModelRelay:
         sock = _listening_socket(self.listen_host, self.port)
         self.port = sock.getsockname()[1]
         self._server = await asyncio.start_server(self._serve, sock=sock)
-        log.info(
-            "model relay on %s for %s:%d (egress proxy only)", self.address, *self.target
-        )  # fmt: skip
+        log.info("model relay on %s for %s:%d (egress proxy only)", self.address, *self.target)
 
     async def close(self) -> None:
         if self._server is None:

@@ -28,6 +28,7 @@ from gateway_bot.config.sandbox import SandboxSettings
 from gateway_bot.sandbox.base import ExecutionContext, IsKnown, SandboxPaths, SandboxUnavailable
 from gateway_bot.sandbox.child import spawn_fed
 from gateway_bot.sandbox.podman import containers as spec
+from gateway_bot.sandbox.podman import strays
 from gateway_bot.sandbox.podman.exec_env import ExecEnvError, ExecEnvFiles
 from gateway_bot.sandbox.podman.images import ImageBuilder
 from gateway_bot.sandbox.podman.model_relay import ModelRelay, loopback_target
@@ -77,7 +78,6 @@ class PodmanSandbox:
         self._env_files = ExecEnvFiles(work_dir / "exec-env")
         self._contexts: dict[str, _Context] = {}
         self._foreign: set[str] = set()
-        self._clearing: set[asyncio.Task[None]] = set()
         self._housekeeping: asyncio.Task[None] | None = None
         self._relays: list[ModelRelay] = []
 
@@ -107,7 +107,7 @@ class PodmanSandbox:
             self._contexts.setdefault(context_id, _Context())
             if info["State"] == "running":
                 any_running = True
-                await self._exec_quietly(name, spec.KILL_STRAYS)
+                await self._kill_strays(name)
                 log.info("reattached to running container %s", name)
             else:
                 log.info("container %s is %s; its next task starts it", name, info["State"])
@@ -118,7 +118,6 @@ class PodmanSandbox:
     async def close(self) -> None:
         """Stops housekeeping and the relays only: containers keep running for the next
         start (``stop_all`` stops them too)."""
-        await asyncio.gather(*self._clearing, return_exceptions=True)
         if self._housekeeping is not None:
             self._housekeeping.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -236,6 +235,8 @@ class PodmanSandbox:
             reason = (
                 "its image changed" if info["Image"] != image.id
                 else "it stopped during its last task" if state.broken
+                else "its user namespace setting changed"
+                if not spec.userns_matches(info, self._settings.userns_host_uid)
                 else None
             )  # fmt: skip
             if reason:
@@ -248,7 +249,11 @@ class PodmanSandbox:
                 context, image.tag, network, self.deployment, self.proxy.ca_certificate,
                 self._settings.limits, self.service,
             )  # fmt: skip
-            await self._call(lambda c: spec.create_container(c, create), f"create {name}")
+            uid = self._settings.userns_host_uid
+            if uid is not None:
+                mounted = [context.workspace, context.home, context.inbox, context.outbox]
+                await spec.hand_over([*mounted, context.storage], uid)
+            await self._call(lambda c: spec.create_container(c, create, uid), f"create {name}")
             log.info("created container %s on %s", name, image.tag)
         if info is None or not info["State"]["Running"]:
             await self._call(lambda c: c.containers.get(name).start(), f"start {name}")
@@ -263,9 +268,9 @@ class PodmanSandbox:
         running = info is not None and info["State"]["Running"]
         if running:
             # After every task, not only a killed one: whatever the agent started in the
-            # background (a server, a loop flipping files in the outbox) ends with it. Off
-            # the reply's path, under the context's lock: the next task waits for it.
-            self._clear_after_task(context_id, state)
+            # background (a server, a loop flipping files in the outbox) ends with it. From
+            # the host (a scan of /proc, milliseconds), before the reply goes out.
+            await self._kill_strays(name, info)
         state.busy = False
         if code != 0 and not running:
             state.broken = True
@@ -274,15 +279,6 @@ class PodmanSandbox:
                 "the next message gets a fresh container with the same workspace."
             )
         return ""
-
-    def _clear_after_task(self, context_id: str, state: _Context) -> None:
-        async def clear() -> None:
-            async with state.lock:
-                await self._exec_quietly(spec.container_name(context_id), spec.KILL_STRAYS)
-
-        job = asyncio.create_task(clear())
-        self._clearing.add(job)
-        job.add_done_callback(self._clearing.discard)
 
     # -- housekeeping ---------------------------------------------------------------------
 
@@ -393,6 +389,16 @@ class PodmanSandbox:
             await self.service.api(call)
         except PodmanError as exc:
             raise SandboxUnavailable(f"podman could not {what}: {_with_hint(exc)}") from exc
+
+    async def _kill_strays(self, name: str, info: dict[str, Any] | None = None) -> None:
+        """Every process of the container but its init ends (``strays.py``: from the host,
+        never with the container's own binaries, which the agent can replace)."""
+        info = info or await self._inspect(name)
+        if info is None or not info["State"]["Running"]:
+            return
+        killed = await asyncio.to_thread(strays.kill_all_but_init, int(info["State"]["Pid"]))
+        if killed:
+            log.info("ended %d stray process(es) in %s", killed, name)
 
     async def _exec_quietly(self, name: str, argv: list[str]) -> None:
         def call(client: Any) -> None:

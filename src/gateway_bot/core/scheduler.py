@@ -1,0 +1,222 @@
+"""The per-conversation scheduler: each conversation's queue, its running task, ``/stop``,
+its progress display, and (next) its warm agent session.
+
+Semantics, aiojobs-style: ``enqueue`` spawns a conversation's drainer when it has none; at
+most one task runs per conversation, in arrival order; at most ``max_concurrent`` run at
+once overall (a global limit, waited for outside any lock); a conversation holds at most
+``max_pending`` waiting tasks (``is_full``); closing is the service's ``Jobs.close``, which
+cancels every drainer (a running task then stays EXECUTING and the next start runs it
+again).
+
+Why a task leaves its queue whatever happens to it: a drainer that kept a failed task at
+the head re-ran it for the next message (EXECUTING -> EXECUTING, refused), and the
+conversation answered "Queued…" for ever. A reply the channel would not take parks its task
+as UNDELIVERED (``ReplyDelivery``) instead of raising; anything else that fails is logged
+and left where the store has it, for the next start.
+
+``GatewayService`` keeps intake and routing; this module only runs what was routed here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from collections.abc import Mapping
+from typing import Protocol
+
+from gateway_bot.agents.base import OnEvent
+from gateway_bot.core.channel import ChannelAdapter
+from gateway_bot.core.delivery import ReplyDelivery
+from gateway_bot.core.executor import TaskResult
+from gateway_bot.core.jobs import Jobs
+from gateway_bot.core.lifecycle import CompletionReason, TaskState
+from gateway_bot.core.messages import InboundMessage, Reply
+from gateway_bot.core.progress import ProgressReporter
+from gateway_bot.sandbox.base import SandboxUnavailable
+from gateway_bot.state.records import ConversationRecord
+from gateway_bot.state.store import Store
+
+log = logging.getLogger(__name__)
+
+STOPPED_TEXT = "Stopped. The task was cancelled with /stop."
+
+
+class Executes(Protocol):
+    """Runs one task to a reply without sending it (``core/executor.TaskExecutor``)."""
+
+    async def execute(
+        self,
+        task_id: str,
+        conversation: ConversationRecord,
+        message: InboundMessage,
+        adapter: ChannelAdapter,
+        on_event: OnEvent,
+    ) -> TaskResult: ...
+
+
+class RunningTask:
+    """The task a conversation is executing now, for /stop and /status."""
+
+    def __init__(self, task_id: str, body: str, job: asyncio.Task[TaskResult]) -> None:
+        self.task_id = task_id
+        self.body = body
+        self.job = job
+        self.started = time.monotonic()
+        self.progress: ProgressReporter | None = None
+        self.stop_requested = False
+
+    def request_stop(self) -> None:
+        """Cancel the agent's run; the scheduler answers "Stopped." and moves on."""
+        self.stop_requested = True
+        self.job.cancel()
+
+
+class ConversationLane:
+    """One conversation's share of the scheduler."""
+
+    def __init__(self, conversation_id: str) -> None:
+        self.conversation_id = conversation_id
+        self.queue: collections.deque[str] = collections.deque()
+        """Task ids in arrival order; the head is the task in progress (running, or waiting
+        for its acknowledgement or a global slot)."""
+        self.before: dict[str, asyncio.Task[None]] = {}
+        """Per task, a job to finish first (its acknowledgement), so people see "Working on
+        it" before the progress display; it never decides whether the task runs."""
+        self.drainer: asyncio.Task[None] | None = None
+        self.running: RunningTask | None = None
+        self.agent_session: object | None = None
+        """Reserved for the warm agent session (a long-lived agent process kept between
+        turns): it belongs to the conversation, lives as long as its lane, and is what
+        ``_execute`` will hand the executor instead of starting the agent afresh."""
+
+
+class Scheduler:
+    def __init__(
+        self,
+        store: Store,
+        adapters: Mapping[str, ChannelAdapter],
+        executor: Executes,
+        replies: ReplyDelivery,
+        jobs: Jobs,
+        *,
+        max_concurrent: int,
+        max_pending: int,
+    ) -> None:
+        self._store = store
+        self._adapters = adapters
+        self._executor = executor
+        self._replies = replies
+        self._jobs = jobs
+        self._slots = asyncio.Semaphore(max_concurrent)
+        self._max_pending = max_pending
+        self._lanes: dict[str, ConversationLane] = {}
+        self._running: dict[str, RunningTask] = {}
+
+    @property
+    def running_tasks(self) -> Mapping[str, RunningTask]:
+        """Conversation id -> its running task (a live view, read by the chat commands)."""
+        return self._running
+
+    def _lane(self, conversation_id: str) -> ConversationLane:
+        lane = self._lanes.get(conversation_id)
+        if lane is None:
+            lane = self._lanes[conversation_id] = ConversationLane(conversation_id)
+        return lane
+
+    def depth(self, conversation_id: str) -> int:
+        """Tasks of the conversation in the scheduler, the one in progress included."""
+        lane = self._lanes.get(conversation_id)
+        return len(lane.queue) if lane else 0
+
+    def is_full(self, conversation_id: str) -> bool:
+        """True when another message would exceed the conversation's waiting limit."""
+        depth = self.depth(conversation_id)
+        return depth > 0 and depth - 1 >= self._max_pending
+
+    def enqueue(
+        self, conversation_id: str, task_id: str, *, after: asyncio.Task[None] | None = None
+    ) -> None:
+        """Queue a PENDING task; ``after`` (its acknowledgement) is awaited before it runs,
+        its outcome ignored."""
+        lane = self._lane(conversation_id)
+        lane.queue.append(task_id)
+        if after is not None:
+            lane.before[task_id] = after
+        if lane.drainer is None:
+            lane.drainer = self._jobs.spawn(self._drain(lane), name=f"drain-{conversation_id}")
+
+    def stop(self, conversation_id: str) -> RunningTask | None:
+        """/stop: cancel the conversation's running task; None when nothing runs."""
+        running = self._running.get(conversation_id)
+        if running is not None:
+            running.request_stop()
+        return running
+
+    async def _drain(self, lane: ConversationLane) -> None:
+        """Run the lane's queue in order. No await between the emptiness check and leaving,
+        so a task enqueued meanwhile always finds a drainer."""
+        queue = lane.queue
+        try:
+            while queue:
+                task_id = queue[0]
+                try:
+                    before = lane.before.pop(task_id, None)
+                    if before is not None:
+                        await asyncio.wait([before])
+                    async with self._slots:
+                        await self._execute(lane, task_id)
+                except Exception:
+                    log.exception(
+                        "task %s failed outside the agent; the next start retries", task_id
+                    )
+                finally:
+                    queue.popleft()
+        finally:
+            lane.drainer = None
+
+    async def _execute(self, lane: ConversationLane, task_id: str) -> None:
+        task = await self._store.get_task(task_id)
+        if task.state is not TaskState.PENDING:
+            log.warning("task %s is %s, not pending: not run", task_id, task.state.value)
+            return
+        task = await self._store.transition(task_id, TaskState.EXECUTING)
+        message = task.parsed
+        assert message is not None
+        adapter = self._adapters[task.channel]
+        conversation = await self._store.get_conversation(lane.conversation_id)
+        reporter = ProgressReporter(
+            task_id,
+            lambda progress: adapter.send_progress(message.channel_context, progress),
+            adapter.capabilities.progress_interval_s,
+        )
+        job = asyncio.create_task(
+            self._executor.execute(task_id, conversation, message, adapter, reporter.on_event)
+        )
+        running = RunningTask(task_id, message.body, job)
+        running.progress = reporter
+        lane.running = self._running[lane.conversation_id] = running
+        try:
+            result = await asyncio.shield(job)
+        except asyncio.CancelledError:
+            if not (running.stop_requested and job.cancelled()):
+                job.cancel()
+                raise  # the daemon is shutting down: the task stays EXECUTING, re-run later
+            result = TaskResult(Reply(text=STOPPED_TEXT, stopped=True), CompletionReason.CANCELLED)
+        except SandboxUnavailable as exc:
+            log.warning("task %s: the sandbox could not run it: %s", task_id, exc)
+            result = TaskResult(
+                Reply(text=f"The sandbox could not run this task: {exc}", is_error=True),
+                CompletionReason.INTERNAL_ERROR,
+            )
+        except Exception as exc:
+            log.exception("task %s failed", task_id)
+            result = TaskResult(
+                Reply(text=f"Internal error: {exc}", is_error=True), CompletionReason.INTERNAL_ERROR
+            )
+        finally:
+            await reporter.close()
+            lane.running = None
+            self._running.pop(lane.conversation_id, None)
+        await self._replies.store_and_send(task_id, message, result.reply, result.reason)

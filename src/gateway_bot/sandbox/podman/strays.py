@@ -1,0 +1,58 @@
+"""Ending every process in a container but its init, from the host.
+
+The obvious way, ``podman exec CONTAINER sh -c 'kill -9 -1'``, runs the container's own
+``sh`` and ``kill``: the agent is root in there and can replace them with programs that do
+nothing, and its background processes (a disk filler, a loop racing the outbox) then live
+on after the task, after /stop, after a crash. So the daemon does it itself: a process
+belongs to the container when its cgroup (which a process inside cannot leave: the cgroup
+filesystem is read-only in there) or its PID namespace is the container init's; each is
+sent SIGKILL, until none is left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+
+_ROUNDS = 50
+
+
+def kill_all_but_init(init_pid: int) -> int:
+    """SIGKILL every process of the container whose init has host PID ``init_pid``;
+    return how many were killed. Repeats while new ones appear (a fork bomb), bounded."""
+    try:
+        cgroup = _read(f"/proc/{init_pid}/cgroup")
+        namespace = os.readlink(f"/proc/{init_pid}/ns/pid")
+    except OSError:
+        return 0  # the container is gone
+    killed = 0
+    for _ in range(_ROUNDS):
+        victims = [pid for pid in _pids() if pid != init_pid and _belongs(pid, cgroup, namespace)]
+        if not victims:
+            break
+        for pid in victims:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+        time.sleep(0.02)
+    return killed
+
+
+def _pids() -> list[int]:
+    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+
+
+def _belongs(pid: int, cgroup: str, namespace: str) -> bool:
+    try:
+        if os.readlink(f"/proc/{pid}/ns/pid") == namespace:
+            return True
+        return _read(f"/proc/{pid}/cgroup") == cgroup
+    except OSError:
+        return False
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        return handle.read()

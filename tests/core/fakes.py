@@ -1,0 +1,276 @@
+"""In-memory stand-ins for the core's edges: a chat channel and an agent.
+
+``FakeChannel`` implements the ChannelAdapter protocol the way a real channel behaves from
+the core's side: it parses what its listener heard, records every message it was asked to
+send (what a person in that room would see), and can be told to fail or hang a kind of call
+in a room, the way a homeserver or Slack does when they are down, rate limiting or slow.
+``FakeAgent`` is the task executor without claude: it echoes the prompt, and words in the
+prompt make it hold (``hold:NAME`` until released), report a step or crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gateway_bot.agents.base import OnEvent, ToolUseEvent
+from gateway_bot.core.channel import AuthenticationError, Submit
+from gateway_bot.core.executor import TaskResult
+from gateway_bot.core.inbox_files import InboxWriter
+from gateway_bot.core.lifecycle import CompletionReason
+from gateway_bot.core.messages import (
+    Card,
+    ChannelCapabilities,
+    ChannelHealth,
+    ChannelStatus,
+    Decision,
+    InboundMessage,
+    JsonDict,
+    Progress,
+    RawMessage,
+    Reply,
+    RoomInvite,
+)
+from gateway_bot.state.records import ConversationRecord
+
+BOT = "@bot"
+
+
+@dataclass(frozen=True)
+class Sent:
+    """One thing the channel put in front of people."""
+
+    kind: str
+    """ack, progress, reply, rejection, card, card_update, join, leave."""
+    room: str
+    text: str
+    task_id: str = ""
+    ref: str = ""
+
+
+@dataclass
+class Fault:
+    """Calls of ``kind`` (in ``room``, or anywhere) fail with ``error`` ``times`` more times
+    (for ever when None), or hang until ``release()`` when ``hang`` is set."""
+
+    kind: str
+    room: str | None
+    times: int | None
+    error: Callable[[], BaseException]
+    hang: asyncio.Event | None = None
+    hits: int = 0
+
+    def matches(self, kind: str, room: str) -> bool:
+        active = self.times is None or self.times > 0
+        return active and self.kind == kind and self.room in (None, room)
+
+    def release(self) -> None:
+        assert self.hang is not None
+        self.hang.set()
+
+
+class FakeListener:
+    def __init__(self) -> None:
+        self.submit: Submit | None = None
+        self.status = ChannelStatus(ChannelHealth.CONNECTED, "fake")
+
+    async def start(self, submit: Submit) -> None:
+        self.submit = submit
+
+    async def stop(self) -> None:
+        self.submit = None
+
+
+class FakeChannel:
+    capabilities = ChannelCapabilities(edits=True, buttons=True, threads=True, files=False)
+
+    def __init__(self, name: str = "fake", allowed: tuple[str, ...] = ("alice", "bob")) -> None:
+        self._name = name
+        self.allowed = set(allowed)
+        self._listener = FakeListener()
+        self.sent: list[Sent] = []
+        self.faults: list[Fault] = []
+        self.calls: collections.Counter[tuple[str, str]] = collections.Counter()
+        self.parsed: list[str] = []
+        self._refs = itertools.count(1)
+        self.joined: set[str] = set()
+
+    # -- what a test does -----------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def listener(self) -> FakeListener:
+        return self._listener
+
+    def fail(
+        self,
+        kind: str,
+        *,
+        room: str | None = None,
+        times: int | None = None,
+        error: Callable[[], BaseException] = lambda: ConnectionError("the homeserver is down"),
+    ) -> Fault:
+        fault = Fault(kind, room, times, error)
+        self.faults.append(fault)
+        return fault
+
+    def hang(self, kind: str, *, room: str | None = None) -> Fault:
+        fault = Fault(kind, room, None, lambda: AssertionError("unused"), asyncio.Event())
+        self.faults.append(fault)
+        return fault
+
+    def mend(self) -> None:
+        for fault in self.faults:
+            if fault.hang is not None:
+                fault.hang.set()
+        self.faults.clear()
+
+    def seen(self, room: str, kind: str | None = None) -> list[Sent]:
+        return [s for s in self.sent if s.room == room and kind in (None, s.kind)]
+
+    def texts(self, room: str, kind: str | None = None) -> list[str]:
+        return [s.text for s in self.seen(room, kind)]
+
+    # -- the channel protocol ----------------------------------------------------------------
+
+    async def _call(self, kind: str, room: str) -> None:
+        self.calls[kind, room] += 1
+        for fault in self.faults:
+            if fault.matches(kind, room):
+                fault.hits += 1
+                if fault.hang is not None:
+                    await fault.hang.wait()
+                    return
+                if fault.times is not None:
+                    fault.times -= 1
+                raise fault.error()
+
+    async def authenticate_and_parse(
+        self, raw: RawMessage
+    ) -> InboundMessage | Decision | RoomInvite | None:
+        payload = raw.payload
+        room = str(payload.get("room", ""))
+        self.parsed.append(raw.message_id)
+        await self._call("parse", room)
+        kind = payload.get("kind", "message")
+        if kind == "click":
+            return Decision(self._name, str(payload["action"]), raw.sender, raw.sender, time.time())
+        if kind == "invite":
+            return RoomInvite(self._name, room, f"Room {room}", raw.sender, raw.sender, time.time())
+        if kind == "nothing":
+            return None
+        if kind == "refuse":
+            raise AuthenticationError(raw.sender, "not a member of the room")
+        if kind == "garbled":
+            # What a channel's parser does with a field of the wrong type.
+            return payload["files"][0].get("name")  # type: ignore[no-any-return]
+        text = str(payload["text"])
+        mentioned = text.startswith(BOT)
+        thread = payload.get("thread")
+        return InboundMessage(
+            channel=self._name,
+            message_id=raw.message_id,
+            sender_id=raw.sender,
+            sender_name=raw.sender.title(),
+            body=text.removeprefix(BOT).lstrip(" ") if mentioned else text,
+            conversation_key=f"{room}|{thread}" if thread else room,
+            received_at=raw.received_at,
+            channel_context={"room": room},
+            sender_allowed=raw.sender in self.allowed,
+            room=room,
+            room_title=f"Room {room}",
+            is_direct=bool(payload.get("direct", True)),
+            mentioned=mentioned,
+        )
+
+    async def save_attachments(self, message: InboundMessage, inbox: InboxWriter) -> list[str]:
+        return []
+
+    async def _send(self, kind: str, context: JsonDict, text: str, **more: str) -> None:
+        room = str(context.get("room", ""))
+        await self._call(kind, room)
+        self.sent.append(Sent(kind, room, text, **more))
+
+    async def send_acknowledgement(self, context: JsonDict, task_id: str, text: str) -> None:
+        await self._send("ack", context, text, task_id=task_id)
+
+    async def send_progress(self, context: JsonDict, progress: Progress) -> None:
+        await self._send("progress", context, " / ".join(progress.steps), task_id=progress.task_id)
+
+    async def send_reply(self, context: JsonDict, task_id: str, reply: Reply) -> None:
+        await self._send("reply", context, reply.text, task_id=task_id)
+
+    async def send_rejection(self, context: JsonDict, text: str) -> None:
+        await self._send("rejection", context, text)
+
+    async def send_card(self, context: JsonDict, card: Card) -> str:
+        ref = f"card-{next(self._refs)}"
+        await self._send("card", context, f"{card.title}\n{card.body}", ref=ref)
+        return ref
+
+    async def update_card(self, context: JsonDict, card_ref: str, card: Card) -> None:
+        await self._send("card_update", context, f"{card.title}\n{card.body}", ref=card_ref)
+
+    async def join_room(self, room: str) -> None:
+        await self._send("join", {"room": room}, "")
+        self.joined.add(room)
+
+    async def leave_room(self, room: str) -> None:
+        await self._send("leave", {"room": room}, "")
+        self.joined.discard(room)
+
+
+@dataclass
+class FakeAgent:
+    """The executor without an agent: replies ``Echo: <prompt>``."""
+
+    runs: list[InboundMessage] = field(default_factory=list)
+    running: set[str] = field(default_factory=set)
+    peak: int = 0
+    cancelled: list[str] = field(default_factory=list)
+    _gates: dict[str, asyncio.Event] = field(default_factory=dict)
+
+    def gate(self, name: str) -> asyncio.Event:
+        return self._gates.setdefault(name, asyncio.Event())
+
+    def release(self, name: str) -> None:
+        self.gate(name).set()
+
+    def bodies(self) -> list[str]:
+        return [m.body for m in self.runs]
+
+    async def execute(
+        self,
+        task_id: str,
+        conversation: ConversationRecord,
+        message: InboundMessage,
+        adapter: object,
+        on_event: OnEvent,
+    ) -> TaskResult:
+        self.runs.append(message)
+        self.running.add(task_id)
+        self.peak = max(self.peak, len(self.running))
+        try:
+            for word in message.body.split():
+                if word.startswith("hold:"):
+                    await self.gate(word.removeprefix("hold:")).wait()
+                elif word == "step":
+                    await on_event(ToolUseEvent("Bash", "ran a step"))
+                elif word == "crash":
+                    raise RuntimeError("the agent fell over")
+        except asyncio.CancelledError:
+            self.cancelled.append(task_id)
+            raise
+        finally:
+            self.running.discard(task_id)
+        text = f"Echo: {message.body}"
+        if message.context:
+            text += " [context: " + " | ".join(message.context) + "]"
+        return TaskResult(Reply(text=text), CompletionReason.SUCCESS)

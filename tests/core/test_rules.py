@@ -1,0 +1,93 @@
+"""The small pure rules the core's behaviour rests on: which failures are worth retrying,
+which task moves are legal, and which prompts are empty."""
+
+from __future__ import annotations
+
+import aiohttp
+import pytest
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.slack_response import SlackResponse
+
+from gateway_bot.core.channel import AuthenticationError
+from gateway_bot.core.engagement import is_blank
+from gateway_bot.core.lifecycle import IllegalTransition, TaskState, check_transition
+from gateway_bot.core.retries import is_transient
+
+
+def slack_error(status: int, error: str) -> SlackApiError:
+    response = SlackResponse(
+        client=None,
+        http_verb="POST",
+        api_url="https://slack.test/api/chat.postMessage",
+        req_args={},
+        data={"ok": False, "error": error},
+        headers={},
+        status_code=status,
+    )
+    return SlackApiError(error, response)
+
+
+class MarkedError(Exception):
+    """A channel's own error that says whether it may pass (as Matrix's does)."""
+
+    def __init__(self, transient: bool) -> None:
+        super().__init__("marked")
+        self.transient = transient
+
+
+@pytest.mark.parametrize(
+    ("error", "retried"),
+    [
+        (ConnectionError("refused"), True),
+        (TimeoutError(), True),
+        (aiohttp.ClientConnectionError("reset"), True),
+        (slack_error(429, "ratelimited"), True),
+        (slack_error(503, "service_unavailable"), True),
+        (slack_error(200, "channel_not_found"), False),
+        (slack_error(200, "is_archived"), False),
+        (MarkedError(transient=True), True),
+        (MarkedError(transient=False), False),
+        (AttributeError("'str' object has no attribute 'get'"), False),
+        (KeyError("event"), False),
+        (TypeError("bad type"), False),
+        (ValueError("bad value"), False),
+        (AuthenticationError("mallory", "not a member"), False),
+    ],
+)
+def test_only_transport_errors_are_retried(error: BaseException, retried: bool) -> None:
+    assert is_transient(error) is retried
+
+
+def test_a_response_error_is_retried_by_its_status() -> None:
+    def response_error(status: int) -> aiohttp.ClientResponseError:
+        return aiohttp.ClientResponseError(None, (), status=status)  # type: ignore[arg-type]
+
+    assert is_transient(response_error(502))
+    assert is_transient(response_error(429))
+    assert not is_transient(response_error(404))
+
+
+@pytest.mark.parametrize(
+    ("text", "blank"),
+    [
+        ("", True),
+        ("   \n\t", True),
+        ("\u200b", True),
+        ("\u2060\ufeff\u200e", True),
+        ("\u00ad ", True),
+        ("hi", False),
+        ("\u200bhi", False),
+        ("é", False),
+        ("👍", False),
+    ],
+)
+def test_blank_prompts(text: str, blank: bool) -> None:
+    assert is_blank(text) is blank
+
+
+def test_an_undelivered_reply_is_sent_again_never_run_again() -> None:
+    check_transition(TaskState.EXECUTING, TaskState.UNDELIVERED)
+    check_transition(TaskState.UNDELIVERED, TaskState.COMPLETED)
+    for target in (TaskState.EXECUTING, TaskState.PENDING, TaskState.QUEUED):
+        with pytest.raises(IllegalTransition):
+            check_transition(TaskState.UNDELIVERED, target)
