@@ -1,8 +1,8 @@
 """Where the agent's work lands, as a user finds out: the console's banner and /status name
 the workspace, /diff (console and Slack) shows what the agent committed but did not push and
-what it left uncommitted, a long diff as a file. The workspace is the agent's to write, so /diff is also attacked: a planted
-git config must run nothing, and planted links or a .git file must show nothing from
-outside the workspace."""
+what it left uncommitted, a long diff as a file. The workspace is the agent's to write, so
+/diff is also attacked: a planted git config must run nothing, and planted links or a .git
+file must show nothing from outside the workspace."""
 
 from __future__ import annotations
 

@@ -189,3 +189,19 @@ def test_non_public_addresses_need_a_rule_that_names_them() -> None:
         assert not verdict.allowed, address
         assert "a non-public address no rule names" in verdict.reason
     assert decide_address(rules, "10.89.0.1", "10.89.0.1").allowed
+
+
+def test_the_model_rule_opens_only_the_model_apis_port() -> None:
+    """A loopback model endpoint is reached through a relay on the host's side of the
+    egress network: its rule must not open the host's other services on that address."""
+    rules = parse_allowlist(
+        "allow:\n  - host: git.test\n    ports: [443]\n", "http://10.89.0.1:8089"
+    )
+    assert decide(rules, "POST", "10.89.0.1", "/v1/messages", 8089).allowed
+    assert not decide(rules, "GET", "10.89.0.1", "/", 5432).allowed
+    assert not decide_connect(rules, "10.89.0.1", 22).allowed
+    assert decide_connect(rules, "git.test", 443).allowed
+    assert not decide_connect(rules, "git.test", 8443).allowed
+    https = parse_allowlist(None, None)
+    assert decide_connect(https, "api.anthropic.com", 443).allowed
+    assert not decide_connect(https, "api.anthropic.com", 22).allowed

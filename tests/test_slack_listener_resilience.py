@@ -17,6 +17,7 @@ import pytest
 from gateway_bot.channels.slack import SlackAdapter
 from gateway_bot.config.channels import SlackChannelSettings
 from gateway_bot.core.messages import ChannelHealth, RawMessage
+from gateway_bot.core.retries import is_transient
 from tests.fake_slack import APP_TOKEN, BOT_TOKEN, BOT_USER, SIGNING_SECRET, TEAM, FakeSlack
 
 MENTION = f"<@{BOT_USER}>"
@@ -167,3 +168,25 @@ async def test_a_signed_body_that_is_not_json_is_a_bad_request(
         await http.until(lambda: http.submitted, "the good event")
     finally:
         await http.adapter.listener.stop()
+
+
+async def test_an_event_whose_files_are_not_objects_is_a_parse_error_not_a_retry(
+    slack: Listening,
+) -> None:
+    """The core rejects such a message at once (tests/core: a parse error is not retried)
+    only if the adapter's failure does not look like a transport failure."""
+    raw = RawMessage(
+        channel="slack",
+        message_id=f"{TEAM}:C0GENERAL:1700000000.000200",
+        sender="U0ALICE",
+        payload={
+            "kind": "message",
+            "team_id": TEAM,
+            "bot_user_id": BOT_USER,
+            "event": message_event(ts="1700000000.000200", files=["not an object"]),
+        },
+        received_at=time.time(),
+    )
+    with pytest.raises(AttributeError) as caught:
+        await slack.adapter.authenticate_and_parse(raw)
+    assert not is_transient(caught.value)

@@ -111,7 +111,7 @@ class EgressAllowlist:
         if route is None:
             self._block(flow, None, f"{host}:{port}", Verdict(False, "unknown source address"))
             return
-        verdict = decide_connect(route.rules, host)
+        verdict = decide_connect(route.rules, host, port)
         if not verdict.allowed:
             self._block(flow, route.context, f"{host}:{port}", verdict)
 
@@ -125,10 +125,11 @@ class EgressAllowlist:
             return
         context, rules = route.context, route.rules
         method, path = flow.request.method, flow.request.path
-        verdict = decide(rules, method, flow.request.host, path)
+        port = flow.request.port
+        verdict = decide(rules, method, flow.request.host, path, port)
         header_host = (flow.request.host_header or "").rsplit(":", 1)[0].strip("[]")
         if verdict.allowed and header_host and header_host.lower() != flow.request.host.lower():
-            verdict = decide(rules, method, header_host, path)  # no fronting past the list
+            verdict = decide(rules, method, header_host, path, port)  # no fronting past it
         if not verdict.allowed:
             self._block(flow, context, url, verdict)
             return
@@ -174,7 +175,9 @@ class EgressAllowlist:
         verdict = (
             Verdict(False, "unknown source address")
             if route is None
-            else decide_raw_stream(route.rules, host)
+            else decide_raw_stream(
+                route.rules, host, flow.server_conn.address[1] if flow.server_conn.address else None
+            )
         )
         entry = {"method": "TCP", "url": host, "allowed": verdict.allowed, "reason": verdict.reason}
         _write_log(route.context if route else None, entry)

@@ -82,7 +82,9 @@ class ChannelAdapter(Protocol):
 
         A button press or an approval reaction parses to a Decision; an invitation into a
         room to a RoomInvite; None means there is nothing to act on (a reaction on a card
-        already decided, an edit) and is not a refusal. Other exceptions are retried."""
+        already decided, an edit) and is not a refusal. Make one attempt: a transport
+        failure (``core/retries.is_transient``) is retried by the core, any other exception
+        rejects the message as unparseable."""
         ...
 
     async def save_attachments(self, message: InboundMessage, inbox: InboxWriter) -> list[str]:

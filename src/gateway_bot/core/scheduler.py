@@ -1,12 +1,16 @@
 """The per-conversation scheduler: each conversation's queue, its running task, ``/stop``,
 its progress display, and (next) its warm agent session.
 
-Semantics, aiojobs-style: ``enqueue`` spawns a conversation's drainer when it has none; at
-most one task runs per conversation, in arrival order; at most ``max_concurrent`` run at
-once overall (a global limit, waited for outside any lock); a conversation holds at most
-``max_pending`` waiting tasks (``is_full``); closing is the service's ``Jobs.close``, which
-cancels every drainer (a running task then stays EXECUTING and the next start runs it
-again).
+Semantics, aiojobs-style: ``queue`` (a routed message) and ``enqueue`` (a recovered one)
+spawn a conversation's drainer when it has none; at most one task runs per conversation, in
+arrival order; at most ``max_concurrent`` run at once overall (a global limit, waited for
+outside any lock); a conversation holds at most ``max_pending`` waiting tasks, and refuses
+the next with a message; closing is the service's ``Jobs.close``, which cancels every
+drainer (a running task then stays EXECUTING and the next start runs it again).
+
+Queue first, then acknowledge: the acknowledgement is a retried job of its own that the
+task waits for (so "Working on it" comes before the progress display) but whose failure
+never keeps the task from running.
 
 Why a task leaves its queue whatever happens to it: a drainer that kept a failed task at
 the head re-ran it for the next message (EXECUTING -> EXECUTING, refused), and the
@@ -23,7 +27,7 @@ import asyncio
 import collections
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol
 
 from gateway_bot.agents.base import OnEvent
@@ -34,8 +38,9 @@ from gateway_bot.core.jobs import Jobs
 from gateway_bot.core.lifecycle import CompletionReason, TaskState
 from gateway_bot.core.messages import InboundMessage, Reply
 from gateway_bot.core.progress import ProgressReporter
+from gateway_bot.core.retries import DEFAULT_POLICY, RetryPolicy, call_channel
 from gateway_bot.sandbox.base import SandboxUnavailable
-from gateway_bot.state.records import ConversationRecord
+from gateway_bot.state.records import ConversationRecord, TaskRecord
 from gateway_bot.state.store import Store
 
 log = logging.getLogger(__name__)
@@ -103,6 +108,7 @@ class Scheduler:
         *,
         max_concurrent: int,
         max_pending: int,
+        policy: RetryPolicy = DEFAULT_POLICY,
     ) -> None:
         self._store = store
         self._adapters = adapters
@@ -111,6 +117,7 @@ class Scheduler:
         self._jobs = jobs
         self._slots = asyncio.Semaphore(max_concurrent)
         self._max_pending = max_pending
+        self._policy = policy
         self._lanes: dict[str, ConversationLane] = {}
         self._running: dict[str, RunningTask] = {}
 
@@ -134,6 +141,47 @@ class Scheduler:
         """True when another message would exceed the conversation's waiting limit."""
         depth = self.depth(conversation_id)
         return depth > 0 and depth - 1 >= self._max_pending
+
+    async def queue(self, task: TaskRecord, message: InboundMessage, conversation_id: str) -> None:
+        """Take a routed message: PENDING and queued, then acknowledged; or refused when the
+        conversation already has ``max_pending`` waiting. The acknowledgement (or refusal) is a
+        job of its own, retried, and never decides whether the task runs."""
+        ahead = self.depth(conversation_id)
+        await self._store.transition(
+            task.id, TaskState.PENDING, conversation_id=conversation_id, parsed=message
+        )
+        adapter, context = self._adapters[message.channel], message.channel_context
+        if self.is_full(conversation_id):
+            text = (
+                f"This conversation already has {ahead - 1} messages waiting; this one was "
+                "not queued. Send it again when the agent has caught up, or /stop."
+            )
+            await self._store.transition(
+                task.id, TaskState.COMPLETED, reason=CompletionReason.REJECTED, error=text
+            )
+            self._tell(
+                f"{message.channel}: refusing task {task.id}",
+                lambda: adapter.send_rejection(context, text),
+            )
+            return
+        ack = f"Queued behind {ahead} task(s)." if ahead else "Working on it…"
+        acknowledged = self._tell(
+            f"{message.channel}: acknowledging task {task.id}",
+            lambda: adapter.send_acknowledgement(context, task.id, ack),
+        )
+        self.enqueue(conversation_id, task.id, after=acknowledged)
+
+    def _tell(self, what: str, send: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
+        """A best-effort send in a job of its own: retried by the policy, then given up
+        (logged). People may miss a notice; no task waits on it for long."""
+
+        async def attempt() -> None:
+            try:
+                await call_channel(what, send, self._policy)
+            except Exception as exc:
+                log.warning("%s: given up (%s)", what, exc)
+
+        return self._jobs.spawn(attempt(), name=what)
 
     def enqueue(
         self, conversation_id: str, task_id: str, *, after: asyncio.Task[None] | None = None

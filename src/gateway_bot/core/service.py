@@ -22,7 +22,7 @@ import asyncio
 import collections
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 
 from gateway_bot.config.access import AccessSettings, IgnoredMessages
 from gateway_bot.core.approvals import Gatekeeper, parse_approval_action
@@ -40,7 +40,6 @@ from gateway_bot.core.messages import Decision, InboundMessage, RawMessage, Room
 from gateway_bot.core.retries import (
     DEFAULT_POLICY,
     RetryPolicy,
-    call_channel,
     is_transient,
     retrying,
 )
@@ -90,6 +89,7 @@ class GatewayService:
             self._jobs,
             max_concurrent=max_concurrent_tasks,
             max_pending=max_pending_per_conversation,
+            policy=retry_policy,
         )
         self._commands = ChatCommands(
             store,
@@ -269,8 +269,11 @@ class GatewayService:
 
     async def _release_held(self, task_id: str) -> None:
         """An owner allowed the sender: the held message (it engaged the bot when it was
-        held) joins its conversation as if it had just passed the gate."""
+        held) joins its conversation as if it had just passed the gate. A held task its
+        channel could not re-authenticate lately is back in QUEUED: released all the same."""
         task = await self._store.get_task(task_id)
+        if task.state is TaskState.QUEUED and task.parsed is not None:
+            task = await self._store.transition(task_id, TaskState.AUTHENTICATING)
         if task.state is not TaskState.AUTHENTICATING or task.parsed is None:
             return
         await self._queue_engaging(task, task.parsed)
@@ -368,45 +371,8 @@ class GatewayService:
         )
 
     async def _queue_message(self, task: TaskRecord, message: InboundMessage) -> None:
-        """Queue first; the acknowledgement (or the refusal of a full queue) is a job of its
-        own, retried, and never decides whether the task runs."""
         conversation = await self._conversation_for(message)
-        ahead = self._scheduler.depth(conversation.id)
-        await self._store.transition(
-            task.id, TaskState.PENDING, conversation_id=conversation.id, parsed=message
-        )
-        adapter, context = self._adapters[message.channel], message.channel_context
-        if self._scheduler.is_full(conversation.id):
-            text = (
-                f"This conversation already has {ahead - 1} messages waiting; this one was "
-                "not queued. Send it again when the agent has caught up, or /stop."
-            )
-            await self._store.transition(
-                task.id, TaskState.COMPLETED, reason=CompletionReason.REJECTED, error=text
-            )
-            self._tell(
-                f"{message.channel}: refusing task {task.id}",
-                lambda: adapter.send_rejection(context, text),
-            )
-            return
-        ack = f"Queued behind {ahead} task(s)." if ahead else "Working on it…"
-        acknowledged = self._tell(
-            f"{message.channel}: acknowledging task {task.id}",
-            lambda: adapter.send_acknowledgement(context, task.id, ack),
-        )
-        self._scheduler.enqueue(conversation.id, task.id, after=acknowledged)
-
-    def _tell(self, what: str, send: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
-        """A best-effort send in a job of its own: retried by the policy, then given up
-        (logged). People may miss a notice; no task waits on it."""
-
-        async def attempt() -> None:
-            try:
-                await call_channel(what, send, self._policy)
-            except Exception as exc:
-                log.warning("%s: given up (%s)", what, exc)
-
-        return self._jobs.spawn(attempt(), name=what)
+        await self._scheduler.queue(task, message, conversation.id)
 
     async def _conversation_for(self, message: InboundMessage) -> ConversationRecord:
         existing = await self._store.active_conversation(message.channel, message.conversation_key)

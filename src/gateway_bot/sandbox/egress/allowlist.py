@@ -10,6 +10,8 @@ allowed: without it the agent cannot run, so a repo cannot forget it. Format::
         methods: [GET, HEAD]
       - host: pypi.org
         paths: ["/simple/*", "/pypi/*"]
+      - host: git.example.org
+        ports: [443]                    # only these ports (default: any)
 """
 
 from __future__ import annotations
@@ -37,6 +39,15 @@ class _RuleModel(BaseModel):
     host: str = Field(min_length=1)
     paths: list[str] = Field(default_factory=list)
     methods: list[str] = Field(default_factory=list)
+    ports: list[int] = Field(default_factory=list)
+
+    @field_validator("ports")
+    @classmethod
+    def _are_ports(cls, values: list[int]) -> list[int]:
+        for value in values:
+            if not 0 < value < 65536:
+                raise ValueError(f"{value} is not a port")
+        return values
 
     @field_validator("host")
     @classmethod
@@ -71,8 +82,10 @@ class _AllowlistModel(BaseModel):
 def model_api_rule(base_url: str | None) -> EgressRule:
     """The rule that lets the agent reach its model API (``ANTHROPIC_BASE_URL`` or the
     public API)."""
-    host = urlsplit(base_url or DEFAULT_MODEL_API).hostname or "api.anthropic.com"
-    return EgressRule(host=host)
+    parts = urlsplit(base_url or DEFAULT_MODEL_API)
+    host = parts.hostname or "api.anthropic.com"
+    port = parts.port or (80 if parts.scheme == "http" else 443)
+    return EgressRule(host=host, ports=(port,))
 
 
 def parse_allowlist(text: str | None, model_base_url: str | None) -> tuple[EgressRule, ...]:
@@ -97,5 +110,7 @@ def parse_allowlist(text: str | None, model_base_url: str | None) -> tuple[Egres
     except ValidationError as exc:
         raise ConfigError(ALLOWLIST_PATH, describe_validation_errors(exc)) from exc
     for item in parsed.allow:
-        rules.append(EgressRule(item.host, tuple(item.paths), tuple(item.methods)))
+        rules.append(
+            EgressRule(item.host, tuple(item.paths), tuple(item.methods), tuple(item.ports))
+        )
     return tuple(rules)

@@ -20,13 +20,19 @@ from urllib.parse import unquote
 @dataclass(frozen=True)
 class EgressRule:
     """Requests to hosts matching ``host`` (a glob: ``*.github.com``) are allowed, limited to
-    ``paths`` (globs on the path without the query) and ``methods`` when those are given."""
+    ``paths`` (globs on the path without the query), ``methods`` and ``ports`` when those
+    are given."""
 
     host: str
     paths: tuple[str, ...] = ()
     methods: tuple[str, ...] = ()
+    ports: tuple[int, ...] = ()
 
-    def matches_host(self, host: str) -> bool:
+    def matches_host(self, host: str, port: int | None = None) -> bool:
+        """The host matches, and so does the port when the rule names ports (a rule for the
+        host's loopback model relay must not open every service on that address)."""
+        if self.ports and port is not None and port not in self.ports:
+            return False
         return fnmatch.fnmatchcase(_normal_host(host), self.host.lower())
 
     @property
@@ -34,7 +40,12 @@ class EgressRule:
         return not self.paths and not self.methods
 
     def to_json(self) -> dict[str, Any]:
-        return {"host": self.host, "paths": list(self.paths), "methods": list(self.methods)}
+        return {
+            "host": self.host,
+            "paths": list(self.paths),
+            "methods": list(self.methods),
+            "ports": list(self.ports),
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> EgressRule:
@@ -42,6 +53,7 @@ class EgressRule:
             host=str(data["host"]),
             paths=tuple(str(p) for p in data.get("paths", ())),
             methods=tuple(str(m).upper() for m in data.get("methods", ())),
+            ports=tuple(int(p) for p in data.get("ports", ())),
         )
 
 
@@ -55,14 +67,16 @@ class UnsafePath(ValueError):
     """A path that servers may read in more than one way: no path rule can vouch for it."""
 
 
-def decide(rules: Sequence[EgressRule], method: str, host: str, path: str) -> Verdict:
+def decide(
+    rules: Sequence[EgressRule], method: str, host: str, path: str, port: int | None = None
+) -> Verdict:
     """The verdict for one HTTP request (``path`` may carry a query; it is ignored).
 
     Path rules match the path as the most eager server would read it (``normal_path``), so
     ``/pub/../etc`` is ``/etc``, not something under ``/pub/``. A path that cannot be read
     one way only (an encoded slash, a backslash) never satisfies a path rule; rules without
     paths do not look at the path, so there it still goes (npm's ``@scope%2fname``)."""
-    for_host = [rule for rule in rules if rule.matches_host(host)]
+    for_host = [rule for rule in rules if rule.matches_host(host, port)]
     if not for_host:
         return Verdict(False, f"host {_normal_host(host)} is not in the network allowlist")
     bare_path = path.split("?", 1)[0] or "/"
@@ -169,18 +183,18 @@ def decide_address(rules: Sequence[EgressRule], host: str, address: str) -> Verd
     )
 
 
-def decide_connect(rules: Sequence[EgressRule], host: str) -> Verdict:
+def decide_connect(rules: Sequence[EgressRule], host: str, port: int | None = None) -> Verdict:
     """A tunnel (CONNECT) to ``host``: allowed when any rule names the host; the requests
     inside it are then checked one by one with ``decide``."""
-    if any(rule.matches_host(host) for rule in rules):
+    if any(rule.matches_host(host, port) for rule in rules):
         return Verdict(True, "host is in the network allowlist")
     return Verdict(False, f"host {_normal_host(host)} is not in the network allowlist")
 
 
-def decide_raw_stream(rules: Sequence[EgressRule], host: str) -> Verdict:
+def decide_raw_stream(rules: Sequence[EgressRule], host: str, port: int | None = None) -> Verdict:
     """A tunnel that carries no HTTP (ssh, a database): only hosts with a rule free of path
     and method limits, since nothing in the stream can be checked against those."""
-    if any(rule.matches_host(host) and rule.unrestricted for rule in rules):
+    if any(rule.matches_host(host, port) and rule.unrestricted for rule in rules):
         return Verdict(True, "host is allowed without path or method limits")
     return Verdict(False, f"non-HTTP traffic to {_normal_host(host)} is not allowed")
 
