@@ -62,7 +62,7 @@ def room_label(title: str, room: str) -> str:
     return f"{plain(title)} ({plain(room)})"
 
 
-_MARKDOWN_PUNCTUATION = re.compile(r"([\\`*\[\]<>|~])")
+_MARKDOWN_PUNCTUATION = re.compile(r"([\\`*\[\]])")
 """What makes a link, an image, emphasis or code; ids (``!room:hs``, ``@u_1:hs``) have none."""
 
 

@@ -289,9 +289,12 @@ class Gatekeeper:
         card = pending_card(approval, HeldSummary(tuple(bodies), len(held)))
         if approval.card_ref is None:
             ref = await adapter.send_card(destination.context, card)
+            # Shown first: a crash between the two writes then costs a second card (posted
+            # at the next start), not a held message that Allow would drop as unseen.
+            await approvals.mark_shown(approval.code, quoted)
             await approvals.set_card(approval.code, destination.channel, destination.context, ref)
-        else:
-            await adapter.update_card(approval.card_context or {}, approval.card_ref, card)
+            return
+        await adapter.update_card(approval.card_context or {}, approval.card_ref, card)
         await approvals.mark_shown(approval.code, quoted)
 
     async def decide(

@@ -46,6 +46,8 @@ from gateway_bot.state.store import Store
 log = logging.getLogger(__name__)
 
 STOPPED_TEXT = "Stopped. The task was cancelled with /stop."
+ACK_WAIT_S = 10.0
+"""How long a task waits for its acknowledgement to go out before running without it."""
 
 
 class Executes(Protocol):
@@ -173,7 +175,7 @@ class Scheduler:
 
     def _tell(self, what: str, send: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
         """A best-effort send in a job of its own: retried by the policy, then given up
-        (logged). People may miss a notice; no task waits on it for long."""
+        (logged). People may miss a notice; a task waits for it at most ``ACK_WAIT_S``."""
 
         async def attempt() -> None:
             try:
@@ -186,8 +188,8 @@ class Scheduler:
     def enqueue(
         self, conversation_id: str, task_id: str, *, after: asyncio.Task[None] | None = None
     ) -> None:
-        """Queue a PENDING task; ``after`` (its acknowledgement) is awaited before it runs,
-        its outcome ignored."""
+        """Queue a PENDING task; ``after`` (its acknowledgement) is awaited before it runs
+        (at most ``ACK_WAIT_S``), its outcome ignored."""
         lane = self._lane(conversation_id)
         lane.queue.append(task_id)
         if after is not None:
@@ -212,7 +214,7 @@ class Scheduler:
                 try:
                     before = lane.before.pop(task_id, None)
                     if before is not None:
-                        await asyncio.wait([before])
+                        await asyncio.wait([before], timeout=ACK_WAIT_S)
                     async with self._slots:
                         await self._execute(lane, task_id)
                 except Exception:
