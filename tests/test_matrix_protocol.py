@@ -194,7 +194,6 @@ def test_file_names_are_made_safe(name: str, safe: str) -> None:
 
 
 def test_the_example_config_loads(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("GATEWAY_REPO", ".")
     monkeypatch.setenv("MATRIX_BOT_PASSWORD", "secret")
     config = load_server_config(Path(__file__).parent.parent / "examples" / "matrix.yaml")
     matrix = config.channels.matrix
