@@ -36,6 +36,7 @@ from gateway_bot.core.channel import ChannelAdapter
 from gateway_bot.core.lifecycle import CompletionReason, TaskState
 from gateway_bot.core.messages import InboundMessage, RoomInvite
 from gateway_bot.core.retries import DEFAULT_POLICY, RetryPolicy, call_channel
+from gateway_bot.core.revocations import revoke_approval
 from gateway_bot.state.records import ApprovalRecord, ApprovalState, TaskRecord
 from gateway_bot.state.store import Store
 
@@ -54,12 +55,6 @@ ReleaseTask = Callable[[str], Awaitable[None]]
 
 CARD_REFRESH_S = 2.0
 """A pending card is edited at most this often however fast its sender writes."""
-
-_EVERYWHERE = ("everywhere", "all")
-_REVOKE_USAGE = (
-    "Usage: /revoke USER [everywhere | ROOM]: takes back USER's approval in this room "
-    "(or in ROOM, or in every room); their next message needs an owner's approval again."
-)
 
 
 @dataclass(frozen=True)
@@ -348,43 +343,9 @@ class Gatekeeper:
         return text + "."
 
     async def revoke(self, channel: str, revoker_id: str, here: str, argument: str) -> str:
-        """``/revoke USER [everywhere | ROOM]``: owners take back an approval, in the room
-        the command was typed in unless told otherwise. Returns the answer."""
-        if revoker_id not in self._access.owners.get(channel, ()):
-            log.warning("ignored /revoke by %s (%s): not an owner", revoker_id, channel)
-            return "Only an owner of this bot can revoke approvals."
-        words = argument.split()
-        if not 1 <= len(words) <= 2:
-            return _REVOKE_USAGE
-        approvals = self._store.approvals
-        # As typed, or as a chat client renders a mention of it (Slack: <@U1> -> @U1).
-        user, rooms = words[0], []
-        bare = words[0].strip("<>")
-        for candidate in dict.fromkeys((words[0], bare, bare.lstrip("@"))):
-            rooms = await approvals.member_rooms(channel, candidate)
-            if rooms:
-                user = candidate
-                break
-        scope = words[1] if len(words) == 2 else here
-        everywhere = scope.lower() in _EVERYWHERE
-        removed = rooms if everywhere else [r for r in rooms if r[0] == scope]
-        labels = ", ".join(room_label(title, room) for room, title in rooms)
-        if not removed:
-            if rooms:
-                return (
-                    f"{user} has no approval in {scope or 'this conversation'}; they are "
-                    f"approved in {labels}. /revoke {user} everywhere takes back all of them."
-                )
-            return (
-                f"{user} has no approval to revoke on {channel}. (Senders listed in a "
-                "channel's allowed_users are allowed by the configuration, not by approval.)"
-            )
-        await approvals.remove_member(channel, user, None if everywhere else scope)
-        log.info("%s revoked %s's approval in %s", revoker_id, user, removed)
-        taken = ", ".join(room_label(title, room) for room, title in removed)
-        return (
-            f"Revoked {user}'s approval in {taken}. Their next message to the bot there "
-            "goes to an owner for approval again."
+        """``/revoke USER [everywhere | ROOM]`` (``core/revocations.py``)."""
+        return await revoke_approval(
+            self._store.approvals, self._access, channel, revoker_id, here, argument
         )
 
     async def _settle_invite(

@@ -28,7 +28,7 @@ from gateway_bot.config.sandbox import SandboxSettings
 from gateway_bot.sandbox.base import ExecutionContext, IsKnown, SandboxPaths, SandboxUnavailable
 from gateway_bot.sandbox.child import spawn_fed
 from gateway_bot.sandbox.podman import containers as spec
-from gateway_bot.sandbox.podman import strays
+from gateway_bot.sandbox.podman.container_calls import ContainerCalls
 from gateway_bot.sandbox.podman.exec_env import ExecEnvError, ExecEnvFiles
 from gateway_bot.sandbox.podman.images import ImageBuilder
 from gateway_bot.sandbox.podman.model_relay import ModelRelay, loopback_target
@@ -39,7 +39,7 @@ from gateway_bot.sandbox.podman.proxy import (
     LABEL_ROLE,
     EgressProxy,
 )
-from gateway_bot.sandbox.podman.service import PodmanService, api_error_text
+from gateway_bot.sandbox.podman.service import PodmanService
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +76,7 @@ class PodmanSandbox:
             self.service, self.images, self.deployment, settings.egress_network, work_dir / "egress"
         )
         self._env_files = ExecEnvFiles(work_dir / "exec-env")
+        self._podman = ContainerCalls(self.service, self.deployment)
         self._contexts: dict[str, _Context] = {}
         self._foreign: set[str] = set()
         self._housekeeping: asyncio.Task[None] | None = None
@@ -94,7 +95,7 @@ class PodmanSandbox:
         await self.service.ensure_running()
         await asyncio.to_thread(self._env_files.clear)
         any_running = False
-        for info in await self._our_containers():
+        for info in await self._podman.our_containers():
             name, context_id = info["Names"][0], info["Labels"][LABEL_CONTEXT]
             if not await is_known(context_id):
                 log.warning(
@@ -107,7 +108,7 @@ class PodmanSandbox:
             self._contexts.setdefault(context_id, _Context())
             if info["State"] == "running":
                 any_running = True
-                await self._kill_strays(name)
+                await self._podman.kill_strays(name)
                 log.info("reattached to running container %s", name)
             else:
                 log.info("container %s is %s; its next task starts it", name, info["State"])
@@ -224,7 +225,7 @@ class PodmanSandbox:
         )
         if context.network_log is not None:
             await asyncio.to_thread(_link, context.network_log, self.proxy.log_path(context.id))
-        info = await self._inspect(name)
+        info = await self._podman.inspect(name)
         if info is not None:
             owner = info["Config"]["Labels"].get(LABEL_DEPLOYMENT)
             if owner != self.deployment:
@@ -253,24 +254,26 @@ class PodmanSandbox:
             if uid is not None:
                 mounted = [context.workspace, context.home, context.inbox, context.outbox]
                 await spec.hand_over([*mounted, context.storage], uid)
-            await self._call(lambda c: spec.create_container(c, create, uid), f"create {name}")
+            await self._podman.call(
+                lambda c: spec.create_container(c, create, uid), f"create {name}"
+            )
             log.info("created container %s on %s", name, image.tag)
         if info is None or not info["State"]["Running"]:
-            await self._call(lambda c: c.containers.get(name).start(), f"start {name}")
-            await self._exec_quietly(name, spec.TRUST_CA)
+            await self._podman.call(lambda c: c.containers.get(name).start(), f"start {name}")
+            await self._podman.exec_quietly(name, spec.TRUST_CA)
             await self._enforce_cap(keep=context.id)
         return name
 
     async def _after_exit(self, context_id: str, state: _Context, code: int, killed: bool) -> str:
         state.last_used = time.monotonic()
         name = spec.container_name(context_id)
-        info = await self._inspect(name)
+        info = await self._podman.inspect(name)
         running = info is not None and info["State"]["Running"]
         if running:
             # After every task, not only a killed one: whatever the agent started in the
             # background (a server, a loop flipping files in the outbox) ends with it. From
             # the host (a scan of /proc, milliseconds), before the reply goes out.
-            await self._kill_strays(name, info)
+            await self._podman.kill_strays(name, info)
         state.busy = False
         if code != 0 and not running:
             state.broken = True
@@ -353,17 +356,10 @@ class PodmanSandbox:
 
     # -- podman queries -------------------------------------------------------------------
 
-    async def _our_containers(self) -> list[dict[str, Any]]:
-        # One label per filter: podman-py turns a list of labels into one garbled string.
-        filters = {"label": f"{LABEL_DEPLOYMENT}={self.deployment}"}
-        found = await self.service.api(lambda c: c.containers.list(all=True, filters=filters))
-        infos = [dict(container.attrs) for container in found]
-        return [info for info in infos if (info.get("Labels") or {}).get(LABEL_ROLE) == "agent"]
-
     async def _running_contexts(self) -> list[str]:
         return [
             info["Labels"][LABEL_CONTEXT]
-            for info in await self._our_containers()
+            for info in await self._podman.our_containers()
             if info["State"] == "running" and info["Labels"][LABEL_CONTEXT] not in self._foreign
         ]
 
@@ -375,41 +371,6 @@ class PodmanSandbox:
         networks = [await spec.ensure_network(self.service, self.deployment, c) for c in contexts]
         return [(n.name, n.proxy_address) for n in networks]
 
-    async def _inspect(self, name: str) -> dict[str, Any] | None:
-        def call(client: Any) -> dict[str, Any] | None:
-            try:
-                return dict(client.containers.get(name).attrs)
-            except NotFound:
-                return None
-
-        return await self.service.api(call)
-
-    async def _call(self, call: Any, what: str) -> None:
-        try:
-            await self.service.api(call)
-        except PodmanError as exc:
-            raise SandboxUnavailable(f"podman could not {what}: {_with_hint(exc)}") from exc
-
-    async def _kill_strays(self, name: str, info: dict[str, Any] | None = None) -> None:
-        """Every process of the container but its init ends (``strays.py``: from the host,
-        never with the container's own binaries, which the agent can replace)."""
-        info = info or await self._inspect(name)
-        if info is None or not info["State"]["Running"]:
-            return
-        killed = await asyncio.to_thread(strays.kill_all_but_init, int(info["State"]["Pid"]))
-        if killed:
-            log.info("ended %d stray process(es) in %s", killed, name)
-
-    async def _exec_quietly(self, name: str, argv: list[str]) -> None:
-        def call(client: Any) -> None:
-            with contextlib.suppress(NotFound):
-                client.containers.get(name).exec_run(argv)
-
-        try:
-            await self.service.api(call)
-        except PodmanError as exc:
-            log.warning("%s in %s failed: %s", argv[-1], name, api_error_text(exc))
-
 
 def _link(link: Path, target: Path) -> None:
     """``network.log`` beside the context's other files points at the proxy's log of it."""
@@ -418,12 +379,3 @@ def _link(link: Path, target: Path) -> None:
     link.parent.mkdir(parents=True, exist_ok=True)
     link.unlink(missing_ok=True)
     link.symlink_to(target)
-
-
-def _with_hint(exc: BaseException) -> str:
-    text = api_error_text(exc)
-    if "rlimit" in text:
-        text += " (hint: set sandbox.podman.ulimits to limits this host allows)"
-    elif "crun" in text or "cgroup" in text:
-        text += " (hint: set sandbox.podman.runtime: runc)"
-    return text
