@@ -71,7 +71,11 @@ async def _check(sandbox: PodmanSandbox, context: ExecutionContext, host_paths: 
     finally:
         for listener in listeners:
             listener.close()
-        await sandbox.discard(context.id)
+        try:
+            await sandbox.discard(context.id)
+        except Exception as exc:  # the findings stand; say what is left behind
+            print(f"warning: removing the canary's container failed ({exc}); remove "
+                  f"gwb-{context.id} with podman rm -f")  # fmt: skip
         await sandbox.close()
     return _print_report(report, f"gwb-{context.id}", targets)
 

@@ -11,6 +11,7 @@ import logging
 from typing import Any
 
 from podman.errors import NotFound, PodmanError
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_fixed
 
 from gateway_bot.sandbox.base import SandboxUnavailable
 from gateway_bot.sandbox.podman import strays
@@ -41,6 +42,24 @@ class ContainerCalls:
         found = await self._service.api(lambda c: c.containers.list(all=True, filters=filters))
         infos = [dict(container.attrs) for container in found]
         return [info for info in infos if (info.get("Labels") or {}).get(LABEL_ROLE) == "agent"]
+
+    async def remove(self, name: str) -> None:
+        """Remove the container (gone already is fine). Podman 4.3 refuses now and then
+        with "device or resource busy" on the container's shm right after an exec ended:
+        that is retried, a few times, half a second apart."""
+
+        def remove(client: Any) -> None:
+            with contextlib.suppress(NotFound):
+                client.containers.get(name).remove(force=True)
+
+        async for attempt in AsyncRetrying(
+            stop=stop_after_attempt(6),
+            wait=wait_fixed(0.5),
+            retry=retry_if_exception(lambda exc: "resource busy" in str(exc)),
+            reraise=True,
+        ):
+            with attempt:
+                await self._service.api(remove)
 
     async def call(self, call: Any, what: str) -> None:
         try:

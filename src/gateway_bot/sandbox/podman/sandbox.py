@@ -339,11 +339,7 @@ class PodmanSandbox:
             name, network = spec.container_name(context_id), spec.network_name(context_id)
             await self.service.ensure_running()
 
-            def remove_container(client: Any) -> None:
-                with contextlib.suppress(NotFound):
-                    client.containers.get(name).remove(force=True)
-
-            await self.service.api(remove_container)
+            await self._podman.remove(name)
             await self.proxy.disconnect(network)
 
             def remove_network(client: Any) -> None:
