@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gateway_bot.check_sandbox import link_local_address
+from gateway_bot.sandbox.canary import CountingListener
 from tests.sandbox_fixtures import SandboxSetup, commit_file, podman, wait_until
 
 
@@ -73,54 +73,16 @@ def test_a_repo_containerfile_builds_without_network_and_with_few_capabilities(
     assert effective != 0, "package installs keep chown/setuid"
 
 
-class HostListener:
-    """A TCP listener the test runs on the host's side of a network it made: counts who
-    connects. Never bound to a public or outside address."""
-
-    def __init__(self, family: int, address: tuple[Any, ...]) -> None:
-        self.connections = 0
-        self._server = socket.socket(family, socket.SOCK_STREAM)
-        self._server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._server.bind(address)
-        self._server.listen(8)
-        self.port = self._server.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._server.accept()
-            except OSError:
-                return
-            self.connections += 1
-            client.sendall(b"host-service-banner\n")
-            client.close()
-
-    def close(self) -> None:
-        self._server.close()
-
-
 @pytest.fixture
-def listeners() -> Iterator[list[HostListener]]:
-    made: list[HostListener] = []
+def listeners() -> Iterator[list[CountingListener]]:
+    made: list[CountingListener] = []
     yield made
     for listener in made:
         listener.close()
 
 
-def _link_local(interface: str) -> str | None:
-    shown = subprocess.run(
-        ["ip", "-j", "-6", "addr", "show", "dev", interface], capture_output=True, text=True
-    )
-    for entry in json.loads(shown.stdout or "[]"):
-        for info in entry.get("addr_info", []):
-            if info.get("scope") == "link":
-                return str(info["local"])
-    return None
-
-
 def test_the_agent_cannot_reach_the_host_directly_over_ipv4_or_ipv6(
-    gateway: Any, sandbox: SandboxSetup, listeners: list[HostListener]
+    gateway: Any, sandbox: SandboxSetup, listeners: list[CountingListener]
 ) -> None:
     chat = gateway("chat", "--config", str(sandbox.config()))
     chat.send("hello")
@@ -128,15 +90,15 @@ def test_the_agent_cannot_reach_the_host_directly_over_ipv4_or_ipv6(
     context_id, container = sandbox.only_container()
     network = json.loads(podman("network", "inspect", f"gwb-net-{context_id}").stdout)[0]
     bridge = network["network_interface"]
-    wait_until(lambda: _link_local(bridge) is not None, f"an IPv6 link-local on {bridge}", 30)
-    bridge_v6 = _link_local(bridge)
+    wait_until(lambda: link_local_address(bridge) is not None, f"a link-local on {bridge}", 30)
+    bridge_v6 = link_local_address(bridge)
     assert bridge_v6 is not None
-    v6 = HostListener(socket.AF_INET6, (bridge_v6, 0, 0, socket.if_nametoindex(bridge)))
-    v4 = HostListener(socket.AF_INET, (sandbox.relay.host, 0))
+    v6 = CountingListener(socket.AF_INET6, (bridge_v6, 0, 0, socket.if_nametoindex(bridge)))
+    v4 = CountingListener(socket.AF_INET, (sandbox.relay.host, 0))
     listeners += [v6, v4]
     # Positive control: the listeners answer on the host's side.
     with socket.create_connection((f"{bridge_v6}%{bridge}", v6.port), timeout=5) as probe:
-        assert probe.recv(100).startswith(b"host-service-banner")
+        assert probe.recv(100).startswith(b"gateway-bot canary listener")
     assert v6.connections == 1
 
     attempts = {
@@ -149,7 +111,7 @@ def test_the_agent_cannot_reach_the_host_directly_over_ipv4_or_ipv6(
             f"unset HTTPS_PROXY HTTP_PROXY https_proxy http_proxy; "
             f"timeout 5 bash -c 'exec 3<>/dev/tcp/{target}; cat <&3' 2>&1; echo rc=$?",
         )
-        assert "host-service-banner" not in result.stdout, f"{what}: {result.stdout}"
+        assert "gateway-bot canary listener" not in result.stdout, f"{what}: {result.stdout}"
         assert "rc=0" not in result.stdout, f"{what}: {result.stdout}"
     assert v6.connections == 1, "the host saw no connection over IPv6"
     assert v4.connections == 0, "nor over IPv4"

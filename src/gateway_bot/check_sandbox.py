@@ -97,7 +97,7 @@ async def _targets(
         label = "IPv4, the host's side of the egress network"
         targets.append((Target(label, gateway, v4.port), v4))
     bridge = str(own.get("network_interface") or "")
-    link_local = _link_local(bridge) if bridge else None
+    link_local = link_local_address(bridge) if bridge else None
     if link_local:
         v6 = CountingListener(socket.AF_INET6, (link_local, 0, 0, socket.if_nametoindex(bridge)))
         listeners.append(v6)
@@ -113,7 +113,7 @@ def _gateway(attrs: dict[str, Any]) -> str | None:
     return None
 
 
-def _link_local(interface: str) -> str | None:
+def link_local_address(interface: str) -> str | None:
     """The interface's fe80:: address, from /proc/net/if_inet6 (scope 0x20 = link)."""
     try:
         lines = Path("/proc/net/if_inet6").read_text().splitlines()
