@@ -21,7 +21,7 @@ from gateway_bot.config.server import ExecutionSettings
 from gateway_bot.config.yaml_tags import ConfigError
 from gateway_bot.core.channel import ChannelAdapter
 from gateway_bot.core.disk_quota import AGENT_WRITABLE, MB, DiskLimit, DiskUsage
-from gateway_bot.core.inbox_files import InboxWriter
+from gateway_bot.core.inbox_files import InboxWriter, candidate_names
 from gateway_bot.core.lifecycle import CompletionReason
 from gateway_bot.core.messages import InboundMessage, Reply, Usage
 from gateway_bot.core.prompts import build_prompt, context_lost_prompt
@@ -239,8 +239,7 @@ def _write_reply_file(directory: Path, text: str) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        for number in range(1, 100):
-            name = "reply.md" if number == 1 else f"reply-{number}.md"
+        for name in candidate_names("reply.md")[:99]:
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
             try:
                 fd = os.open(name, flags, 0o644, dir_fd=dir_fd)

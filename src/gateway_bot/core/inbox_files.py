@@ -99,10 +99,6 @@ class InboxWriter:
         self._root = root
         self._inbox_name = inbox_name
 
-    @property
-    def inbox_name(self) -> str:
-        return self._inbox_name
-
     async def save(self, name: str, data: bytes) -> str:
         """Store ``data`` under (a free variant of) the sanitised ``name``; return the name
         it got in the inbox."""

@@ -18,7 +18,7 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 
 STDERR_LIMIT = 64 * 1024
@@ -113,9 +113,16 @@ def end_marked_processes(token: str) -> int:
     descendant of one (a child that cleared its environment), until none is left.
     Blocking: call it in a thread. Returns how many kills were sent."""
     mark = f"{RUN_MARK}={token}".encode()
+    return kill_until_gone(lambda: _marked_tree(mark))
+
+
+def kill_until_gone(find: Callable[[], Collection[int]]) -> int:
+    """SIGKILL every process ``find`` names, and again, until it names none (a process
+    may fork while its siblings die), for at most ``_SWEEP_ROUNDS`` rounds. Blocking: call
+    it in a thread. Returns how many kills were sent."""
     kills = 0
     for _ in range(_SWEEP_ROUNDS):
-        targets = _marked_tree(mark)
+        targets = find()
         if not targets:
             break
         for pid in targets:
@@ -124,6 +131,12 @@ def end_marked_processes(token: str) -> int:
                 kills += 1
         time.sleep(_SWEEP_PAUSE_S)  # let the killed exit before looking again
     return kills
+
+
+def is_zombie(pid: int) -> bool:
+    """Dead already, waiting for its parent to reap it: killing it again does nothing."""
+    with open(f"/proc/{pid}/stat", "rb") as stat:
+        return stat.read().rsplit(b")", 1)[1].split()[0] == b"Z"
 
 
 def _marked_tree(mark: bytes) -> set[int]:

@@ -11,33 +11,22 @@ sent SIGKILL, until none is left.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-import time
 
-_ROUNDS = 50
+from gateway_bot.sandbox.child import is_zombie, kill_until_gone
 
 
 def kill_all_but_init(init_pid: int) -> int:
     """SIGKILL every process of the container whose init has host PID ``init_pid``;
-    return how many were killed. Repeats while new ones appear (a fork bomb), bounded."""
+    return how many kills were sent. Repeats while new ones appear (a fork bomb), bounded."""
     try:
         cgroup = _read(f"/proc/{init_pid}/cgroup")
         namespace = os.readlink(f"/proc/{init_pid}/ns/pid")
     except OSError:
         return 0  # the container is gone
-    killed = 0
-    for _ in range(_ROUNDS):
-        victims = [pid for pid in _pids() if pid != init_pid and _belongs(pid, cgroup, namespace)]
-        if not victims:
-            break
-        for pid in victims:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-                killed += 1
-        time.sleep(0.02)
-    return killed
+    return kill_until_gone(
+        lambda: [pid for pid in _pids() if pid != init_pid and _belongs(pid, cgroup, namespace)]
+    )
 
 
 def _pids() -> list[int]:
@@ -46,10 +35,12 @@ def _pids() -> list[int]:
 
 def _belongs(pid: int, cgroup: str, namespace: str) -> bool:
     try:
+        if is_zombie(pid):
+            return False
         if os.readlink(f"/proc/{pid}/ns/pid") == namespace:
             return True
         return _read(f"/proc/{pid}/cgroup") == cgroup
-    except OSError:
+    except (OSError, IndexError):
         return False
 
 
