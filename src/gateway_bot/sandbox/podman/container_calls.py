@@ -6,17 +6,15 @@ and ending stray processes from the host."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Any
 
 from podman.errors import NotFound, PodmanError
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_fixed
 
 from gateway_bot.sandbox.base import SandboxUnavailable
 from gateway_bot.sandbox.podman import strays
 from gateway_bot.sandbox.podman.proxy import LABEL_DEPLOYMENT, LABEL_ROLE
-from gateway_bot.sandbox.podman.service import PodmanService, api_error_text
+from gateway_bot.sandbox.podman.service import PodmanCommandError, PodmanService, api_error_text
 
 log = logging.getLogger(__name__)
 
@@ -44,22 +42,7 @@ class ContainerCalls:
         return [info for info in infos if (info.get("Labels") or {}).get(LABEL_ROLE) == "agent"]
 
     async def remove(self, name: str) -> None:
-        """Remove the container (gone already is fine). Podman 4.3 refuses now and then
-        with "device or resource busy" on the container's shm right after an exec ended:
-        that is retried, a few times, half a second apart."""
-
-        def remove(client: Any) -> None:
-            with contextlib.suppress(NotFound):
-                client.containers.get(name).remove(force=True)
-
-        async for attempt in AsyncRetrying(
-            stop=stop_after_attempt(6),
-            wait=wait_fixed(0.5),
-            retry=retry_if_exception(lambda exc: "resource busy" in str(exc)),
-            reraise=True,
-        ):
-            with attempt:
-                await self._service.api(remove)
+        await self._service.remove_container(name)
 
     async def call(self, call: Any, what: str) -> None:
         try:
@@ -78,14 +61,13 @@ class ContainerCalls:
             log.info("ended %d stray process(es) in %s", killed, name)
 
     async def exec_quietly(self, name: str, argv: list[str]) -> None:
-        def call(client: Any) -> None:
-            with contextlib.suppress(NotFound):
-                client.containers.get(name).exec_run(argv)
-
+        """Run ``argv`` in the container, logging a failure. Through the CLI, never the
+        REST API: podman 4.3's service leaves the conmon of every exec it ran alive, and
+        that conmon keeps the container's shm busy, so a later remove fails or hangs."""
         try:
-            await self._service.api(call)
-        except PodmanError as exc:
-            log.warning("%s in %s failed: %s", argv[-1], name, api_error_text(exc))
+            await self._service.cli("exec", name, *argv, timeout_s=120)
+        except (PodmanCommandError, TimeoutError) as exc:
+            log.warning("%s in %s failed: %s", argv[-1], name, exc)
 
 
 def with_hint(exc: BaseException) -> str:

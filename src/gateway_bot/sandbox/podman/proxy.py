@@ -97,7 +97,7 @@ class EgressProxy:
             stopped = info is not None and not info["State"]["Running"]
             if info is not None and info.get("Image") != image.id and (may_recreate or stopped):
                 log.info("egress proxy: new image %s, recreating %s", image.tag, self.name)
-                await self._service.api(lambda c: c.containers.get(self.name).remove(force=True))
+                await self._service.remove_container(self.name)
                 info = None
             if info is None:
                 await self._create(image.tag)

@@ -242,7 +242,7 @@ class PodmanSandbox:
             )  # fmt: skip
             if reason:
                 log.info("recreating container %s: %s (mounts are kept)", name, reason)
-                await self.service.api(lambda c: c.containers.get(name).remove(force=True))
+                await self._podman.remove(name)
                 info = None
         state.broken = False
         if info is None:

@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from podman import PodmanClient
-from podman.errors import APIError, PodmanError
+from podman.errors import APIError, NotFound, PodmanError
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_fixed
 
 from gateway_bot.config.sandbox import PodmanSettings
 from gateway_bot.sandbox.base import SandboxUnavailable
@@ -214,6 +215,24 @@ class PodmanService:
                 return call(client)
 
         return await asyncio.to_thread(run)
+
+    async def remove_container(self, name: str) -> None:
+        """Remove the container, running or not (gone already is fine). Podman 4.3 refuses
+        now and then with "device or resource busy" on the container's shm right after an
+        exec ended: that is retried, a few times, half a second apart."""
+
+        def remove(client: PodmanClient) -> None:
+            with contextlib.suppress(NotFound):
+                client.containers.get(name).remove(force=True)
+
+        async for attempt in AsyncRetrying(
+            stop=stop_after_attempt(6),
+            wait=wait_fixed(0.5),
+            retry=retry_if_exception(lambda exc: "resource busy" in str(exc)),
+            reraise=True,
+        ):
+            with attempt:
+                await self.api(remove)
 
     async def cli(
         self,
