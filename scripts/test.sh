@@ -7,4 +7,5 @@ source scripts/env.sh
 uv run --frozen ruff check src tests bench
 uv run --frozen ruff format --check src tests bench
 uv run --frozen mypy
+uv run --frozen lint-imports
 uv run --frozen pytest "$@"

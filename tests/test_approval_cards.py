@@ -8,7 +8,7 @@ from __future__ import annotations
 from gateway_bot.channels.matrix.render import markdown_to_html
 from gateway_bot.channels.slack.render import to_mrkdwn
 from gateway_bot.core.approval_cards import HeldSummary, pending_card
-from gateway_bot.state.records import ApprovalRecord, ApprovalState
+from gateway_bot.domain.records import ApprovalRecord, ApprovalState
 
 
 def card_for(name: str, title: str, body: str) -> str:

@@ -7,8 +7,8 @@ import signal
 import time
 from pathlib import Path
 
-from gateway_bot.core.lifecycle import TaskState
-from gateway_bot.core.messages import RawMessage, Reply
+from gateway_bot.domain.lifecycle import TaskState
+from gateway_bot.domain.messages import RawMessage, Reply
 from gateway_bot.state.sqlite_store import SqliteStore
 from tests.conftest import write_config
 from tests.fake_anthropic import FakeAnthropic
@@ -45,7 +45,7 @@ def test_reply_stored_before_the_crash_is_sent_not_recomputed(
         task_id, _ = await store.accept_inbound(raw)
         await store.transition(task_id, TaskState.AUTHENTICATING)
         conversation = await store.create_conversation("console", "default", None)
-        from gateway_bot.core.messages import InboundMessage
+        from gateway_bot.domain.messages import InboundMessage
 
         parsed = InboundMessage(
             "console",

@@ -8,7 +8,7 @@ import pytest
 
 from gateway_bot.config.access import AccessSettings, EngageMode, RoomSettings
 from gateway_bot.core.engagement import engages
-from gateway_bot.core.messages import InboundMessage
+from gateway_bot.domain.messages import InboundMessage
 
 ROOM = InboundMessage(
     "matrix", "$1", "@bob:hs", "Bob", "deploy it", "!room:hs", 0.0, room="!room:hs"

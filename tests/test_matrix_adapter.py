@@ -14,7 +14,7 @@ from gateway_bot.channels.matrix import MatrixAdapter
 from gateway_bot.channels.matrix.events import CARD_KEY
 from gateway_bot.config.channels import MatrixChannelSettings
 from gateway_bot.core.channel import AuthenticationError
-from gateway_bot.core.messages import Button, Card, Decision, RawMessage, Reply, Usage
+from gateway_bot.domain.messages import Button, Card, Decision, RawMessage, Reply, Usage
 from tests.synapse_fixtures import (
     Event,
     Human,

@@ -16,7 +16,7 @@ from aiohttp import web
 
 from gateway_bot.channels.matrix import MatrixAdapter
 from gateway_bot.config.channels import MatrixChannelSettings
-from gateway_bot.core.messages import ChannelHealth, InboundMessage, RawMessage
+from gateway_bot.domain.messages import ChannelHealth, InboundMessage, RawMessage
 from tests.synapse_fixtures import SynapseServer, membership
 
 

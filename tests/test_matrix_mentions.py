@@ -20,7 +20,7 @@ from gateway_bot.channels.matrix.render import (
     reply_contents,
     without_mentions,
 )
-from gateway_bot.core.messages import Button, Card, Reply
+from gateway_bot.domain.messages import Button, Card, Reply
 from tests.fake_anthropic import FakeAnthropic
 from tests.synapse_fixtures import (
     Event,

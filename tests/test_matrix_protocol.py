@@ -26,7 +26,7 @@ from gateway_bot.channels.matrix.render import finished_content, markdown_to_htm
 from gateway_bot.config.server import build_server_config, load_server_config
 from gateway_bot.config.yaml_tags import ConfigError
 from gateway_bot.core.inbox_files import safe_filename
-from gateway_bot.core.messages import Reply, Usage
+from gateway_bot.domain.messages import Reply, Usage
 
 BOT = "@gateway:example.org"
 

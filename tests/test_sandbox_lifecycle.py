@@ -24,7 +24,8 @@ def test_a_changed_containerfile_recreates_the_container_with_its_workspace_and_
     marker = "RUN echo rebuilt > /etc/gateway-test-marker\n"
     commit_file(sandbox.repo, ".gateway/Containerfile", DEFAULT_CONTAINERFILE.read_text() + marker)
     chat.send("after the image changed")
-    chat.expect(r"^agent> Echo: .*after the image changed", timeout=240)  # builds a layer (under the test's 300 s)
+    # Builds a layer: seconds, well under the test's 300 s.
+    chat.expect(r"^agent> Echo: .*after the image changed", timeout=240)
     after = sandbox.containers()[context_id]
     assert after["id"] != before["id"], "a new container"
     assert after["image"] != before["image"], "on a new image"

@@ -14,7 +14,7 @@ import pytest
 from gateway_bot.channels.slack import SlackAdapter
 from gateway_bot.config.channels import SlackChannelSettings
 from gateway_bot.core.inbox_files import InboxWriter
-from gateway_bot.core.messages import ChannelHealth, InboundMessage, RawMessage
+from gateway_bot.domain.messages import ChannelHealth, InboundMessage, RawMessage
 from tests.fake_slack import APP_TOKEN, BOT_TOKEN, BOT_USER, TEAM, FakeSlack
 
 MENTION = f"<@{BOT_USER}>"

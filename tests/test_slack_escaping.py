@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from gateway_bot.channels.slack import render
-from gateway_bot.core.messages import Button, Card
+from gateway_bot.domain.messages import Button, Card
 from tests.conftest import write_config
 from tests.fake_anthropic import FakeAnthropic
 from tests.fake_slack import APP_TOKEN, BOT_TOKEN, BOT_USER, TEAM, FakeSlack

@@ -16,8 +16,8 @@ import pytest
 
 from gateway_bot.channels.slack import SlackAdapter
 from gateway_bot.config.channels import SlackChannelSettings
-from gateway_bot.core.messages import ChannelHealth, RawMessage
 from gateway_bot.core.retries import is_transient
+from gateway_bot.domain.messages import ChannelHealth, RawMessage
 from tests.fake_slack import APP_TOKEN, BOT_TOKEN, BOT_USER, SIGNING_SECRET, TEAM, FakeSlack
 
 MENTION = f"<@{BOT_USER}>"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from gateway_bot.channels.slack import events, render
 from gateway_bot.channels.slack.access import SlackUser, refusal
 from gateway_bot.config.channels import SlackChannelSettings
-from gateway_bot.core.messages import Button, Card, Reply, Usage
+from gateway_bot.domain.messages import Button, Card, Reply, Usage
 
 BOT = "U0BOT"
 

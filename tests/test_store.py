@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway_bot.core.lifecycle import CompletionReason, IllegalTransition, TaskState
-from gateway_bot.core.messages import RawMessage, Reply
+from gateway_bot.domain.lifecycle import CompletionReason, IllegalTransition, TaskState
+from gateway_bot.domain.messages import RawMessage, Reply
 from gateway_bot.state.migrations import MIGRATIONS
 from gateway_bot.state.sqlite_store import SqliteStore
 

@@ -18,10 +18,10 @@ from gateway_bot.agents.claude_code import ClaudeCodeRunner
 from gateway_bot.config.server import ServerConfig, environment_with_dotenv
 from gateway_bot.core.channel import ChannelAdapter
 from gateway_bot.core.executor import AgentDefaults, TaskExecutor
-from gateway_bot.core.lifecycle import TaskState
 from gateway_bot.core.service import GatewayService
 from gateway_bot.core.workspace_diff import WorkspaceReports
 from gateway_bot.core.workspaces import Workspaces
+from gateway_bot.domain.lifecycle import TaskState
 from gateway_bot.sandbox.factory import create_sandbox
 from gateway_bot.state.sqlite_store import SqliteStore
 

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from gateway_bot.config.access import AccessSettings
-from gateway_bot.core.messages import RawMessage
 from gateway_bot.core.retries import RetryPolicy
 from gateway_bot.core.service import GatewayService
-from gateway_bot.state.records import TaskRecord
+from gateway_bot.domain.messages import RawMessage
+from gateway_bot.domain.records import TaskRecord
 from gateway_bot.state.sqlite_store import SqliteStore
 from tests.core.fakes import FakeAgent, FakeChannel, Sent
 

@@ -21,8 +21,8 @@ from gateway_bot.agents.base import OnEvent, ToolUseEvent
 from gateway_bot.core.channel import AuthenticationError, Submit
 from gateway_bot.core.executor import TaskResult
 from gateway_bot.core.inbox_files import InboxWriter
-from gateway_bot.core.lifecycle import CompletionReason
-from gateway_bot.core.messages import (
+from gateway_bot.domain.lifecycle import CompletionReason
+from gateway_bot.domain.messages import (
     Card,
     ChannelCapabilities,
     ChannelHealth,
@@ -35,7 +35,7 @@ from gateway_bot.core.messages import (
     Reply,
     RoomInvite,
 )
-from gateway_bot.state.records import ConversationRecord
+from gateway_bot.domain.records import ConversationRecord
 
 BOT = "@bot"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from gateway_bot.core.lifecycle import CompletionReason, TaskState
+from gateway_bot.domain.lifecycle import CompletionReason, TaskState
 from tests.core.conftest import World
 
 

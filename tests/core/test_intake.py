@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from gateway_bot.config.access import AccessSettings
-from gateway_bot.core.lifecycle import CompletionReason, TaskState
+from gateway_bot.domain.lifecycle import CompletionReason, TaskState
 from tests.core.conftest import PATIENT, World, owners_access
 
 

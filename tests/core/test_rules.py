@@ -10,8 +10,8 @@ from slack_sdk.web.slack_response import SlackResponse
 
 from gateway_bot.core.channel import AuthenticationError
 from gateway_bot.core.engagement import is_blank
-from gateway_bot.core.lifecycle import IllegalTransition, TaskState, check_transition
 from gateway_bot.core.retries import is_transient
+from gateway_bot.domain.lifecycle import IllegalTransition, TaskState, check_transition
 
 
 def slack_error(status: int, error: str) -> SlackApiError:

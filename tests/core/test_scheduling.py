@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gateway_bot.core.lifecycle import CompletionReason, TaskState
+from gateway_bot.domain.lifecycle import CompletionReason, TaskState
 from tests.core.conftest import World
 
 
@@ -185,7 +185,7 @@ async def test_waiting_tasks_survive_a_restart_in_order(world: World) -> None:
 
 
 async def test_a_redelivered_message_runs_once(world: World) -> None:
-    from gateway_bot.core.messages import RawMessage
+    from gateway_bot.domain.messages import RawMessage
 
     submit = world.channel.listener.submit
     assert submit is not None

@@ -21,13 +21,13 @@ from gateway_bot.agents.base import (
     ResultEvent,
 )
 from gateway_bot.agents.claude_stream import parse_stream_line
+from gateway_bot.agents.event_log import EventLog
 from gateway_bot.sandbox.base import (
     ExecutionContext,
     InjectedCredential,
     Sandbox,
     SandboxProcess,
 )
-from gateway_bot.state.event_log import EventLog
 
 QUIET_ENV = {
     "DISABLE_TELEMETRY": "1",

@@ -18,7 +18,7 @@ from typing import TextIO
 
 from gateway_bot.core.channel import Submit
 from gateway_bot.core.inbox_files import InboxWriter
-from gateway_bot.core.messages import (
+from gateway_bot.domain.messages import (
     Card,
     ChannelCapabilities,
     ChannelHealth,

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError, field_validator
 
-from gateway_bot.config.server import describe_validation_errors
+from gateway_bot.config.validation import describe_validation_errors
 from gateway_bot.config.yaml_tags import ConfigError, SecretRef, load_repo_yaml
 
 REPO_CONFIG_PATH = ".gateway/config.yaml"

@@ -26,6 +26,7 @@ from gateway_bot.config.access import AccessSettings
 from gateway_bot.config.channels import ChannelsSettings
 from gateway_bot.config.sandbox import SandboxSettings
 from gateway_bot.config.section import Section
+from gateway_bot.config.validation import describe_validation_errors
 from gateway_bot.config.yaml_tags import ConfigError, load_server_yaml
 
 
@@ -177,21 +178,3 @@ def build_server_config(data: dict[str, Any], source: str) -> ServerConfig:
         raise ConfigError(source, describe_validation_errors(exc)) from exc
     finally:
         ServerConfig._yaml_data = {}
-
-
-def describe_validation_errors(exc: ValidationError) -> list[str]:
-    """One line per problem: the key path, what is wrong, and a hint."""
-    problems = []
-    for error in exc.errors():
-        path = ".".join(str(part) for part in error["loc"]) or "(top level)"
-        kind = error["type"]
-        if kind == "missing":
-            hint = "add this key"
-        elif kind == "extra_forbidden":
-            hint = "unknown key: check its spelling and indentation"
-        elif "input" in error and not isinstance(error["input"], dict | list):
-            hint = f"got {error['input']!r}"
-        else:
-            hint = "see the sample config in examples/"
-        problems.append(f"{path}: {error['msg']} ({hint})")
-    return problems

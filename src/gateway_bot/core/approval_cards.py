@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass
 from zoneinfo import ZoneInfo
 
-from gateway_bot.core.messages import Button, Card
-from gateway_bot.state.records import ApprovalRecord, ApprovalState
+from gateway_bot.domain.messages import Button, Card
+from gateway_bot.domain.records import ApprovalRecord, ApprovalState
 
 _ACTION_PREFIX = "approval"
 SHOWN_MESSAGES = 3

@@ -33,11 +33,11 @@ from gateway_bot.core.approval_cards import (
     room_label,
 )
 from gateway_bot.core.channel import ChannelAdapter
-from gateway_bot.core.lifecycle import CompletionReason, TaskState
-from gateway_bot.core.messages import InboundMessage, RoomInvite
 from gateway_bot.core.retries import DEFAULT_POLICY, RetryPolicy, call_channel
 from gateway_bot.core.revocations import revoke_approval
-from gateway_bot.state.records import ApprovalRecord, ApprovalState, TaskRecord
+from gateway_bot.domain.lifecycle import CompletionReason, TaskState
+from gateway_bot.domain.messages import InboundMessage, RoomInvite
+from gateway_bot.domain.records import ApprovalRecord, ApprovalState, TaskRecord
 from gateway_bot.state.store import Store
 
 __all__ = [

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from gateway_bot.core.inbox_files import InboxWriter
-from gateway_bot.core.messages import (
+from gateway_bot.domain.messages import (
     Card,
     ChannelCapabilities,
     ChannelStatus,

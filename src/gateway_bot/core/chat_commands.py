@@ -12,12 +12,12 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from gateway_bot.core.approvals import Gatekeeper
 from gateway_bot.core.commands import HELP_TEXT, Command, CommandName
-from gateway_bot.core.lifecycle import TaskState
-from gateway_bot.core.messages import InboundMessage, Reply
 from gateway_bot.core.scheduler import RunningTask
 from gateway_bot.core.status import describe_status
 from gateway_bot.core.workspace_diff import WorkspaceReports
-from gateway_bot.state.records import ConversationRecord
+from gateway_bot.domain.lifecycle import TaskState
+from gateway_bot.domain.messages import InboundMessage, Reply
+from gateway_bot.domain.records import ConversationRecord
 from gateway_bot.state.store import Store
 
 NewConversation = Callable[[str, str], Awaitable[ConversationRecord]]

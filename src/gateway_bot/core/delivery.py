@@ -14,10 +14,10 @@ from collections.abc import Mapping
 
 from gateway_bot.core.channel import ChannelAdapter
 from gateway_bot.core.jobs import Jobs
-from gateway_bot.core.lifecycle import CompletionReason, TaskState
-from gateway_bot.core.messages import InboundMessage, Reply
 from gateway_bot.core.retries import DEFAULT_POLICY, RetryPolicy, call_channel
-from gateway_bot.state.records import TaskRecord
+from gateway_bot.domain.lifecycle import CompletionReason, TaskState
+from gateway_bot.domain.messages import InboundMessage, Reply
+from gateway_bot.domain.records import TaskRecord
 from gateway_bot.state.store import Store
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ import re
 import unicodedata
 
 from gateway_bot.config.access import EngageMode, RoomSettings
-from gateway_bot.core.messages import InboundMessage
+from gateway_bot.domain.messages import InboundMessage
 
 
 def engages(message: InboundMessage, room: RoomSettings, conversation_started: bool) -> bool:

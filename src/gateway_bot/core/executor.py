@@ -16,21 +16,21 @@ from pathlib import Path
 
 from gateway_bot.agents.base import AgentOutcome, AgentRequest, AgentRunner, OnEvent
 from gateway_bot.agents.claude_code import injected_credentials
+from gateway_bot.agents.event_log import EventLog
 from gateway_bot.config.repo import REPO_CONFIG_PATH, parse_repo_config
 from gateway_bot.config.server import ExecutionSettings
 from gateway_bot.config.yaml_tags import ConfigError
 from gateway_bot.core.channel import ChannelAdapter
 from gateway_bot.core.disk_quota import AGENT_WRITABLE, MB, DiskLimit, DiskUsage
 from gateway_bot.core.inbox_files import InboxWriter, candidate_names
-from gateway_bot.core.lifecycle import CompletionReason
-from gateway_bot.core.messages import InboundMessage, Reply, Usage
 from gateway_bot.core.prompts import build_prompt, context_lost_prompt
 from gateway_bot.core.workspaces import ConversationDirs, GitError, Workspaces
+from gateway_bot.domain.lifecycle import CompletionReason
+from gateway_bot.domain.messages import InboundMessage, Reply, Usage
+from gateway_bot.domain.records import ConversationRecord
 from gateway_bot.sandbox.base import REPO_CONTAINERFILE_PATH, ExecutionContext, Sandbox
 from gateway_bot.sandbox.egress.allowlist import ALLOWLIST_PATH, parse_allowlist
 from gateway_bot.sandbox.egress.rules import EgressRule
-from gateway_bot.state.event_log import EventLog
-from gateway_bot.state.records import ConversationRecord
 from gateway_bot.state.store import Store
 
 log = logging.getLogger(__name__)

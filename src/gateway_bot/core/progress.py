@@ -13,7 +13,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from gateway_bot.agents.base import AgentEvent, ToolUseEvent
-from gateway_bot.core.messages import Progress
+from gateway_bot.domain.messages import Progress
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ import datetime
 from collections.abc import Sequence
 from zoneinfo import ZoneInfo
 
-from gateway_bot.core.messages import InboundMessage
+from gateway_bot.domain.messages import InboundMessage
 from gateway_bot.sandbox.base import SandboxPaths
 
 

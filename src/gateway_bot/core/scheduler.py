@@ -35,12 +35,12 @@ from gateway_bot.core.channel import ChannelAdapter
 from gateway_bot.core.delivery import ReplyDelivery
 from gateway_bot.core.executor import TaskResult
 from gateway_bot.core.jobs import Jobs
-from gateway_bot.core.lifecycle import CompletionReason, TaskState
-from gateway_bot.core.messages import InboundMessage, Reply
 from gateway_bot.core.progress import ProgressReporter
 from gateway_bot.core.retries import DEFAULT_POLICY, RetryPolicy, call_channel
+from gateway_bot.domain.lifecycle import CompletionReason, TaskState
+from gateway_bot.domain.messages import InboundMessage, Reply
+from gateway_bot.domain.records import ConversationRecord, TaskRecord
 from gateway_bot.sandbox.base import SandboxUnavailable
-from gateway_bot.state.records import ConversationRecord, TaskRecord
 from gateway_bot.state.store import Store
 
 log = logging.getLogger(__name__)

@@ -35,8 +35,6 @@ from gateway_bot.core.commands import (
 from gateway_bot.core.delivery import ReplyDelivery
 from gateway_bot.core.engagement import engages, is_blank
 from gateway_bot.core.jobs import Jobs
-from gateway_bot.core.lifecycle import CompletionReason, TaskState
-from gateway_bot.core.messages import Decision, InboundMessage, RawMessage, RoomInvite
 from gateway_bot.core.retries import (
     DEFAULT_POLICY,
     RetryPolicy,
@@ -45,7 +43,9 @@ from gateway_bot.core.retries import (
 )
 from gateway_bot.core.scheduler import Executes, Scheduler
 from gateway_bot.core.workspace_diff import WorkspaceReports
-from gateway_bot.state.records import ContextLine, ConversationRecord, TaskRecord
+from gateway_bot.domain.lifecycle import CompletionReason, TaskState
+from gateway_bot.domain.messages import Decision, InboundMessage, RawMessage, RoomInvite
+from gateway_bot.domain.records import ContextLine, ConversationRecord, TaskRecord
 from gateway_bot.state.store import Store
 
 log = logging.getLogger(__name__)

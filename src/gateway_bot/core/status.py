@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gateway_bot.state.records import ConversationRecord
+from gateway_bot.domain.records import ConversationRecord
 
 _PREVIEW = 60
 

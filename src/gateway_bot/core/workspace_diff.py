@@ -19,7 +19,6 @@ import shutil
 import stat
 from pathlib import Path
 
-from gateway_bot.core.messages import Reply
 from gateway_bot.core.scratch_git import ScratchGit, ScratchGitError
 from gateway_bot.core.workspace_snapshot import (
     DIR_FLAGS,
@@ -32,6 +31,7 @@ from gateway_bot.core.workspace_snapshot import (
     worktree_import_stream,
 )
 from gateway_bot.core.workspaces import ConversationDirs, Workspaces
+from gateway_bot.domain.messages import Reply
 from gateway_bot.sandbox.base import ExecutionContext, Sandbox
 
 DIFF_TIMEOUT_S = 120.0

@@ -13,8 +13,8 @@ from typing import Any
 
 import aiosqlite
 
+from gateway_bot.domain.records import ApprovalRecord, ApprovalState, ContextLine
 from gateway_bot.state.database import Database
-from gateway_bot.state.records import ApprovalRecord, ApprovalState, ContextLine
 
 CODE_BYTES = 6
 """Approval codes are 12 hex characters (48 bits): still short enough to type as

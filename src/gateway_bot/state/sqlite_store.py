@@ -15,12 +15,12 @@ from typing import Any
 
 import aiosqlite
 
-from gateway_bot.core.lifecycle import CompletionReason, TaskState, check_transition
-from gateway_bot.core.messages import InboundMessage, RawMessage, Reply, Usage
+from gateway_bot.domain.lifecycle import CompletionReason, TaskState, check_transition
+from gateway_bot.domain.messages import InboundMessage, RawMessage, Reply, Usage
+from gateway_bot.domain.records import ConversationRecord, TaskRecord
 from gateway_bot.state.approvals import SqliteApprovals
 from gateway_bot.state.database import Database
 from gateway_bot.state.migrations import MIGRATIONS
-from gateway_bot.state.records import ConversationRecord, TaskRecord
 
 
 class SqliteStore:

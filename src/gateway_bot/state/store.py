@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from gateway_bot.core.lifecycle import CompletionReason, TaskState
-from gateway_bot.core.messages import InboundMessage, RawMessage, Reply, Usage
-from gateway_bot.state.records import (
+from gateway_bot.domain.lifecycle import CompletionReason, TaskState
+from gateway_bot.domain.messages import InboundMessage, RawMessage, Reply, Usage
+from gateway_bot.domain.records import (
     ApprovalRecord,
     ApprovalState,
     ContextLine,

@@ -53,7 +53,7 @@ from gateway_bot.channels.matrix.session import MatrixSession
 from gateway_bot.config.channels import MatrixChannelSettings
 from gateway_bot.core.channel import AuthenticationError
 from gateway_bot.core.inbox_files import InboxWriter
-from gateway_bot.core.messages import (
+from gateway_bot.domain.messages import (
     Card,
     ChannelCapabilities,
     Decision,

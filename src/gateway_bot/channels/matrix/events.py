@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gateway_bot.core.messages import Attachment
+from gateway_bot.domain.messages import Attachment
 
 JsonDict = dict[str, Any]
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from gateway_bot.channels.matrix.api import FileTooLarge, MatrixApi, MatrixError
 from gateway_bot.core.inbox_files import InboxError, InboxWriter, safe_filename, size_text
-from gateway_bot.core.messages import Attachment
+from gateway_bot.domain.messages import Attachment
 
 JsonDict = dict[str, Any]
 

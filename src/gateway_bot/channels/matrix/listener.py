@@ -38,7 +38,7 @@ from gateway_bot.channels.matrix.events import (
 from gateway_bot.channels.matrix.render import in_conversation, notice_content
 from gateway_bot.channels.matrix.session import LoginRefused, MatrixSession
 from gateway_bot.core.channel import Submit
-from gateway_bot.core.messages import ChannelHealth, ChannelStatus, RawMessage
+from gateway_bot.domain.messages import ChannelHealth, ChannelStatus, RawMessage
 
 log = logging.getLogger(__name__)
 

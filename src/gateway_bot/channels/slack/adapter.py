@@ -37,7 +37,7 @@ from gateway_bot.channels.slack.webapi import next_cursor
 from gateway_bot.config.channels import SlackChannelSettings
 from gateway_bot.core.channel import AuthenticationError
 from gateway_bot.core.inbox_files import InboxWriter
-from gateway_bot.core.messages import (
+from gateway_bot.domain.messages import (
     Attachment,
     Card,
     ChannelCapabilities,

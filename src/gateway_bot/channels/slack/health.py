@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 
-from gateway_bot.core.messages import ChannelHealth, ChannelStatus
+from gateway_bot.domain.messages import ChannelHealth, ChannelStatus
 
 log = logging.getLogger("gateway_bot.channels.slack")
 

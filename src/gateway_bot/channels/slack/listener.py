@@ -42,7 +42,7 @@ from gateway_bot.channels.slack.records import SlackRecords
 from gateway_bot.channels.slack.socket_mode import Envelope, SocketModeConnection, stop_task
 from gateway_bot.config.channels import SlackChannelSettings
 from gateway_bot.core.channel import Submit
-from gateway_bot.core.messages import ChannelHealth, ChannelStatus, RawMessage
+from gateway_bot.domain.messages import ChannelHealth, ChannelStatus, RawMessage
 
 log = logging.getLogger(__name__)
 

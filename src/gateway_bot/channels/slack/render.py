@@ -20,7 +20,7 @@ from urllib.parse import urlparse
 
 from slackify_markdown.slackify import SlackifyMarkdown  # type: ignore[import-untyped]
 
-from gateway_bot.core.messages import Card, Progress, Reply
+from gateway_bot.domain.messages import Card, Progress, Reply
 
 MESSAGE_LIMIT = 3500
 """Characters per posted message. Slack truncates ``text`` past 40,000 and advises under

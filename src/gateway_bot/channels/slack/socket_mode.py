@@ -30,7 +30,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from gateway_bot.channels.slack.health import FATAL_ERRORS, Health, backoff_delay
-from gateway_bot.core.messages import ChannelHealth
+from gateway_bot.domain.messages import ChannelHealth
 
 log = logging.getLogger(__name__)
 

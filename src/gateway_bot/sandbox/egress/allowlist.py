@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from gateway_bot.config.server import describe_validation_errors
+from gateway_bot.config.validation import describe_validation_errors
 from gateway_bot.config.yaml_tags import ConfigError, load_repo_yaml
 from gateway_bot.sandbox.egress.rules import EgressRule
 

@@ -6,8 +6,8 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
-from gateway_bot.core.lifecycle import CompletionReason, TaskState
-from gateway_bot.core.messages import InboundMessage, RawMessage, Reply
+from gateway_bot.domain.lifecycle import CompletionReason, TaskState
+from gateway_bot.domain.messages import InboundMessage, RawMessage, Reply
 
 
 @dataclass(frozen=True)
