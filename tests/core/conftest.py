@@ -22,7 +22,7 @@ from gateway_bot.core.service import GatewayService
 from gateway_bot.domain.messages import RawMessage
 from gateway_bot.domain.records import TaskRecord
 from gateway_bot.state.sqlite_store import SqliteStore
-from tests.core.fakes import FakeAgent, FakeChannel, Sent
+from tests.core.fakes import BareChannel, FakeAgent, FakeChannel, Sent
 
 FAST = RetryPolicy(attempts=3, first_wait_s=0.01, max_wait_s=0.02)
 """Three attempts in a few milliseconds: the policy's shape without the test waiting."""
@@ -53,9 +53,10 @@ class World:
         max_concurrent: int = 4,
         max_pending: int = 3,
         policy: RetryPolicy = FAST,
+        channel: BareChannel | None = None,
     ) -> None:
         self.store = SqliteStore(tmp_path / "state.db")
-        self.channel = FakeChannel()
+        self.channel = channel if channel is not None else FakeChannel()
         self.agent = FakeAgent()
         self.access = access or owners_access()
         self.max_concurrent = max_concurrent

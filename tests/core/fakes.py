@@ -1,9 +1,11 @@
 """In-memory stand-ins for the core's edges: a chat channel and an agent.
 
-``FakeChannel`` implements the ChannelAdapter protocol the way a real channel behaves from
-the core's side: it parses what its listener heard, records every message it was asked to
-send (what a person in that room would see), and can be told to fail or hang a kind of call
-in a room, the way a homeserver or Slack does when they are down, rate limiting or slow.
+``FakeChannel`` implements the ChannelAdapter protocol and every optional capability the
+way a real channel behaves from the core's side: it parses what its listener heard, records
+every message it was asked to send (what a person in that room would see), and can be told
+to fail or hang a kind of call in a room, the way a homeserver or Slack does when they are
+down, rate limiting or slow. ``BareChannel`` is the same with only the required core (no
+progress display, buttons, rooms or attachments), the way an email channel is.
 ``FakeAgent`` is the task executor without claude: it echoes the prompt, and words in the
 prompt make it hold (``hold:NAME`` until released), report a step or crash.
 """
@@ -16,15 +18,17 @@ import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from gateway_bot.agents.base import OnEvent, ToolUseEvent
-from gateway_bot.core.channel import AuthenticationError, Submit
+from gateway_bot.core.channel import AttachmentDownloads, AuthenticationError, Submit
 from gateway_bot.core.executor import TaskResult
 from gateway_bot.core.inbox_files import InboxWriter
+from gateway_bot.core.prompts import build_prompt
 from gateway_bot.domain.lifecycle import CompletionReason
 from gateway_bot.domain.messages import (
+    Attachment,
     Card,
-    ChannelCapabilities,
     ChannelHealth,
     ChannelStatus,
     Decision,
@@ -36,6 +40,7 @@ from gateway_bot.domain.messages import (
     RoomInvite,
 )
 from gateway_bot.domain.records import ConversationRecord
+from gateway_bot.sandbox.base import SandboxPaths
 
 BOT = "@bot"
 
@@ -45,7 +50,8 @@ class Sent:
     """One thing the channel put in front of people."""
 
     kind: str
-    """ack, progress, reply, rejection, card, card_update, join, leave."""
+    """ack, progress, done (the progress display closed), reply, rejection, card,
+    card_update, join, leave."""
     room: str
     text: str
     task_id: str = ""
@@ -85,8 +91,8 @@ class FakeListener:
         self.submit = None
 
 
-class FakeChannel:
-    capabilities = ChannelCapabilities(edits=True, buttons=True, threads=True, files=False)
+class BareChannel:
+    """Only the required core of a channel: parse, reply, notice."""
 
     def __init__(self, name: str = "fake", allowed: tuple[str, ...] = ("alice", "bob")) -> None:
         self._name = name
@@ -174,6 +180,7 @@ class FakeChannel:
         text = str(payload["text"])
         mentioned = text.startswith(BOT)
         thread = payload.get("thread")
+        files = tuple(Attachment(str(name)) for name in payload.get("files", ()))
         return InboundMessage(
             channel=self._name,
             message_id=raw.message_id,
@@ -188,27 +195,42 @@ class FakeChannel:
             room_title=f"Room {room}",
             is_direct=bool(payload.get("direct", True)),
             mentioned=mentioned,
+            attachments=files,
         )
-
-    async def save_attachments(self, message: InboundMessage, inbox: InboxWriter) -> list[str]:
-        return []
 
     async def _send(self, kind: str, context: JsonDict, text: str, **more: str) -> None:
         room = str(context.get("room", ""))
         await self._call(kind, room)
         self.sent.append(Sent(kind, room, text, **more))
 
-    async def send_acknowledgement(self, context: JsonDict, task_id: str, text: str) -> None:
-        await self._send("ack", context, text, task_id=task_id)
-
-    async def send_progress(self, context: JsonDict, progress: Progress) -> None:
-        await self._send("progress", context, " / ".join(progress.steps), task_id=progress.task_id)
-
     async def send_reply(self, context: JsonDict, task_id: str, reply: Reply) -> None:
         await self._send("reply", context, reply.text, task_id=task_id)
 
     async def send_rejection(self, context: JsonDict, text: str) -> None:
         await self._send("rejection", context, text)
+
+
+class FakeChannel(BareChannel):
+    """A channel with every optional capability (as Slack has)."""
+
+    progress_interval_s = 1.0
+
+    async def send_acknowledgement(self, context: JsonDict, task_id: str, text: str) -> None:
+        await self._send("ack", context, text, task_id=task_id)
+
+    async def send_progress(self, context: JsonDict, progress: Progress) -> None:
+        """Live steps; the closing update shows the outcome and the finished steps, on a
+        display this channel opened (an acknowledgement) only."""
+        task_id = progress.task_id
+        if progress.outcome is None:
+            await self._send("progress", context, " / ".join(progress.steps), task_id=task_id)
+        elif any(s.kind == "ack" and s.task_id == task_id for s in self.sent):
+            word = "Stopped" if progress.outcome.stopped else "Done"
+            text = " / ".join((word, *progress.steps))
+            await self._send("done", context, text, task_id=task_id)
+
+    async def save_attachments(self, message: InboundMessage, inbox: InboxWriter) -> list[str]:
+        return [a.filename for a in message.attachments]
 
     async def send_card(self, context: JsonDict, card: Card) -> str:
         ref = f"card-{next(self._refs)}"
@@ -227,11 +249,16 @@ class FakeChannel:
         self.joined.discard(room)
 
 
+AGENT_PATHS = SandboxPaths("/workspace", "/home", "/inbox", "/outbox", "/storage")
+
+
 @dataclass
 class FakeAgent:
     """The executor without an agent: replies ``Echo: <prompt>``."""
 
     runs: list[InboundMessage] = field(default_factory=list)
+    prompts: list[str] = field(default_factory=list)
+    """What the agent read, as the executor builds it (``core/prompts.build_prompt``)."""
     running: set[str] = field(default_factory=set)
     peak: int = 0
     cancelled: list[str] = field(default_factory=list)
@@ -251,10 +278,16 @@ class FakeAgent:
         task_id: str,
         conversation: ConversationRecord,
         message: InboundMessage,
-        adapter: object,
+        adapter: AttachmentDownloads,
         on_event: OnEvent,
     ) -> TaskResult:
         self.runs.append(message)
+        saved = (
+            await adapter.save_attachments(message, InboxWriter(Path("/nonexistent")))
+            if message.attachments
+            else []
+        )
+        self.prompts.append(build_prompt(message, AGENT_PATHS, saved, "UTC"))
         self.running.add(task_id)
         self.peak = max(self.peak, len(self.running))
         try:

@@ -3,6 +3,10 @@
 The person at the terminal is the local OS user and is trusted as such. Input is read on a
 daemon thread (a blocking readline cannot be cancelled, and a daemon thread does not hold
 up interpreter exit); each line becomes one message. End of input calls ``on_eof``.
+
+Its optional capabilities: a progress display (the acknowledgement, then each new step on
+a line of its own) and cards (printed, decided by typing ``/approve CODE``). It has no rooms
+to join and no attachments.
 """
 
 from __future__ import annotations
@@ -17,10 +21,8 @@ from collections.abc import Callable
 from typing import TextIO
 
 from gateway_bot.core.channel import Submit
-from gateway_bot.core.inbox_files import InboxWriter
 from gateway_bot.domain.messages import (
     Card,
-    ChannelCapabilities,
     ChannelHealth,
     ChannelStatus,
     InboundMessage,
@@ -79,7 +81,7 @@ class ConsoleListener:
 
 class ConsoleAdapter:
     name = CHANNEL
-    capabilities = ChannelCapabilities(progress_interval_s=0.0)
+    progress_interval_s = 0.0
 
     def __init__(
         self,
@@ -90,7 +92,6 @@ class ConsoleAdapter:
     ) -> None:
         self._out = stdout or sys.stdout
         self._listener = ConsoleListener(conversation, stdin or sys.stdin, on_eof)
-        self._steps_shown: dict[str, int] = {}
 
     @property
     def listener(self) -> ConsoleListener:
@@ -112,20 +113,15 @@ class ConsoleAdapter:
             channel_context={"conversation": raw.payload["conversation"]},
         )
 
-    async def save_attachments(self, message: InboundMessage, inbox: InboxWriter) -> list[str]:
-        return []
-
     async def send_acknowledgement(self, context: JsonDict, task_id: str, text: str) -> None:
         self.say(f"… {text} (task {task_id})")
 
     async def send_progress(self, context: JsonDict, progress: Progress) -> None:
-        shown = self._steps_shown.get(progress.task_id, 0)
-        for step in progress.steps[shown:]:
+        """Print the steps no update printed yet (the core says how many are new)."""
+        for step in progress.steps[len(progress.steps) - progress.new_steps :]:
             self.say(f"  · {step}")
-        self._steps_shown[progress.task_id] = len(progress.steps)
 
     async def send_reply(self, context: JsonDict, task_id: str, reply: Reply) -> None:
-        self._steps_shown.pop(task_id, None)
         prefix = "error> " if reply.is_error else "agent> "
         self.say(prefix + reply.text)
         for path in reply.files:
@@ -143,9 +139,3 @@ class ConsoleAdapter:
 
     async def update_card(self, context: JsonDict, card_ref: str, card: Card) -> None:
         self.say(f"[{card.title}]\n{card.body}")
-
-    async def join_room(self, room: str) -> None:
-        """The console has no rooms to join."""
-
-    async def leave_room(self, room: str) -> None:
-        """The console has no rooms to leave."""

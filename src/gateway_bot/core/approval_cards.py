@@ -97,7 +97,15 @@ def _buttons(code: str, allow: str, deny: str) -> tuple[Button, ...]:
     )
 
 
-def pending_card(approval: ApprovalRecord, held: HeldSummary) -> Card:
+def _how_to_decide(code: str, allow: str, deny: str, buttons: bool) -> str:
+    if buttons:
+        return f"Or reply !approve {code} or !deny {code}."
+    return f"Reply `!approve {code}` to {allow}, `!deny {code}` to {deny}."
+
+
+def pending_card(approval: ApprovalRecord, held: HeldSummary, *, buttons: bool = True) -> Card:
+    """The card asking an owner; ``buttons`` False makes the text card of a channel without
+    buttons, which says what to reply instead."""
     where = room_label(approval.room_title, approval.room)
     if approval.kind == "room":
         return Card(
@@ -106,16 +114,17 @@ def pending_card(approval: ApprovalRecord, held: HeldSummary) -> Card:
                 f"{plain(approval.sender_name)} ({plain(approval.sender_id)}) invited the bot "
                 f"to {where} "
                 f"({approval.channel}). Join, or ignore the invitation? "
-                f"Or reply !approve {approval.code} or !deny {approval.code}."
+                + _how_to_decide(approval.code, "join", "ignore", buttons)
             ),
-            buttons=_buttons(approval.code, "Join", "Ignore"),
+            buttons=_buttons(approval.code, "Join", "Ignore") if buttons else (),
         )
     count = f"{held.total} messages" if held.total != 1 else "a message"
+    allow = "Allow" if buttons else "Allowing"
     quotes = "\n\n".join(preview(body) for body in held.shown)
     unseen = held.total - len(held.shown)
     more = (
         f"\n\n…and {unseen} more message{'s' if unseen != 1 else ''} not shown here: "
-        "Allow will not run them."
+        f"{allow} will not run them."
         if unseen > 0
         else ""
     )
@@ -125,11 +134,11 @@ def pending_card(approval: ApprovalRecord, held: HeldSummary) -> Card:
         body=(
             f"{plain(approval.sender_name)} ({plain(approval.sender_id)}) wrote {count} to "
             "the bot in "
-            f"{where} ({approval.channel}):\n\n{quotes}{more}\n\nAllow runs {runs} and lets "
-            f"them use the bot in this room. Or reply !approve {approval.code} or "
-            f"!deny {approval.code}."
+            f"{where} ({approval.channel}):\n\n{quotes}{more}\n\n{allow} runs {runs} and lets "
+            "them use the bot in this room. "
+            + _how_to_decide(approval.code, "allow", "deny", buttons)
         ),
-        buttons=_buttons(approval.code, "Allow", "Deny"),
+        buttons=_buttons(approval.code, "Allow", "Deny") if buttons else (),
     )
 
 

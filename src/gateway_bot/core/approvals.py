@@ -10,51 +10,32 @@ admin's decision counts, from the identity they have on the channel the decision
 Allow makes the sender a member of that room and releases, in order, only the held messages
 the card quoted; Deny drops them all; an undecided card expires. Owners can take an
 approval back with ``/revoke``.
+
+Cards themselves (posting, coalesced edits, retries, the text card of a channel without
+buttons) are ``core/card_posting.py``'s; their wording ``core/approval_cards.py``'s.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from gateway_bot.config.access import AccessSettings, SenderPolicy
-from gateway_bot.core.approval_cards import (
-    SHOWN_MESSAGES,
-    HeldSummary,
-    Outcome,
-    approval_action,
-    decided_card,
-    parse_approval_action,
-    pending_card,
-    preview,
-    room_label,
-)
-from gateway_bot.core.channel import ChannelAdapter
-from gateway_bot.core.retries import DEFAULT_POLICY, RetryPolicy, call_channel
+from gateway_bot.core.approval_cards import Outcome, preview, room_label
+from gateway_bot.core.card_posting import CARD_REFRESH_S, CardPosting
+from gateway_bot.core.channel import ChannelAdapter, RoomInvitations
+from gateway_bot.core.retries import DEFAULT_POLICY, RetryPolicy
 from gateway_bot.core.revocations import revoke_approval
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState
 from gateway_bot.domain.messages import InboundMessage, RoomInvite
 from gateway_bot.domain.records import ApprovalRecord, ApprovalState, TaskRecord
 from gateway_bot.state.store import Store
 
-__all__ = [
-    "Gatekeeper",
-    "Verdict",
-    "approval_action",
-    "decided_card",
-    "parse_approval_action",
-    "pending_card",
-]
-
 log = logging.getLogger(__name__)
 
 ReleaseTask = Callable[[str], Awaitable[None]]
-
-CARD_REFRESH_S = 2.0
-"""A pending card is edited at most this often however fast its sender writes."""
 
 
 @dataclass(frozen=True)
@@ -79,17 +60,18 @@ class Gatekeeper:
         self._access = access
         self._adapters = adapters
         self._release = release
-        self._timezone = timezone
-        self._card_refresh_s = card_refresh_s
-        self._cards = asyncio.Lock()
+        self._posts = CardPosting(
+            store,
+            access,
+            adapters,
+            timezone,
+            card_refresh_s=card_refresh_s,
+            retry_policy=retry_policy,
+        )
+        self._cards = self._posts.lock
         """Held around every card send or edit and every decision, so an edit of a pending
         card can never land after the edit that decided it, and "shown" is exactly what the
         card said when the owner pressed."""
-        self._refresh_due: set[str] = set()
-        self._refreshing: set[asyncio.Task[None]] = set()
-        self._retry_policy = retry_policy
-        self._posting: set[str] = set()
-        """Cards whose failed first post is being retried now."""
 
     async def trusts(self, message: InboundMessage) -> bool:
         """May this sender use the bot here without an owner's say (also for commands)?"""
@@ -124,8 +106,18 @@ class Gatekeeper:
         return Verdict(not await self._hold(task, message))
 
     async def admit_invite(self, task: TaskRecord, invite: RoomInvite) -> None:
-        """Join at once for an owner or admin; otherwise card the owner (Join / Ignore)."""
+        """Join at once for an owner or admin; otherwise card the owner (Join / Ignore).
+        A channel that cannot join rooms (no ``RoomInvitations``) has nothing to offer."""
         adapter = self._adapters[invite.channel]
+        if not isinstance(adapter, RoomInvitations):
+            log.warning("ignored invite to %s: %s cannot join rooms", invite.room, invite.channel)
+            await self._store.transition(
+                task.id,
+                TaskState.COMPLETED,
+                reason=CompletionReason.REJECTED,
+                error="this channel cannot join rooms",
+            )
+            return
         if self._access.may_decide(invite.channel, invite.inviter_id):
             await adapter.join_room(invite.room)
             await self._store.transition(
@@ -162,7 +154,7 @@ class Gatekeeper:
                 )
             await approvals.hold(pending.code, task.id)
             if pending.card_ref is None:
-                await self._show(pending)
+                await self._posts.show(pending)
 
     async def _hold(self, task: TaskRecord, message: InboundMessage) -> bool:
         """Hold the message under its sender's pending card (made if need be); False when
@@ -188,109 +180,21 @@ class Gatekeeper:
             if pending.card_ref is None:
                 # The first message: the card goes out now. (Also a card whose sending
                 # failed earlier: the next held message, or the next start, sends it.)
-                await self._show(pending)
+                await self._posts.show(pending)
             elif task.id not in await approvals.shown_tasks(pending.code):
-                self._refresh_later(pending.code)
+                self._posts.refresh_later(pending.code)
         log.info(
             "held task %s from %s pending approval %s", task.id, message.sender_id, pending.code
         )
         return True
 
-    def _refresh_later(self, code: str) -> None:
-        """Edit the pending card once the burst settles: one edit per refresh period, not
-        one per message, however many a sender writes."""
-        if code in self._refresh_due:
-            return
-        self._refresh_due.add(code)
-        job = asyncio.create_task(self._refresh(code))
-        self._refreshing.add(job)
-        job.add_done_callback(self._refreshing.discard)
-
-    async def _refresh(self, code: str) -> None:
-        await asyncio.sleep(self._card_refresh_s)
-        # Due no more before editing: a message held during the edit schedules the next.
-        self._refresh_due.discard(code)
-        try:
-            async with self._cards:
-                approval = await self._store.approvals.get(code)
-                if approval is not None and approval.state is ApprovalState.PENDING:
-                    await self._show(approval)
-        except Exception:
-            log.warning("could not refresh approval card %s", code, exc_info=True)
-
-    async def _show(self, approval: ApprovalRecord) -> None:
-        """Send or edit the pending card; a first post that fails is retried by a job of its
-        own, outside the locks (and by the service's sweep and at start-up, which find it
-        without a message reference). Caller holds ``self._cards``."""
-        try:
-            await self._post_or_edit(approval)
-        except Exception:
-            log.warning("could not send approval card %s", approval.code, exc_info=True)
-            if approval.card_ref is None:
-                self._post_later(approval.code)
-
-    def _post_later(self, code: str) -> None:
-        if code in self._posting:
-            return
-        self._posting.add(code)
-        job = asyncio.create_task(self._post_until_sent(code))
-        self._refreshing.add(job)
-        job.add_done_callback(self._refreshing.discard)
-
-    async def _post_until_sent(self, code: str) -> None:
-        async def attempt() -> None:
-            async with self._cards:
-                approval = await self._store.approvals.get(code)
-                pending = approval is not None and approval.state is ApprovalState.PENDING
-                if approval is not None and pending and approval.card_ref is None:
-                    await self._post_or_edit(approval)
-
-        try:
-            await asyncio.sleep(self._retry_policy.first_wait_s)
-            await call_channel(f"posting approval card {code}", attempt, self._retry_policy)
-        except Exception as exc:
-            log.warning("approval card %s is still not posted (%s); will try again", code, exc)
-        finally:
-            self._posting.discard(code)
-
     async def resend_unsent_cards(self) -> None:
-        """Post the pending cards that never reached the owners (at start-up, and from the
-        service's sweep): a failed post must not leave a message held until it expires."""
-        for approval in await self._store.approvals.unsent_cards():
-            self._post_later(approval.code)
+        """Post the pending cards that never reached the owners (start-up, the sweep)."""
+        await self._posts.resend_unsent()
 
     async def close(self) -> None:
         """Cancel pending card edits and posts (shutdown); the next start redoes them."""
-        for job in list(self._refreshing):
-            job.cancel()
-        await asyncio.gather(*self._refreshing, return_exceptions=True)
-
-    async def _post_or_edit(self, approval: ApprovalRecord) -> None:
-        """Send or edit the pending card to quote the first held messages, then record which
-        ones it quotes: those are what Allow runs. Raises what the channel raised."""
-        destination = self._access.approval_destination
-        assert destination is not None
-        adapter = self._adapters.get(destination.channel)
-        if adapter is None:
-            log.error("approval destination channel %r is not running", destination.channel)
-            return
-        approvals = self._store.approvals
-        held = await approvals.held_tasks(approval.code)
-        quoted = held[:SHOWN_MESSAGES]
-        bodies = []
-        for task_id in quoted:
-            parsed = (await self._store.get_task(task_id)).parsed
-            bodies.append(parsed.body if parsed is not None else "")
-        card = pending_card(approval, HeldSummary(tuple(bodies), len(held)))
-        if approval.card_ref is None:
-            ref = await adapter.send_card(destination.context, card)
-            # Shown first: a crash between the two writes then costs a second card (posted
-            # at the next start), not a held message that Allow would drop as unseen.
-            await approvals.mark_shown(approval.code, quoted)
-            await approvals.set_card(approval.code, destination.channel, destination.context, ref)
-            return
-        await adapter.update_card(approval.card_context or {}, approval.card_ref, card)
-        await approvals.mark_shown(approval.code, quoted)
+        await self._posts.close()
 
     async def decide(
         self, channel: str, decider_id: str, decider_name: str, code: str, choice: str
@@ -330,7 +234,7 @@ class Gatekeeper:
                 outcome = Outcome(ran=len(shown), dropped_unseen=len(unseen))
             else:
                 await self._drop(held, f"denied by {decider_id}")
-            await self._update_card(decided, outcome)
+            await self._posts.close_decided(decided, outcome)
         where = room_label(approval.room_title, approval.room)
         if approval.kind == "room":
             verb = "Joined" if state is ApprovalState.ALLOWED else "Ignored the invite to"
@@ -352,7 +256,7 @@ class Gatekeeper:
         self, approval: ApprovalRecord, state: ApprovalState, held: list[str]
     ) -> None:
         adapter = self._adapters.get(approval.channel)
-        if adapter is not None:
+        if isinstance(adapter, RoomInvitations):
             if state is ApprovalState.ALLOWED:
                 await adapter.join_room(approval.room)
             else:
@@ -384,7 +288,7 @@ class Gatekeeper:
                 await self._drop(held, "approval expired")
                 expired = await approvals.get(approval.code)
                 assert expired is not None
-                await self._update_card(expired, None)
+                await self._posts.close_decided(expired, None)
 
     async def _drop(self, task_ids: list[str], why: str) -> None:
         for task_id in task_ids:
@@ -393,18 +297,3 @@ class Gatekeeper:
                 await self._store.transition(
                     task_id, TaskState.COMPLETED, reason=CompletionReason.UNAUTHORIZED, error=why
                 )
-
-    async def _update_card(self, approval: ApprovalRecord, outcome: Outcome | None) -> None:
-        if not (approval.card_channel and approval.card_ref is not None):
-            return
-        adapter = self._adapters.get(approval.card_channel)
-        if adapter is None:
-            return
-        try:
-            await adapter.update_card(
-                approval.card_context or {},
-                approval.card_ref,
-                decided_card(approval, self._timezone, outcome),
-            )
-        except Exception:
-            log.warning("could not update approval card %s", approval.code, exc_info=True)

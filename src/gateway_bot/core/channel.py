@@ -2,17 +2,31 @@
 
 Why protocols rather than a base class: channels live in their own packages, and the core
 must never import them (checked by import-linter). A channel is anything with these methods.
+
+``ChannelAdapter`` is the small core every channel has: listen, authenticate and parse, send
+a reply, send a notice. What only some channels can do is an optional protocol of its own,
+which the core checks for with ``isinstance`` (the capability, never the channel's name) and
+falls back from when it is missing:
+
+- ``ProgressDisplay``: an acknowledgement turned into live progress. Without it: no
+  acknowledgement and no progress; the reply is the only answer.
+- ``CardButtons``: approval cards with buttons, edited when decided. Without it: the card is
+  a text notice (``send_rejection``) telling owners to reply ``!approve CODE`` /
+  ``!deny CODE``, which the shared commands decide, owners only, as a press would.
+- ``RoomInvitations``: joining and leaving rooms. Without it: invitations are not offered
+  to owners; they end as rejected.
+- ``AttachmentDownloads``: files sent with a message, into the conversation's inbox.
+  Without it: no file is fetched and the agent's prompt says which were attached.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from gateway_bot.core.inbox_files import InboxWriter
 from gateway_bot.domain.messages import (
     Card,
-    ChannelCapabilities,
     ChannelStatus,
     Decision,
     InboundMessage,
@@ -62,15 +76,12 @@ class ChannelListener(Protocol):
 
 
 class ChannelAdapter(Protocol):
-    """Everything the core may ask of one channel."""
+    """What every channel does; everything else is an optional protocol below."""
 
     @property
     def name(self) -> str:
         """Unique channel name ("console", "matrix"...), used as a key in the store."""
         ...
-
-    @property
-    def capabilities(self) -> ChannelCapabilities: ...
 
     @property
     def listener(self) -> ChannelListener: ...
@@ -87,24 +98,43 @@ class ChannelAdapter(Protocol):
         rejects the message as unparseable."""
         ...
 
-    async def save_attachments(self, message: InboundMessage, inbox: InboxWriter) -> list[str]:
-        """Download the message's attachments through ``inbox`` (the only way into the
-        conversation's inbox: the agent can plant links there); return the saved names."""
-        ...
-
-    async def send_acknowledgement(self, context: JsonDict, task_id: str, text: str) -> None:
-        """Tell the sender their message was picked up. Channels that can edit keep this
-        message (by task id) and turn it into the live progress display."""
-        ...
-
-    async def send_progress(self, context: JsonDict, progress: Progress) -> None: ...
-
     async def send_reply(self, context: JsonDict, task_id: str, reply: Reply) -> None:
         """Send the final reply. After a crash the same reply may be sent again with the same
         task id: channels whose protocol has idempotent sends (Matrix txn ids) use it."""
         ...
 
-    async def send_rejection(self, context: JsonDict, text: str) -> None: ...
+    async def send_rejection(self, context: JsonDict, text: str) -> None:
+        """Send a notice (markdown) that is not a task's reply: a refusal, a full queue, and
+        on channels without ``CardButtons`` the approval cards themselves."""
+        ...
+
+
+@runtime_checkable
+class ProgressDisplay(Protocol):
+    """An acknowledgement that becomes the task's live progress display.
+
+    The core keeps the steps and passes them in every ``Progress`` (the closing one, with
+    ``outcome`` set, after the reply is out): a display caches nothing of its own."""
+
+    @property
+    def progress_interval_s(self) -> float:
+        """Minimum time between two progress updates sent to this channel."""
+        ...
+
+    async def send_acknowledgement(self, context: JsonDict, task_id: str, text: str) -> None:
+        """Tell the sender their message was picked up; channels that can edit keep this
+        message (by task id) and turn it into the progress display."""
+        ...
+
+    async def send_progress(self, context: JsonDict, progress: Progress) -> None:
+        """Show ``progress``; close the display when ``progress.outcome`` is set (a display
+        this channel never opened for that task is left alone)."""
+        ...
+
+
+@runtime_checkable
+class CardButtons(Protocol):
+    """Cards with buttons (or reactions standing for them) that parse back to Decisions."""
 
     async def send_card(self, context: JsonDict, card: Card) -> str:
         """Send a card with buttons; return a channel reference to edit it later."""
@@ -114,6 +144,11 @@ class ChannelAdapter(Protocol):
         """Replace a sent card (e.g. "Allowed by X at T", without buttons)."""
         ...
 
+
+@runtime_checkable
+class RoomInvitations(Protocol):
+    """A channel whose bot is invited into rooms and can accept or decline."""
+
     async def join_room(self, room: str) -> None:
         """Accept an invitation (a RoomInvite's room)."""
         ...
@@ -121,3 +156,26 @@ class ChannelAdapter(Protocol):
     async def leave_room(self, room: str) -> None:
         """Decline an invitation or leave."""
         ...
+
+
+@runtime_checkable
+class AttachmentDownloads(Protocol):
+    """A channel that can fetch the files sent with a message."""
+
+    async def save_attachments(self, message: InboundMessage, inbox: InboxWriter) -> list[str]:
+        """Download the message's attachments through ``inbox`` (the only way into the
+        conversation's inbox: the agent can plant links there); return the saved names."""
+        ...
+
+
+class NoAttachmentDownloads:
+    """The fallback for a channel without ``AttachmentDownloads``: nothing is fetched, so
+    the prompt lists the files as attached but not delivered (``core/prompts.py``)."""
+
+    async def save_attachments(self, message: InboundMessage, inbox: InboxWriter) -> list[str]:
+        return []
+
+
+def attachment_downloads(adapter: ChannelAdapter) -> AttachmentDownloads:
+    """The channel's own downloads, or the fallback that fetches nothing."""
+    return adapter if isinstance(adapter, AttachmentDownloads) else NoAttachmentDownloads()

@@ -1,8 +1,8 @@
 """The shared chat commands' effects: /stop, /status, /new, /model, /diff, /approve, /deny,
 /revoke, /help.
 
-Parsing lives in ``commands.py``; this module acts on the service's running tasks and the
-store, and returns the text to answer with.
+Parsing lives in ``commands.py``; this module acts on the scheduler's running tasks, the
+gate (``approvals.py``) and the store, and returns the text to answer with.
 """
 
 from __future__ import annotations

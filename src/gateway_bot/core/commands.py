@@ -1,5 +1,6 @@
-"""Chat commands shared by every channel: /stop, /status, /new, /model NAME, /diff, and the
-owners' /approve, /deny and /revoke.
+"""Chat commands shared by every channel: /stop, /status, /new, /model NAME, /diff, /help,
+/approve CODE and /deny CODE (owners and admins: how a channel without buttons decides an
+approval card), and /revoke (owners only). Their effects are ``chat_commands.py``'s.
 
 ``!`` works as a prefix too, for clients that swallow ``/``. A message that starts with the
 prefix and a known word is a command; an unknown word gets a clear error listing the known
@@ -28,10 +29,10 @@ class CommandName(enum.Enum):
 
 HELP_TEXT = (
     "Commands: /stop (cancel the running task), /status (running task and queue), "
-    "/new (start a fresh conversation), /model NAME (model for the next new session), "
-    "/diff (the agent's changes not pushed yet), "
-    "/approve CODE and /deny CODE (owners: decide an approval card), "
-    "/revoke USER [everywhere] (owners: take back an approval), /help. "
+    "/new (start a fresh conversation), /model NAME (model for a new session: now if none "
+    "started yet, else from the next /new), /diff (the agent's changes not pushed yet), "
+    "/approve CODE and /deny CODE (owners and admins: decide an approval card), "
+    "/revoke USER [everywhere | ROOM] (owners: take back an approval), /help. "
     "`!` works instead of `/`."
 )
 

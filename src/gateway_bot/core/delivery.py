@@ -5,6 +5,10 @@ in the store before any channel sees it, and a task completes only after its rep
 A reply the channel would not take after the retry policy's attempts parks its task in
 UNDELIVERED with the reason: the conversation moves on, and ``redeliver`` (the service's
 sweep, every start) sends the stored reply again. It is never recomputed.
+
+Once the reply is out, a channel with a ``ProgressDisplay`` gets the closing update
+(``Progress.outcome``) with the finished steps, one attempt: a display left on "Working…"
+is cosmetic, and must not hold up the task's completion.
 """
 
 from __future__ import annotations
@@ -12,11 +16,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from gateway_bot.core.channel import ChannelAdapter
+from gateway_bot.core.channel import ChannelAdapter, ProgressDisplay
 from gateway_bot.core.jobs import Jobs
 from gateway_bot.core.retries import DEFAULT_POLICY, RetryPolicy, call_channel
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState
-from gateway_bot.domain.messages import InboundMessage, Reply
+from gateway_bot.domain.messages import InboundMessage, Progress, Reply
 from gateway_bot.domain.records import TaskRecord
 from gateway_bot.state.store import Store
 
@@ -46,7 +50,11 @@ class ReplyDelivery:
         if task.reply_delivered:
             await self._store.transition(task.id, TaskState.COMPLETED, reason=reason)
             return
-        await self._send(task.id, task.parsed, task.reply, reason)
+        # The daemon that ran it took the steps with it; a display this task never had
+        # (a command's answer) is left alone by its channel.
+        duration = task.reply.usage.duration_s if task.reply.usage else 0.0
+        closing = Progress(task.id, (), duration, outcome=task.reply)
+        await self._send(task.id, task.parsed, task.reply, reason, closing)
 
     async def redeliver(self) -> None:
         """Send every parked reply again, each in its own job."""
@@ -62,13 +70,19 @@ class ReplyDelivery:
             self._sending.discard(task.id)
 
     async def store_and_send(
-        self, task_id: str, message: InboundMessage, reply: Reply, reason: CompletionReason
+        self,
+        task_id: str,
+        message: InboundMessage,
+        reply: Reply,
+        reason: CompletionReason,
+        closing: Progress | None = None,
     ) -> None:
-        """The end of an executed task. Returns once the task is completed or parked."""
+        """The end of an executed task. Returns once the task is completed or parked.
+        ``closing`` (the finished steps) closes the progress display once the reply is out."""
         await self._store.record_reply(task_id, reply)
         if reply.usage is not None:
             await self._store.record_usage(task_id, reply.usage)
-        await self._send(task_id, message, reply, reason)
+        await self._send(task_id, message, reply, reason, closing)
 
     async def answer_now(
         self,
@@ -88,7 +102,12 @@ class ReplyDelivery:
         self._jobs.spawn(self._send(task.id, message, reply, reason), name=f"answer-{task.id}")
 
     async def _send(
-        self, task_id: str, message: InboundMessage, reply: Reply, reason: CompletionReason
+        self,
+        task_id: str,
+        message: InboundMessage,
+        reply: Reply,
+        reason: CompletionReason,
+        closing: Progress | None = None,
     ) -> None:
         adapter = self._adapters[message.channel]
         try:
@@ -101,6 +120,11 @@ class ReplyDelivery:
             await self._park(task_id, exc)
             return
         await self._store.mark_reply_delivered(task_id)
+        if closing is not None and isinstance(adapter, ProgressDisplay):
+            try:
+                await adapter.send_progress(message.channel_context, closing)
+            except Exception as exc:
+                log.warning("task %s: the progress display was not closed (%r)", task_id, exc)
         await self._store.transition(
             task_id,
             TaskState.COMPLETED,

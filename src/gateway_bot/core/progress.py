@@ -1,7 +1,10 @@
 """Turns agent events into progress updates, at most one per channel interval.
 
 A burst of tool calls becomes one update with all of them; the last step always gets out
-(a delayed flush), so the user never sees a stale display while the agent thinks.
+(a delayed flush), so the user never sees a stale display while the agent thinks. The
+reporter is where a task's steps live: every update carries them, and ``finished`` makes
+the closing update the reply's delivery sends, so no channel keeps a copy. Without a
+display (``send`` None) it only collects the steps, for /status.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from gateway_bot.agents.base import AgentEvent, ToolUseEvent
-from gateway_bot.domain.messages import Progress
+from gateway_bot.domain.messages import Progress, Reply
 
 log = logging.getLogger(__name__)
 
@@ -25,12 +28,14 @@ calls must not grow the daemon's memory or every progress update."""
 
 
 class ProgressReporter:
-    def __init__(self, task_id: str, send: SendProgress, interval_s: float) -> None:
+    def __init__(self, task_id: str, send: SendProgress | None, interval_s: float) -> None:
         self._task_id = task_id
         self._send = send
         self._interval = interval_s
         self._started = time.monotonic()
         self._steps: list[str] = []
+        self._unsent = 0
+        """Steps that arrived since the last update (what an appending display prints)."""
         self._last_sent = float("-inf")
         self._flush: asyncio.Task[None] | None = None
 
@@ -42,12 +47,21 @@ class ProgressReporter:
     def elapsed_s(self) -> float:
         return time.monotonic() - self._started
 
+    def finished(self, reply: Reply) -> Progress:
+        """The closing update: the finished steps and the reply that went out (with the
+        steps no update showed yet, for a display that only appends)."""
+        new_steps = min(self._unsent, len(self._steps))
+        return Progress(self._task_id, self.steps, self.elapsed_s, new_steps, outcome=reply)
+
     async def on_event(self, event: AgentEvent) -> None:
         if not isinstance(event, ToolUseEvent):
             return
         self._steps.append(event.summary[:MAX_STEP_CHARS])
+        self._unsent += 1
         if len(self._steps) > MAX_STEPS:  # the agent controls how many it reports
             self._steps[: len(self._steps) - MAX_STEPS] = []
+        if self._send is None:
+            return
         wait = self._last_sent + self._interval - time.monotonic()
         if wait <= 0:
             await self._send_now()
@@ -60,9 +74,11 @@ class ProgressReporter:
         await self._send_now()
 
     async def _send_now(self) -> None:
+        assert self._send is not None
         self._last_sent = time.monotonic()
+        new_steps, self._unsent = min(self._unsent, len(self._steps)), 0
         try:
-            await self._send(Progress(self._task_id, tuple(self._steps), self.elapsed_s))
+            await self._send(Progress(self._task_id, self.steps, self.elapsed_s, new_steps))
         except Exception:
             log.warning("progress update for task %s failed", self._task_id, exc_info=True)
 

@@ -30,6 +30,11 @@ def build_prompt(
     if saved_attachments:
         names = ", ".join(f"{paths.inbox}/{name}" for name in saved_attachments)
         lines.append(f"[Attached files: {names}]")
+    elif message.attachments:
+        # A channel that cannot fetch files, or refused them all: the agent should not
+        # look for them, nor take "see the attached file" for a file it has.
+        names = ", ".join(" ".join(a.filename.split()) for a in message.attachments)
+        lines.append(f"[The sender attached files that did not reach you: {names}]")
     return "\n".join(lines) + "\n\n" + message.body
 
 

@@ -10,7 +10,8 @@ drainer (a running task then stays EXECUTING and the next start runs it again).
 
 Queue first, then acknowledge: the acknowledgement is a retried job of its own that the
 task waits for (so "Working on it" comes before the progress display) but whose failure
-never keeps the task from running.
+never keeps the task from running. A channel without a ``ProgressDisplay`` gets neither:
+its people see the reply only.
 
 Why a task leaves its queue whatever happens to it: a drainer that kept a failed task at
 the head re-ran it for the next message (EXECUTING -> EXECUTING, refused), and the
@@ -31,7 +32,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol
 
 from gateway_bot.agents.base import OnEvent
-from gateway_bot.core.channel import ChannelAdapter
+from gateway_bot.core.channel import (
+    AttachmentDownloads,
+    ChannelAdapter,
+    ProgressDisplay,
+    attachment_downloads,
+)
 from gateway_bot.core.delivery import ReplyDelivery
 from gateway_bot.core.executor import TaskResult
 from gateway_bot.core.jobs import Jobs
@@ -58,7 +64,7 @@ class Executes(Protocol):
         task_id: str,
         conversation: ConversationRecord,
         message: InboundMessage,
-        adapter: ChannelAdapter,
+        adapter: AttachmentDownloads,
         on_event: OnEvent,
     ) -> TaskResult: ...
 
@@ -166,10 +172,14 @@ class Scheduler:
                 lambda: adapter.send_rejection(context, text),
             )
             return
+        if not isinstance(adapter, ProgressDisplay):
+            self.enqueue(conversation_id, task.id)
+            return
+        display = adapter
         ack = f"Queued behind {ahead} task(s)." if ahead else "Working on it…"
         acknowledged = self._tell(
             f"{message.channel}: acknowledging task {task.id}",
-            lambda: adapter.send_acknowledgement(context, task.id, ack),
+            lambda: display.send_acknowledgement(context, task.id, ack),
         )
         self.enqueue(conversation_id, task.id, after=acknowledged)
 
@@ -236,13 +246,10 @@ class Scheduler:
         assert message is not None
         adapter = self._adapters[task.channel]
         conversation = await self._store.get_conversation(lane.conversation_id)
-        reporter = ProgressReporter(
-            task_id,
-            lambda progress: adapter.send_progress(message.channel_context, progress),
-            adapter.capabilities.progress_interval_s,
-        )
+        reporter = _reporter(task_id, adapter, message)
+        downloads = attachment_downloads(adapter)
         job = asyncio.create_task(
-            self._executor.execute(task_id, conversation, message, adapter, reporter.on_event)
+            self._executor.execute(task_id, conversation, message, downloads, reporter.on_event)
         )
         running = RunningTask(task_id, message.body, job)
         running.progress = reporter
@@ -269,4 +276,19 @@ class Scheduler:
             await reporter.close()
             lane.running = None
             self._running.pop(lane.conversation_id, None)
-        await self._replies.store_and_send(task_id, message, result.reply, result.reason)
+        await self._replies.store_and_send(
+            task_id, message, result.reply, result.reason, reporter.finished(result.reply)
+        )
+
+
+def _reporter(task_id: str, adapter: ChannelAdapter, message: InboundMessage) -> ProgressReporter:
+    """The task's progress: shown live where the channel has a display, else only kept
+    (for /status)."""
+    if not isinstance(adapter, ProgressDisplay):
+        return ProgressReporter(task_id, None, 0.0)
+    display, context = adapter, message.channel_context
+    return ProgressReporter(
+        task_id,
+        lambda progress: display.send_progress(context, progress),
+        display.progress_interval_s,
+    )

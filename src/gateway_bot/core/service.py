@@ -25,7 +25,8 @@ import logging
 from collections.abc import Mapping
 
 from gateway_bot.config.access import AccessSettings, IgnoredMessages
-from gateway_bot.core.approvals import Gatekeeper, parse_approval_action
+from gateway_bot.core.approval_cards import parse_approval_action
+from gateway_bot.core.approvals import Gatekeeper
 from gateway_bot.core.channel import AuthenticationError, ChannelAdapter
 from gateway_bot.core.chat_commands import ChatCommands
 from gateway_bot.core.commands import (
@@ -102,6 +103,16 @@ class GatewayService:
         self._taking_in: set[str] = set()
         """Tasks with an intake job now (waiting for the lock, parsing or backing off)."""
         self._accepting = False
+
+    @property
+    def scheduler(self) -> Scheduler:
+        """For the application API (``core/application.py``): stop a running task."""
+        return self._scheduler
+
+    @property
+    def gatekeeper(self) -> Gatekeeper:
+        """For the application API: decide an approval as a card's button does."""
+        return self._gate
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -307,7 +318,7 @@ class GatewayService:
         if not engages(message, room, started is not None):
             if room.ignored is IgnoredMessages.ACCUMULATE and trusted:
                 line = ContextLine(message.sender_name, message.body, message.received_at)
-                await self._store.approvals.add_context(
+                await self._store.context_lines.add(
                     message.channel, message.conversation_key, line, room.context_size
                 )
             await self._store.transition(
@@ -347,9 +358,7 @@ class GatewayService:
     async def _queue_engaging(self, task: TaskRecord, message: InboundMessage) -> None:
         """An admitted message that engages the bot: it takes the context kept since the
         last one (only admitted senders' words are kept) and joins its conversation."""
-        context = await self._store.approvals.take_context(
-            message.channel, message.conversation_key
-        )
+        context = await self._store.context_lines.take(message.channel, message.conversation_key)
         if context:
             message = dataclasses.replace(
                 message, context=tuple(f"{c.sender_name}: {c.body}" for c in context)

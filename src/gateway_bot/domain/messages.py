@@ -141,11 +141,23 @@ class Reply:
 
 @dataclass(frozen=True)
 class Progress:
-    """Live progress of a running task: the steps so far, newest last."""
+    """A task's progress display as the core keeps it: channels cache nothing.
+
+    While the task runs, each update carries the steps so far; the last one, sent once the
+    reply is out, carries ``outcome`` and the finished steps, and the display closes on it
+    (Done, Stopped, Failed). After a restart the daemon that ran the task took its steps
+    with it: that last update then has none.
+    """
 
     task_id: str
     steps: tuple[str, ...]
+    """The newest steps (at most ``core/progress.MAX_STEPS``), newest last."""
     elapsed_s: float
+    new_steps: int = 0
+    """How many at the end of ``steps`` arrived since the previous update: what a display
+    that can only append (the console) prints."""
+    outcome: Reply | None = None
+    """None while the task runs; the reply that went out, on the closing update."""
 
 
 @dataclass(frozen=True)
@@ -216,16 +228,3 @@ class ChannelHealth(enum.Enum):
 class ChannelStatus:
     health: ChannelHealth
     message: str = ""
-
-
-@dataclass(frozen=True)
-class ChannelCapabilities:
-    """What a channel can do, so the core asks for a capability instead of a channel name."""
-
-    edits: bool = False
-    """Can update a sent message in place (live progress)."""
-    buttons: bool = False
-    threads: bool = False
-    files: bool = False
-    progress_interval_s: float = 1.0
-    """Minimum time between two progress updates sent to this channel."""

@@ -1,4 +1,4 @@
-"""Approvals, room memberships and accumulated context, in the same SQLite database.
+"""Approvals and room memberships, in the same SQLite database.
 
 Its own class (sharing the store's connection) so the task store stays small; the core
 reaches it as ``store.approvals`` through the ApprovalStore protocol.
@@ -13,7 +13,7 @@ from typing import Any
 
 import aiosqlite
 
-from gateway_bot.domain.records import ApprovalRecord, ApprovalState, ContextLine
+from gateway_bot.domain.records import ApprovalRecord, ApprovalState
 from gateway_bot.state.database import Database
 
 CODE_BYTES = 6
@@ -182,36 +182,6 @@ class SqliteApprovals:
             "DELETE FROM room_members WHERE channel = ? AND room = ? AND sender_id = ?",
             (channel, room, sender_id),
         )
-
-    async def add_context(self, channel: str, key: str, line: ContextLine, keep: int) -> None:
-        """Keep a non-engaging message as context; only the newest ``keep`` survive."""
-        async with self._database.transaction() as db:
-            await db.execute(
-                "INSERT INTO context_messages (channel, conversation_key, sender_name, body,"
-                " received_at) VALUES (?, ?, ?, ?, ?)",
-                (channel, key, line.sender_name, line.body, line.received_at),
-            )
-            await db.execute(
-                "DELETE FROM context_messages WHERE channel = ? AND conversation_key = ? AND rowid"
-                " NOT IN (SELECT rowid FROM context_messages WHERE channel = ? AND"
-                " conversation_key = ? ORDER BY received_at DESC, rowid DESC LIMIT ?)",
-                (channel, key, channel, key, keep),
-            )
-
-    async def take_context(self, channel: str, key: str) -> list[ContextLine]:
-        """Return and forget the accumulated context, oldest first."""
-        async with self._database.transaction() as db:
-            async with db.execute(
-                "SELECT sender_name, body, received_at FROM context_messages"
-                " WHERE channel = ? AND conversation_key = ? ORDER BY received_at, rowid",
-                (channel, key),
-            ) as cursor:
-                lines = [ContextLine(r[0], r[1], r[2]) for r in await cursor.fetchall()]
-            await db.execute(
-                "DELETE FROM context_messages WHERE channel = ? AND conversation_key = ?",
-                (channel, key),
-            )
-        return lines
 
 
 def _approval(row: aiosqlite.Row) -> ApprovalRecord:

@@ -1,0 +1,46 @@
+"""Context kept from messages that did not engage the bot (``accumulate`` rooms), handed to
+the next message that does.
+
+Its own small store on the shared database: accumulated context is not an approval, and
+the core reaches it as ``store.context_lines`` through the ContextLineStore protocol.
+"""
+
+from __future__ import annotations
+
+from gateway_bot.domain.records import ContextLine
+from gateway_bot.state.database import Database
+
+
+class SqliteContextLines:
+    def __init__(self, database: Database) -> None:
+        self._database = database
+
+    async def add(self, channel: str, key: str, line: ContextLine, keep: int) -> None:
+        """Keep a non-engaging message as context; only the newest ``keep`` survive."""
+        async with self._database.transaction() as db:
+            await db.execute(
+                "INSERT INTO context_messages (channel, conversation_key, sender_name, body,"
+                " received_at) VALUES (?, ?, ?, ?, ?)",
+                (channel, key, line.sender_name, line.body, line.received_at),
+            )
+            await db.execute(
+                "DELETE FROM context_messages WHERE channel = ? AND conversation_key = ? AND rowid"
+                " NOT IN (SELECT rowid FROM context_messages WHERE channel = ? AND"
+                " conversation_key = ? ORDER BY received_at DESC, rowid DESC LIMIT ?)",
+                (channel, key, channel, key, keep),
+            )
+
+    async def take(self, channel: str, key: str) -> list[ContextLine]:
+        """Return and forget the accumulated context, oldest first."""
+        async with self._database.transaction() as db:
+            async with db.execute(
+                "SELECT sender_name, body, received_at FROM context_messages"
+                " WHERE channel = ? AND conversation_key = ? ORDER BY received_at, rowid",
+                (channel, key),
+            ) as cursor:
+                lines = [ContextLine(r[0], r[1], r[2]) for r in await cursor.fetchall()]
+            await db.execute(
+                "DELETE FROM context_messages WHERE channel = ? AND conversation_key = ?",
+                (channel, key),
+            )
+        return lines
