@@ -35,7 +35,7 @@ from gateway_bot.config.sandbox import SandboxSettings
 from gateway_bot.config.server import build_server_config
 from gateway_bot.daemon import agent_image_files
 from gateway_bot.sandbox.base import ExecutionContext
-from gateway_bot.sandbox.egress.allowlist import parse_allowlist
+from gateway_bot.sandbox.egress.allowlist import parse_allowlist, rule_for_url
 from gateway_bot.sandbox.podman.sandbox import PodmanSandbox
 
 CLAUDE = ["claude", "-p", "--output-format", "stream-json", "--verbose",
@@ -52,7 +52,7 @@ def _context(root: Path, context_id: str, model_url: str) -> ExecutionContext:
         path.mkdir(parents=True, exist_ok=True)
     return ExecutionContext(
         id=context_id,
-        allowlist=parse_allowlist(None, model_url),
+        allowlist=parse_allowlist(None, [rule_for_url(model_url)]),
         network_log=root / context_id / "network.log",
         **dirs,
     )

@@ -4,16 +4,23 @@ from __future__ import annotations
 
 import pytest
 
-from gateway_bot.agents.claude_code import injected_credentials
+from gateway_bot.agents.claude_code import CLAUDE_CODE, injected_credentials
 from gateway_bot.config.yaml_tags import ConfigError
-from gateway_bot.sandbox.egress.allowlist import parse_allowlist
+from gateway_bot.sandbox.egress import allowlist
 from gateway_bot.sandbox.egress.rules import (
+    EgressRule,
     HeaderInjection,
     decide,
     decide_address,
     decide_connect,
     decide_raw_stream,
 )
+
+
+def parse_allowlist(text: str | None, model_base_url: str | None) -> tuple[EgressRule, ...]:
+    """A repo's allowlist as the daemon reads it for Claude Code with this base URL."""
+    env = {"ANTHROPIC_BASE_URL": model_base_url} if model_base_url else {}
+    return allowlist.parse_allowlist(text, CLAUDE_CODE.model_api_rules(env))
 
 
 def test_without_a_file_only_the_model_api_host_is_allowed() -> None:

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
+import shutil
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from urllib.parse import urlsplit
 
+from gateway_bot.agents.backend import AgentBackend
 from gateway_bot.agents.base import (
     AgentOutcome,
     AgentRequest,
@@ -172,3 +176,71 @@ async def _kill(process: SandboxProcess) -> int | None:
     with contextlib.suppress(Exception):
         return await asyncio.wait_for(process.wait(), timeout=10)
     return None
+
+
+MODEL_ENV = (
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "ANTHROPIC_BASE_URL",
+    "CLAUDE_CODE_OAUTH_TOKEN",
+    "ANTHROPIC_MODEL",
+    "ANTHROPIC_SMALL_FAST_MODEL",
+    "CLAUDE_CODE_MAX_RETRIES",
+)
+"""Model-endpoint variables the agent inherits from the daemon's environment (or .env)."""
+
+SETUP_TOOLS_BIN = Path(__file__).resolve().parents[3] / ".tools" / "node_modules" / ".bin"
+"""Where scripts/setup.sh installs the pinned Claude Code CLI: the checkout this package
+runs from (uv installs the project editable, so this file lives in its src/)."""
+
+
+def credentials_problem(env: Mapping[str, str]) -> str | None:
+    if any(env.get(name) for name in _CREDENTIAL_HEADERS):
+        return None
+    return (
+        "No model credentials: set ANTHROPIC_API_KEY (or CLAUDE_CODE_OAUTH_TOKEN; for another "
+        "Anthropic-compatible endpoint also ANTHROPIC_BASE_URL) in the environment, in .env, "
+        "or under agent.env in the config."
+    )
+
+
+def locate_command(command: Sequence[str]) -> list[str]:
+    """The command with ``claude`` found: one that is not on PATH is the one set-up pinned
+    in the checkout's .tools/, so the default works in a shell whose PATH lacks it (the
+    ``gateway-bot`` launcher's). PATH wins: an operator's own install is never
+    second-guessed; paths and other names are left as they are."""
+    program = command[0]
+    if program != "claude" or shutil.which(program) is not None:
+        return list(command)
+    pinned = SETUP_TOOLS_BIN / program
+    if os.access(pinned, os.X_OK):
+        return [str(pinned), *command[1:]]
+    return list(command)
+
+
+def image_files(program: Path) -> dict[str, Path]:
+    """The container runs the same pinned Claude Code as the host: its binary (the npm
+    package's native build) goes into the image as ``claude``, the name repo Containerfiles
+    copy too."""
+    return {"claude": program.resolve()}
+
+
+CLAUDE_CODE = AgentBackend(
+    name="claude-code",
+    default_command=("claude",),
+    make_runner=ClaudeCodeRunner,
+    parse_stream_line=parse_stream_line,
+    env_names=MODEL_ENV,
+    base_url_env="ANTHROPIC_BASE_URL",
+    default_api_url=DEFAULT_API_URL,
+    credentials_problem=credentials_problem,
+    injected_credentials=injected_credentials,
+    locate_command=locate_command,
+    image_files=image_files,
+    install_hint=(
+        "run `bash scripts/setup.sh` (it installs the pinned Claude Code under .tools/), "
+        "install it yourself (npm install -g @anthropic-ai/claude-code), "
+        "or set agent.command in the config"
+    ),
+)
+"""The Claude Code CLI (``claude -p``, stream-json): the default backend."""

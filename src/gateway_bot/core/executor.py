@@ -14,13 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from gateway_bot.agents.backend import AgentBackend
 from gateway_bot.agents.base import AgentOutcome, AgentRequest, AgentRunner, OnEvent
-from gateway_bot.agents.claude_code import injected_credentials
 from gateway_bot.agents.event_log import EventLog
 from gateway_bot.config.repo import REPO_CONFIG_PATH, parse_repo_config
 from gateway_bot.config.server import ExecutionSettings
 from gateway_bot.config.yaml_tags import ConfigError
-from gateway_bot.core.channel import ChannelAdapter
+from gateway_bot.core.channel import AttachmentDownloads
 from gateway_bot.core.disk_quota import AGENT_WRITABLE, MB, DiskLimit, DiskUsage
 from gateway_bot.core.inbox_files import InboxWriter, candidate_names
 from gateway_bot.core.prompts import build_prompt, context_lost_prompt
@@ -57,13 +57,18 @@ class TaskExecutor:
         store: Store,
         workspaces: Workspaces,
         sandbox: Sandbox,
+        backend: AgentBackend,
         runner: AgentRunner,
         defaults: AgentDefaults,
         limits: ExecutionSettings | None = None,
     ) -> None:
+        """``backend`` says which model API the allowlist opens and which credentials the
+        sandbox's egress proxy holds, read from ``defaults.env`` at each task (the daemon
+        may point that env at a relay after start-up); ``runner`` runs its CLI."""
         self._store = store
         self._workspaces = workspaces
         self._sandbox = sandbox
+        self._backend = backend
         self._runner = runner
         self._defaults = defaults
         self._limits = limits or ExecutionSettings()
@@ -73,7 +78,7 @@ class TaskExecutor:
         task_id: str,
         conversation: ConversationRecord,
         message: InboundMessage,
-        adapter: ChannelAdapter,
+        adapter: AttachmentDownloads,
         on_event: OnEvent,
     ) -> TaskResult:
         started = time.monotonic()
@@ -85,7 +90,7 @@ class TaskExecutor:
             container_env = repo_config.resolved_env(self._defaults.secrets)
             allowlist = parse_allowlist(
                 await self._workspaces.read_default_branch_file(ALLOWLIST_PATH),
-                self._defaults.env.get("ANTHROPIC_BASE_URL"),
+                self._backend.model_api_rules(self._defaults.env),
             )
             containerfile = await self._workspaces.read_default_branch_file(REPO_CONTAINERFILE_PATH)
         except ConfigError as exc:
@@ -107,7 +112,8 @@ class TaskExecutor:
             return _failure(disk.explain(usage, stopped=False), CompletionReason.REJECTED)
         context = _execution_context(conversation.id, dirs, container_env, allowlist, containerfile)
         # The model credentials stay out of a filtering sandbox: the proxy adds them.
-        context = replace(context, credentials=injected_credentials(self._defaults.env))
+        credentials = self._backend.injected_credentials(self._defaults.env)
+        context = replace(context, credentials=credentials)
         saved = (
             await adapter.save_attachments(message, InboxWriter(dirs.root))
             if message.attachments

@@ -78,6 +78,17 @@ class SandboxPaths:
     storage: str
 
 
+@dataclass(frozen=True)
+class SandboxContainer:
+    """One long-lived execution environment the sandbox keeps between tasks (read-only, for
+    ``gateway-bot status`` and the dashboard)."""
+
+    name: str
+    context_id: str
+    state: str
+    """As the runtime says it: "running", "exited", ..."""
+
+
 class SandboxProcess(Protocol):
     @property
     def stdout(self) -> asyncio.StreamReader: ...
@@ -90,6 +101,16 @@ class SandboxProcess(Protocol):
 
     def kill(self) -> None:
         """Kill the process and everything it started. Safe to call more than once."""
+        ...
+
+    async def write(self, data: bytes) -> None:
+        """Write to the process's stdin and wait until the pipe took it. Only for a process
+        started with ``keep_stdin=True`` (a warm agent session's next turn); raises
+        ConnectionError when stdin is closed or the process has gone."""
+        ...
+
+    def close_stdin(self) -> None:
+        """End the process's input (it reads end of file). Safe to call more than once."""
         ...
 
 
@@ -120,11 +141,14 @@ class Sandbox(Protocol):
         argv: Sequence[str],
         env: Mapping[str, str],
         stdin_data: bytes = b"",
+        *,
+        keep_stdin: bool = False,
     ) -> SandboxProcess:
         """Start ``argv`` in the context's workspace with ``env`` on top of the context env.
 
-        ``stdin_data`` is written to the process's stdin, which is then closed (prompts go
-        this way: a single argv string is capped at 128 KiB by Linux)."""
+        ``stdin_data`` is written to the process's stdin (prompts go this way: a single argv
+        string is capped at 128 KiB by Linux), which is then closed; with ``keep_stdin`` it
+        stays open for ``write`` until ``close_stdin`` (or the process ends)."""
         ...
 
     async def close(self) -> None: ...
@@ -134,6 +158,11 @@ class Sandbox(Protocol):
         loopback (a local model API). A sandbox whose processes have a loopback of their own
         relays that one port, reachable through its egress filtering only; ``start=False``
         just says where it would be. Raises SandboxUnavailable when it cannot."""
+        ...
+
+    async def list_containers(self) -> list[SandboxContainer]:
+        """This deployment's execution environments that outlive a task, running or not
+        (none for a sandbox whose processes end with each task). Reads only."""
         ...
 
     async def stop_all(self) -> None:

@@ -3,7 +3,8 @@
 Each is started in its own process group (so a kill reaches everything it spawned) under
 ``setpriv --pdeathsig KILL`` where available (so if the daemon dies, even by kill -9, the
 process dies with it and a restarted daemon never races an orphan of the same task). Its
-prompt is written to stdin, which is then closed.
+prompt is written to stdin, which is then closed, or kept open for later writes (a warm
+agent session's turns: ``keep_stdin``, ``ProcessStdin``).
 
 A process group does not hold what started a new group or session (the agent's Bash tool
 does, and so does ``setsid``): host runs also get their own PID namespace and a marker in
@@ -27,8 +28,15 @@ _STDOUT_LINE_LIMIT = 16 * 1024 * 1024
 
 
 async def spawn_fed(
-    argv: Sequence[str], *, env: Mapping[str, str], stdin_data: bytes, cwd: Path | None = None
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    stdin_data: bytes,
+    cwd: Path | None = None,
+    keep_stdin: bool = False,
 ) -> asyncio.subprocess.Process:
+    """Start ``argv`` with ``stdin_data`` written to its stdin, which is then closed unless
+    ``keep_stdin`` (then ``ProcessStdin`` writes the rest)."""
     command = list(argv)
     setpriv = shutil.which("setpriv")
     if setpriv:
@@ -44,11 +52,35 @@ async def spawn_fed(
         limit=_STDOUT_LINE_LIMIT,
     )
     assert process.stdin is not None
-    process.stdin.write(stdin_data)
-    with contextlib.suppress(ConnectionError):
-        await process.stdin.drain()
-    process.stdin.close()
+    if stdin_data or not keep_stdin:
+        process.stdin.write(stdin_data)
+        with contextlib.suppress(ConnectionError):
+            await process.stdin.drain()
+    if not keep_stdin:
+        process.stdin.close()
     return process
+
+
+class ProcessStdin:
+    """A started process's stdin as sandbox processes offer it (``write``, ``close_stdin``):
+    written whenever the caller has more, closed once. A process started without
+    ``keep_stdin`` has it closed already, so every write is refused."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self._writer = process.stdin
+
+    async def write(self, data: bytes) -> None:
+        """Raises ConnectionError (BrokenPipeError when closed, ConnectionResetError when the
+        process has gone) instead of losing ``data`` silently."""
+        writer = self._writer
+        if writer is None or writer.is_closing():
+            raise BrokenPipeError("the process's stdin is closed")
+        writer.write(data)
+        await writer.drain()
+
+    def close(self) -> None:
+        if self._writer is not None and not self._writer.is_closing():
+            self._writer.close()
 
 
 async def read_bounded(stream: asyncio.StreamReader | None) -> str:

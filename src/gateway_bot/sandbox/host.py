@@ -19,9 +19,10 @@ import os
 import secrets
 from collections.abc import Mapping, Sequence
 
-from gateway_bot.sandbox.base import ExecutionContext, IsKnown, SandboxPaths
+from gateway_bot.sandbox.base import ExecutionContext, IsKnown, SandboxContainer, SandboxPaths
 from gateway_bot.sandbox.child import (
     RUN_MARK,
+    ProcessStdin,
     end_marked_processes,
     kill_group,
     pid_namespace_prefix,
@@ -39,6 +40,7 @@ class HostProcess:
     def __init__(self, process: asyncio.subprocess.Process, token: str) -> None:
         self._process = process
         self._token = token
+        self._stdin = ProcessStdin(process)
         self._stderr_task = asyncio.create_task(read_bounded(process.stderr))
         self._strays_ended: asyncio.Task[int] | None = None
 
@@ -54,6 +56,7 @@ class HostProcess:
         """The exit code, once the process and everything it left running have ended: a
         background process the agent started must not outlive its task."""
         code = await self._process.wait()
+        self._stdin.close()
         if self._strays_ended is None:
             self._strays_ended = asyncio.create_task(
                 asyncio.to_thread(end_marked_processes, self._token)
@@ -64,6 +67,12 @@ class HostProcess:
 
     def kill(self) -> None:
         kill_group(self._process)
+
+    async def write(self, data: bytes) -> None:
+        await self._stdin.write(data)
+
+    def close_stdin(self) -> None:
+        self._stdin.close()
 
 
 class HostSandbox:
@@ -112,6 +121,8 @@ class HostSandbox:
         argv: Sequence[str],
         env: Mapping[str, str],
         stdin_data: bytes = b"",
+        *,
+        keep_stdin: bool = False,
     ) -> HostProcess:
         full_env = {k: os.environ[k] for k in _PASSED_THROUGH if k in os.environ}
         full_env["HOME"] = str(context.home)
@@ -121,7 +132,11 @@ class HostSandbox:
         full_env[RUN_MARK] = token
         command = [*await self._isolation_prefix(), *argv]
         process = await spawn_fed(
-            command, env=full_env, stdin_data=stdin_data, cwd=context.workspace
+            command,
+            env=full_env,
+            stdin_data=stdin_data,
+            cwd=context.workspace,
+            keep_stdin=keep_stdin,
         )
         return HostProcess(process, token)
 
@@ -131,6 +146,10 @@ class HostSandbox:
     async def reach_host_loopback(self, url: str, *, start: bool = True) -> str:
         """The agent runs on the host: its loopback is the host's."""
         return url
+
+    async def list_containers(self) -> list[SandboxContainer]:
+        """Nothing outlives a task here."""
+        return []
 
     async def stop_all(self) -> None:
         """Nothing runs between tasks: every run's processes end with it."""

@@ -1,8 +1,9 @@
 """The repo's network allowlist: ``.gateway/network-allowlist.yaml`` on its default branch.
 
 Read at each task start from the mirror (like the repo config), so the agent cannot widen its
-own network access by editing the file in its workspace. The model API host is always
-allowed: without it the agent cannot run, so a repo cannot forget it. Format::
+own network access by editing the file in its workspace. The caller's required rules (the
+agent backend's model API, given as plain data: the sandbox knows no agent) always come
+first: without them the agent cannot run, so a repo cannot forget them. Format::
 
     allow:
       - github.com                      # a bare host: any method, any path
@@ -17,6 +18,7 @@ allowed: without it the agent cannot run, so a repo cannot forget it. Format::
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -27,7 +29,6 @@ from gateway_bot.config.yaml_tags import ConfigError, load_repo_yaml
 from gateway_bot.sandbox.egress.rules import EgressRule
 
 ALLOWLIST_PATH = ".gateway/network-allowlist.yaml"
-DEFAULT_MODEL_API = "https://api.anthropic.com"
 
 _HOST_PATTERN = re.compile(r"^[A-Za-z0-9*?.\-\[\]:]+$")
 _METHOD = re.compile(r"^[A-Za-z]+$")
@@ -79,19 +80,23 @@ class _AllowlistModel(BaseModel):
     allow: list[_RuleModel] = Field(default_factory=list)
 
 
-def model_api_rule(base_url: str | None) -> EgressRule:
-    """The rule that lets the agent reach its model API (``ANTHROPIC_BASE_URL`` or the
-    public API)."""
-    parts = urlsplit(base_url or DEFAULT_MODEL_API)
-    host = parts.hostname or "api.anthropic.com"
-    port = parts.port or (80 if parts.scheme == "http" else 443)
-    return EgressRule(host=host, ports=(port,))
+def rule_for_url(url: str) -> EgressRule:
+    """The rule that opens exactly ``url``'s host and port (80 for http, else 443): what an
+    agent backend's model API needs."""
+    parts = urlsplit(url)
+    if not parts.hostname:
+        raise ValueError(f"{url!r} names no host")
+    try:
+        port = parts.port or (80 if parts.scheme == "http" else 443)
+    except ValueError as exc:
+        raise ValueError(f"{url!r} has no valid port") from exc
+    return EgressRule(host=parts.hostname, ports=(port,))
 
 
-def parse_allowlist(text: str | None, model_base_url: str | None) -> tuple[EgressRule, ...]:
-    """The rules for one task: the model API host, then the repo's rules (none without the
-    file). Raises ConfigError listing every problem of the file."""
-    rules = [model_api_rule(model_base_url)]
+def parse_allowlist(text: str | None, required: Iterable[EgressRule]) -> tuple[EgressRule, ...]:
+    """The rules for one task: ``required`` (the model API), then the repo's rules (none
+    without the file). Raises ConfigError listing every problem of the file."""
+    rules = list(required)
     if text is None:
         return tuple(rules)
     data: Any = load_repo_yaml(text, ALLOWLIST_PATH)

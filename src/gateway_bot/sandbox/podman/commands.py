@@ -36,7 +36,7 @@ async def build_images(
     """The agent image (default Containerfile, or ``containerfile``) and the proxy image."""
     service, work_dir = _parts(settings, state_dir)
     await service.check()
-    if "claude" not in agent_files:
+    if not agent_files:
         print(
             "warning: the agent binary was not found on PATH; the build may fail", file=sys.stderr
         )

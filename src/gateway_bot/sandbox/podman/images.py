@@ -9,6 +9,11 @@ without the layer cache, so security updates in its RUN steps land at least dail
 The Containerfile's FROM is the build argument ``BASE_IMAGE``: the registry's Debian where a
 registry is reachable, or the local base ``gateway-bot image bootstrap`` makes with
 debootstrap where none is. Both paths build the same Containerfile.
+
+The agent's files (the agent backend's, given by the daemon as name -> host path) are in the
+agent image's build context twice, as hard links: by name at the top (``COPY claude ...``
+in a repo's Containerfile) and in ``agent-bin/``, which the default Containerfile copies
+onto the PATH whatever the backend is.
 """
 
 from __future__ import annotations
@@ -59,6 +64,8 @@ internet: it never passes the egress proxy), and only the capabilities package i
 need. (A user namespace for the build is not used: buildah 1.28 does not remap the base
 image's layers, so its root could not write its own filesystem.)"""
 _UNHASHED = {"host-ca.pem"}
+AGENT_BIN = "agent-bin"
+"""The build-context directory holding the agent's files (always there, maybe empty)."""
 """Context files that do not make a new image: the host's CA bundle only helps pip fetch."""
 
 
@@ -82,13 +89,16 @@ class ImageBuilder:
         *,
         refresh_in_background: bool = False,
     ) -> None:
-        """``agent_files`` go into the agent image's build context by name (the Claude Code
-        binary as ``claude``, which the default Containerfile copies in). With
+        """``agent_files`` go into the agent image's build context by name and under
+        ``agent-bin/`` (the default Containerfile puts that on the image's PATH). With
         ``refresh_in_background`` (the daemon) an image past its age is still used while its
         rebuild runs, so no task waits for it; the next task after it gets the new one."""
         self._service = service
         self._settings = settings
-        self._agent_files = dict(agent_files)
+        self._agent_files = {
+            **agent_files,
+            **{f"{AGENT_BIN}/{name}": path for name, path in agent_files.items()},
+        }
         self._work_dir = work_dir
         self._locks: dict[str, asyncio.Lock] = {}
         self._refresh_in_background = refresh_in_background
@@ -303,14 +313,20 @@ def _age_hours(info: dict[str, Any]) -> float:
 
 def _stage_context(context: Path, containerfile: str, files: Mapping[str, Path]) -> None:
     shutil.rmtree(context, ignore_errors=True)
-    context.mkdir(parents=True)
+    (context / AGENT_BIN).mkdir(parents=True)
     (context / "Containerfile").write_text(containerfile)
+    staged: dict[Path, Path] = {}
     for name, source in files.items():
         target = context / name
+        target.parent.mkdir(parents=True, exist_ok=True)
         if source == Path(os.devnull):
             target.write_bytes(b"")
+            continue
+        if source in staged:  # the same file under a second name: a link, never a copy
+            os.link(staged[source], target)
             continue
         try:
             os.link(source, target)  # the agent binary is big: no copy when one filesystem
         except OSError:
             shutil.copy2(source, target)
+        staged[source] = target

@@ -1,6 +1,8 @@
 """One task's process in a container: a ``podman exec -i`` CLI process on the host.
 
-The CLI carries stdin and stdout (podman-py cannot feed an exec's stdin). Killing the CLI
+The CLI carries stdin and stdout (podman-py cannot feed an exec's stdin): what is written to
+the CLI's stdin reaches the process in the container as it comes, and closing it is the
+process's end of file (a warm agent session reads turn after turn). Killing the CLI
 does not kill what it started inside the container, so ``kill`` also clears the container
 (everything but PID 1 belongs to this task). The CLI runs under ``setpriv --pdeathsig KILL``:
 if the daemon dies, the CLI dies with it, and the next daemon's ``open`` clears the
@@ -12,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from gateway_bot.sandbox.child import kill_group, read_bounded
+from gateway_bot.sandbox.child import ProcessStdin, kill_group, read_bounded
 
 AfterExit = Callable[[int, bool], Awaitable[str]]
 """Called once when the CLI has exited, with its exit code and whether it was killed;
@@ -24,6 +26,7 @@ class PodmanExecProcess:
         self._process = process
         self._after_exit = after_exit
         self._killed = False
+        self._stdin = ProcessStdin(process)
         self._stderr_task = asyncio.create_task(read_bounded(process.stderr))
         self._exit: asyncio.Task[int] | None = None
         self._note = ""
@@ -45,9 +48,16 @@ class PodmanExecProcess:
 
     async def _finish(self) -> int:
         code = await self._process.wait()
+        self._stdin.close()
         self._note = await self._after_exit(code, self._killed)
         return code
 
     def kill(self) -> None:
         self._killed = True
         kill_group(self._process)
+
+    async def write(self, data: bytes) -> None:
+        await self._stdin.write(data)
+
+    def close_stdin(self) -> None:
+        self._stdin.close()

@@ -25,7 +25,13 @@ from typing import Any
 from podman.errors import NotFound, PodmanError
 
 from gateway_bot.config.sandbox import SandboxSettings
-from gateway_bot.sandbox.base import ExecutionContext, IsKnown, SandboxPaths, SandboxUnavailable
+from gateway_bot.sandbox.base import (
+    ExecutionContext,
+    IsKnown,
+    SandboxContainer,
+    SandboxPaths,
+    SandboxUnavailable,
+)
 from gateway_bot.sandbox.child import spawn_fed
 from gateway_bot.sandbox.podman import containers as spec
 from gateway_bot.sandbox.podman.container_calls import ContainerCalls
@@ -144,6 +150,16 @@ class PodmanSandbox:
         await self.proxy.stop()
         await self.service.stop_if_started_here()
 
+    async def list_containers(self) -> list[SandboxContainer]:
+        """This deployment's agent containers as podman lists them (foreign ones included:
+        they carry our labels, and an operator should see them)."""
+        return [
+            SandboxContainer(
+                name=info["Names"][0], context_id=info["Labels"][LABEL_CONTEXT], state=info["State"]
+            )
+            for info in await self._podman.our_containers()
+        ]
+
     async def reach_host_loopback(self, url: str, *, start: bool = True) -> str:
         """Loopback in a container is the container: a relay in this process listens on the
         egress network's gateway, for the proxy alone, and forwards to that one port
@@ -168,6 +184,8 @@ class PodmanSandbox:
         argv: Sequence[str],
         env: Mapping[str, str],
         stdin_data: bytes = b"",
+        *,
+        keep_stdin: bool = False,
     ) -> PodmanExecProcess:
         if not _CONTEXT_ID.match(context.id):
             raise ValueError(f"execution-context id {context.id!r} cannot name a container")
@@ -197,7 +215,9 @@ class PodmanSandbox:
         command = [self.service.executable, "exec", "-i", "--workdir", spec.PATHS.workspace]
         command += ["--env-file", str(env_file), name, *argv]
         try:
-            process = await spawn_fed(command, env=self.service.cli_env(), stdin_data=stdin_data)
+            process = await spawn_fed(
+                command, env=self.service.cli_env(), stdin_data=stdin_data, keep_stdin=keep_stdin
+            )
         except BaseException:
             state.busy = False
             self._env_files.remove(env_file)

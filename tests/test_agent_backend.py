@@ -1,0 +1,76 @@
+"""The agent backend seam: `agent.backend` picks a descriptor, and everything backend-specific
+(environment, credentials, the model API the allowlist opens, the image's files) comes from
+it. Claude Code is the default and only backend."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gateway_bot.agents.claude_code import CLAUDE_CODE
+from gateway_bot.agents.registry import backend_named
+from gateway_bot.config.server import build_server_config
+from gateway_bot.daemon import agent_environment, agent_image_files, check_agent_setup
+from gateway_bot.sandbox.egress.allowlist import parse_allowlist
+from gateway_bot.sandbox.egress.rules import decide, decide_connect
+from tests.test_config import run_cli
+
+
+def test_claude_code_is_the_default_backend_and_the_older_spelling_still_names_it() -> None:
+    default = build_server_config({"repo": {"url": "/tmp/x"}}, "test")
+    assert backend_named(default.agent.backend) is CLAUDE_CODE
+    older = build_server_config(
+        {"repo": {"url": "/tmp/x"}, "agent": {"backend": "claude_code"}}, "t"
+    )
+    assert backend_named(older.agent.backend) is CLAUDE_CODE
+    with pytest.raises(ValueError, match="no agent backend named 'codex' \\(known: claude-code\\)"):
+        backend_named("codex")
+
+
+def test_an_unknown_backend_in_the_config_is_reported_with_its_key_path(tmp_path: Path) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text("repo: {url: /tmp/x}\nagent: {backend: codex}\n")
+    result = run_cli("check", "--config", str(config))
+    assert result.returncode == 2
+    assert "agent.backend" in result.stderr
+    assert "claude-code" in result.stderr
+
+
+def test_the_agent_inherits_only_the_backends_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "from-env")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "never-the-agents")
+    config = build_server_config(
+        {"repo": {"url": "/tmp/x"}, "agent": {"env": {"EXTRA": "1"}}}, "test"
+    )
+    assert agent_environment(config, None) == {"ANTHROPIC_API_KEY": "from-env", "EXTRA": "1"}
+
+
+def test_missing_credentials_and_a_base_url_without_a_host_are_set_up_problems() -> None:
+    config = build_server_config({"repo": {"url": "/tmp/x"}}, "test")
+    missing = check_agent_setup(config, {})
+    assert missing is not None
+    assert missing.message.startswith("No model credentials: set ANTHROPIC_API_KEY")
+    no_host = check_agent_setup(config, {"ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": "api"})
+    assert no_host is not None
+    assert no_host.message == "ANTHROPIC_BASE_URL: 'api' names no host: give the model API's URL."
+    assert check_agent_setup(config, {"ANTHROPIC_API_KEY": "k"}) is None
+
+
+def test_every_tasks_allowlist_opens_the_backends_model_api_and_only_its_port() -> None:
+    public = parse_allowlist(None, CLAUDE_CODE.model_api_rules({}))
+    assert decide(public, "POST", "api.anthropic.com", "/v1/messages").allowed
+    assert not decide_connect(public, "api.anthropic.com", 22).allowed
+    gateway = CLAUDE_CODE.model_api_rules({"ANTHROPIC_BASE_URL": "http://10.89.0.1:4000/v1"})
+    repo_rules = parse_allowlist("allow:\n  - pypi.org\n", gateway)
+    assert decide(repo_rules, "POST", "10.89.0.1", "/v1/messages", 4000).allowed
+    assert decide(repo_rules, "GET", "pypi.org", "/simple/").allowed
+    assert not decide(repo_rules, "POST", "api.anthropic.com", "/v1/messages").allowed
+
+
+def test_the_image_gets_the_same_agent_binary_the_host_runs() -> None:
+    config = build_server_config({"repo": {"url": "/tmp/x"}}, "test")
+    files = agent_image_files(config)
+    assert set(files) == {"claude"}, "the name the default and repo Containerfiles copy"
+    assert files["claude"].is_file()
+    assert files["claude"] == files["claude"].resolve(), "the binary, not the npm shim link"
