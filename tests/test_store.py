@@ -84,13 +84,23 @@ async def test_new_conversation_retires_the_old_one(store: SqliteStore) -> None:
 
 async def test_schema_is_versioned(store: SqliteStore, tmp_path: Path) -> None:
     with sqlite3.connect(tmp_path / "state.db") as other:
-        (version,) = other.execute("PRAGMA user_version").fetchone()
+        versions = dict(other.execute("SELECT owner, version FROM schema_versions"))
         (mode,) = other.execute("PRAGMA journal_mode").fetchone()
-    assert version == len(MIGRATIONS)
+    assert versions == {"core": len(MIGRATIONS)}
     assert mode == "wal"
 
 
 async def test_newer_schema_is_refused_with_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE schema_versions (owner TEXT PRIMARY KEY, version INTEGER)")
+        db.execute("INSERT INTO schema_versions VALUES ('core', ?)", (len(MIGRATIONS) + 1,))
+    with pytest.raises(RuntimeError, match="upgrade gateway-bot"):
+        await SqliteStore(path).open()
+
+
+async def test_a_legacy_schema_newer_than_this_code_is_refused_too(tmp_path: Path) -> None:
+    """A database still versioned by PRAGMA user_version (before per-owner versions)."""
     path = tmp_path / "state.db"
     with sqlite3.connect(path) as db:
         db.execute(f"PRAGMA user_version = {len(MIGRATIONS) + 1}")

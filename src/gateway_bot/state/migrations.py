@@ -1,9 +1,15 @@
-"""Versioned schema: each entry moves the database one version up (PRAGMA user_version).
+"""The core's versioned schema: each entry moves owner "core" one version up.
 
-Append only. Never edit a migration that has shipped; add the next one.
+Append only. Never edit a migration that has shipped; add the next one. Versions are kept
+per owner in ``schema_versions`` (``state/database.py``); databases made before that kept
+the core's version in ``PRAGMA user_version``, which the store adopts once at open.
+New migrations stay portable where that is cheap (AGENTS.md: what a PostgreSQL backend
+translates): DOUBLE PRECISION rather than REAL, ON CONFLICT rather than INSERT OR ....
 """
 
 from __future__ import annotations
+
+OWNER = "core"
 
 MIGRATIONS: tuple[str, ...] = (
     # 1: conversations, tasks, inbound de-duplication.
@@ -115,5 +121,11 @@ MIGRATIONS: tuple[str, ...] = (
     # when it goes out.
     """
     ALTER TABLE tasks ADD COLUMN delivery_error TEXT;
+    """,
+    # 6: retention. When a completed task's raw payload and parsed message were emptied
+    # (older than state.retention_days); the row and its outcome stay.
+    """
+    ALTER TABLE tasks ADD COLUMN payload_pruned_at DOUBLE PRECISION;
+    CREATE INDEX tasks_completed ON tasks(completed_at);
     """,
 )

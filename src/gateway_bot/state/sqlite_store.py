@@ -7,6 +7,7 @@ on disk. Every write commits before returning: "accepted" means "on disk".
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 import time
 from collections.abc import Iterable
@@ -17,48 +18,108 @@ import aiosqlite
 
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState, check_transition
 from gateway_bot.domain.messages import InboundMessage, RawMessage, Reply, Usage
-from gateway_bot.domain.records import ConversationRecord, TaskRecord
+from gateway_bot.domain.records import ApprovalRecord, ConversationRecord, TaskRecord
 from gateway_bot.state.approvals import SqliteApprovals
-from gateway_bot.state.database import Database
-from gateway_bot.state.migrations import MIGRATIONS
+from gateway_bot.state.approvals import _approval as _approval_from_row
+from gateway_bot.state.context_lines import SqliteContextLines
+from gateway_bot.state.database import Database, SchemaTooNew
+from gateway_bot.state.migrations import MIGRATIONS, OWNER
+from gateway_bot.state.store import TransitionListener
+
+log = logging.getLogger(__name__)
 
 
 class SqliteStore:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, database: Database | None = None) -> None:
+        """``database``: the one the channels' stores share (the daemon passes it); this
+        store opens and closes it, and registers the core's pruning on it."""
         self._path = path
-        self._database = Database()
+        self._database = database if database is not None else Database()
+        self._database.add_pruner(OWNER, self.prune_payloads)
         self.approvals = SqliteApprovals(self._database)
+        self.context_lines = SqliteContextLines(self._database)
+        self._transition_listeners: list[TransitionListener] = []
 
     @property
     def db(self) -> aiosqlite.Connection:
         return self._database.connection
 
+    @property
+    def database(self) -> Database:
+        return self._database
+
     async def open(self) -> None:
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        connection = await aiosqlite.connect(self._path, isolation_level=None)
-        connection.row_factory = aiosqlite.Row
-        self._database.attach(connection)
-        await connection.execute("PRAGMA journal_mode=WAL")
-        await connection.execute("PRAGMA synchronous=FULL")
-        await connection.execute("PRAGMA foreign_keys=ON")
-        await connection.execute("PRAGMA busy_timeout=5000")
+        await self._database.open(self._path)
         try:
             await self._migrate()
         except BaseException:
             await self.close()
             raise
 
+    async def open_read_only(self) -> None:
+        """Open for reading only (``gateway-bot status`` beside a running daemon): no
+        migration, no pragma that writes; a schema newer than this code is refused."""
+        if not self._path.is_file():
+            raise FileNotFoundError(f"no state database at {self._path}")
+        connection = await aiosqlite.connect(
+            f"{self._path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None
+        )
+        connection.row_factory = aiosqlite.Row
+        self._database.attach(connection)
+        try:
+            await connection.execute("PRAGMA busy_timeout=5000")
+            await self._database.check_not_newer(OWNER, len(MIGRATIONS))
+            if await self._legacy_version() > len(MIGRATIONS):
+                raise SchemaTooNew(f"state database {self._path} is newer: upgrade gateway-bot")
+        except BaseException:
+            await self.close()
+            raise
+
+    def on_transition(self, listener: TransitionListener) -> None:
+        self._transition_listeners.append(listener)
+
+    def _published(self, task: TaskRecord, previous: TaskState | None) -> TaskRecord:
+        """Tell the listeners (the change feed) of a committed change; a listener's
+        failure is logged, never the store's."""
+        for listener in self._transition_listeners:
+            try:
+                listener(task, previous)
+            except Exception:
+                log.exception("a task state listener failed on task %s", task.id)
+        return task
+
     async def _migrate(self) -> None:
+        """The core is owner "core"; a database made before per-owner versions kept the
+        core's version in PRAGMA user_version, adopted once (later opens find the row)."""
+        legacy = await self._legacy_version()
+        if legacy:
+            await self._database.adopt_version(OWNER, legacy)
+        await self._database.migrate(OWNER, MIGRATIONS)
+
+    async def _legacy_version(self) -> int:
         async with self.db.execute("PRAGMA user_version") as cursor:
             row = await cursor.fetchone()
-        version = int(row[0]) if row else 0
-        if version > len(MIGRATIONS):
-            raise RuntimeError(
-                f"state database {self._path} has schema version {version}, newer than this "
-                f"gateway-bot ({len(MIGRATIONS)}): upgrade gateway-bot"
-            )
-        for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
-            await self.db.executescript(f"BEGIN;\n{script}\nPRAGMA user_version={number};\nCOMMIT;")
+        return int(row[0]) if row else 0
+
+    async def prune_payloads(self, before: float) -> int:
+        """Retention: completed tasks finished before ``before`` keep their row and outcome
+        (state, reason, reply, cost, error) but lose the message bodies: ``raw_json``
+        keeps the envelope with an empty payload (so the row still reads as a TaskRecord)
+        and ``parsed_json`` is emptied. A task in any other state is never touched: its
+        payload is what recovery re-authenticates or re-runs."""
+        done = TaskState.COMPLETED.value
+        rows = await self._database.fetch_all(
+            "SELECT id, raw_json FROM tasks WHERE state = ? AND completed_at < ?"
+            " AND payload_pruned_at IS NULL",
+            (done, before),
+        )
+        now = time.time()
+        await self._database.write_many(
+            "UPDATE tasks SET raw_json = ?, parsed_json = NULL, payload_pruned_at = ?"
+            " WHERE id = ? AND state = ?",
+            [(_without_payload(row["raw_json"]), now, row["id"], done) for row in rows],
+        )
+        return len(rows)
 
     async def close(self) -> None:
         try:
@@ -98,6 +159,8 @@ class SqliteStore:
                 " VALUES (?, ?, ?, ?)",
                 (raw.channel, raw.message_id, task_id, raw.received_at),
             )
+        if self._transition_listeners:
+            self._published(await self.get_task(task_id), None)
         return task_id, True
 
     async def get_task(self, task_id: str) -> TaskRecord:
@@ -161,7 +224,37 @@ class SqliteStore:
         await self._database.write(
             f"UPDATE tasks SET {', '.join(sets)} WHERE id = ?", [*values, task_id]
         )
-        return await self.get_task(task_id)
+        return self._published(await self.get_task(task_id), current.state)
+
+    async def list_tasks(
+        self,
+        *,
+        states: Iterable[TaskState] | None = None,
+        conversation_id: str | None = None,
+        limit: int = 100,
+    ) -> list[TaskRecord]:
+        where: list[str] = []
+        values: list[Any] = []
+        if states is not None:
+            names = [s.value for s in states]
+            where.append(f"state IN ({','.join('?' * len(names))})")
+            values += names
+        if conversation_id is not None:
+            where.append("conversation_id = ?")
+            values.append(conversation_id)
+        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        async with self.db.execute(
+            f"SELECT * FROM (SELECT rowid AS n, * FROM tasks {clause}"
+            " ORDER BY created_at DESC, rowid DESC LIMIT ?) ORDER BY created_at, n",
+            [*values, limit],
+        ) as cursor:
+            return [_task_from_row(row) for row in await cursor.fetchall()]
+
+    async def pending_approvals(self) -> list[ApprovalRecord]:
+        async with self.db.execute(
+            "SELECT * FROM approvals WHERE state = 'pending' ORDER BY created_at, rowid"
+        ) as cursor:
+            return [_approval_from_row(row) for row in await cursor.fetchall()]
 
     async def save_parsed(self, task_id: str, parsed: InboundMessage) -> None:
         await self._database.write(
@@ -200,6 +293,24 @@ class SqliteStore:
         ) as cursor:
             row = await cursor.fetchone()
         return _conversation_from_row(row) if row else None
+
+    async def list_conversations(
+        self, *, active: bool | None = None, channel: str | None = None, limit: int = 100
+    ) -> list[ConversationRecord]:
+        where: list[str] = []
+        values: list[Any] = []
+        if active is not None:
+            where.append("active = ?")
+            values.append(int(active))
+        if channel is not None:
+            where.append("channel = ?")
+            values.append(channel)
+        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        async with self.db.execute(
+            f"SELECT * FROM conversations {clause} ORDER BY updated_at DESC, rowid DESC LIMIT ?",
+            [*values, limit],
+        ) as cursor:
+            return [_conversation_from_row(row) for row in await cursor.fetchall()]
 
     async def get_conversation(self, conversation_id: str) -> ConversationRecord:
         async with self.db.execute(
@@ -256,6 +367,12 @@ class SqliteStore:
             [*values, conversation_id],
         )
         return await self.get_conversation(conversation_id)
+
+
+def _without_payload(raw_json: str) -> str:
+    raw = json.loads(raw_json)
+    raw["payload"] = {}
+    return json.dumps(raw)
 
 
 def _task_from_row(row: aiosqlite.Row) -> TaskRecord:

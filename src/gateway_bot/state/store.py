@@ -6,7 +6,7 @@ core noticing: the core imports this Protocol, never the SQLite module.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState
@@ -21,8 +21,7 @@ from gateway_bot.domain.records import (
 
 
 class ApprovalStore(Protocol):
-    """Held messages of unknown senders, the owners' decisions, approved room members, and
-    context kept from messages that did not engage the bot."""
+    """Held messages of unknown senders, the owners' decisions, approved room members."""
 
     async def pending_for(
         self, channel: str, room: str, sender_id: str
@@ -71,14 +70,55 @@ class ApprovalStore(Protocol):
 
     async def remove_member(self, channel: str, sender_id: str, room: str | None) -> int: ...
 
-    async def add_context(self, channel: str, key: str, line: ContextLine, keep: int) -> None: ...
 
-    async def take_context(self, channel: str, key: str) -> list[ContextLine]: ...
+class ContextLineStore(Protocol):
+    """Context kept from messages that did not engage the bot, per conversation key."""
+
+    async def add(self, channel: str, key: str, line: ContextLine, keep: int) -> None:
+        """Keep a line; only the newest ``keep`` of the conversation survive."""
+        ...
+
+    async def take(self, channel: str, key: str) -> list[ContextLine]:
+        """Return and forget the kept lines, oldest first."""
+        ...
+
+
+TransitionListener = Callable[[TaskRecord, TaskState | None], None]
+"""Told of every committed task state change: the task as it is now, and the state it left
+(None for a task just accepted). Called synchronously: it must not block (``core/feed``)."""
 
 
 class Store(Protocol):
     @property
     def approvals(self) -> ApprovalStore: ...
+
+    @property
+    def context_lines(self) -> ContextLineStore: ...
+
+    def on_transition(self, listener: TransitionListener) -> None:
+        """Call ``listener`` after every committed state change (the change feed's hook)."""
+        ...
+
+    async def list_tasks(
+        self,
+        *,
+        states: Iterable[TaskState] | None = None,
+        conversation_id: str | None = None,
+        limit: int = 100,
+    ) -> list[TaskRecord]:
+        """The newest ``limit`` tasks matching the filters, oldest first (read-only views:
+        status, dashboard)."""
+        ...
+
+    async def list_conversations(
+        self, *, active: bool | None = None, channel: str | None = None, limit: int = 100
+    ) -> list[ConversationRecord]:
+        """Most recently updated first."""
+        ...
+
+    async def pending_approvals(self) -> list[ApprovalRecord]:
+        """Approvals still waiting for an owner, oldest first."""
+        ...
 
     async def open(self) -> None: ...
 

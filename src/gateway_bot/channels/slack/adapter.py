@@ -40,7 +40,6 @@ from gateway_bot.core.inbox_files import InboxWriter
 from gateway_bot.domain.messages import (
     Attachment,
     Card,
-    ChannelCapabilities,
     Decision,
     InboundMessage,
     JsonDict,
@@ -49,6 +48,7 @@ from gateway_bot.domain.messages import (
     Reply,
     RoomInvite,
 )
+from gateway_bot.state.database import Database
 
 log = logging.getLogger(__name__)
 
@@ -59,23 +59,17 @@ METADATA_EVENT = "gateway_bot_post"
 class SlackAdapter:
     name = CHANNEL
 
-    def __init__(self, settings: SlackChannelSettings, state_dir: Path) -> None:
+    def __init__(self, settings: SlackChannelSettings, state_dir: Path, database: Database) -> None:
+        """``database``: the shared state database (open by the time the listener starts)."""
         self._settings = settings
         self._client = AsyncWebClient(token=settings.bot_token, base_url=settings.api_base_url)
-        self._records = SlackRecords(state_dir / "slack" / "slack.db")
+        self._records = SlackRecords(database, legacy_path=state_dir / "slack" / "slack.db")
         self._directory = Directory(self._client)
         self._files = SlackFiles(
             self._client, self._records, settings.bot_token, settings.max_file_bytes
         )
         self._listener = SlackListener(settings, self._client, self._records)
-        self._steps: dict[str, tuple[str, ...]] = {}
-        self.capabilities = ChannelCapabilities(
-            edits=True,
-            buttons=True,
-            threads=True,
-            files=True,
-            progress_interval_s=settings.progress_interval_seconds,
-        )
+        self.progress_interval_s = settings.progress_interval_seconds
 
     @property
     def listener(self) -> SlackListener:
@@ -207,7 +201,9 @@ class SlackAdapter:
         )
 
     async def send_progress(self, context: JsonDict, progress: Progress) -> None:
-        self._steps[progress.task_id] = progress.steps
+        if progress.outcome is not None:
+            await self._close_progress(progress.task_id, progress.outcome, progress.steps)
+            return
         text = render.progress_from(progress)
         record = await self._records.post(progress.task_id, "ack", 0)
         if record is None or record.ts is None:
@@ -221,12 +217,10 @@ class SlackAdapter:
         problems = await self._files.upload(context, reply.files)
         if problems:
             await self._say(context, ":paperclip: " + " ".join(problems))
-        await self._close_progress(task_id, reply)
 
-    async def _close_progress(self, task_id: str, reply: Reply) -> None:
-        """Turn the acknowledgement into the outcome and the steps taken, once: after a
-        restart the steps are no longer known, and a second edit would erase them."""
-        steps = self._steps.pop(task_id, ())
+    async def _close_progress(self, task_id: str, reply: Reply, steps: tuple[str, ...]) -> None:
+        """Turn the acknowledgement into the outcome and the steps taken (the core's), once:
+        a second close after a restart knows no steps, and would erase them."""
         ack = await self._records.post(task_id, "ack", 0)
         closed = await self._records.post(task_id, "closed", 0)
         if ack is None or ack.ts is None or (closed is not None and closed.ts is not None):

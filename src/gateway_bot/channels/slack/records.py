@@ -10,48 +10,62 @@ The same two steps guard outbox uploads (per thread and file content, so a file 
 uploaded once even though the outbox keeps it across tasks), and the table of threads the
 bot takes part in decides which un-mentioned thread replies engage it.
 
-Kept in its own SQLite file (``<state_dir>/slack/slack.db``): the Slack channel is its
-only writer, and the core's schema stays free of channel details. Calls are tiny; they run
-on a worker thread (``asyncio.to_thread``) one at a time.
+Owner "slack" of the shared state database (``state/database.py``: its own migrations and
+``slack_*`` tables; the Slack channel is their only writer). Post and upload records are a
+ledger: ``prune`` drops confirmed ones older than the retention time. Before per-owner
+migrations they lived in ``<state_dir>/slack/slack.db``; at first use its rows are copied
+over once and the file renamed ``slack.db.migrated``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-_SCHEMA = (
-    # 1: posts per task, uploads per thread, threads the bot is in.
+from gateway_bot.state.database import Database
+from gateway_bot.state.legacy_files import import_legacy_file
+
+OWNER = "slack"
+
+SLACK_MIGRATIONS: tuple[str, ...] = (
+    # 1: posts per task, uploads per thread, threads the bot is in (the former slack.db's
+    # schema version 1, prefixed).
     """
-    CREATE TABLE posts (
+    CREATE TABLE slack_posts (
         task_id TEXT NOT NULL,
         kind TEXT NOT NULL,
         part INTEGER NOT NULL,
         channel TEXT NOT NULL,
         ts TEXT,
-        intended_at REAL NOT NULL,
+        intended_at DOUBLE PRECISION NOT NULL,
         PRIMARY KEY (task_id, kind, part)
     );
-    CREATE TABLE uploads (
+    CREATE INDEX slack_posts_intended ON slack_posts(intended_at);
+    CREATE TABLE slack_uploads (
         channel TEXT NOT NULL,
         thread_ts TEXT NOT NULL,
         name TEXT NOT NULL,
         sha256 TEXT NOT NULL,
         file_id TEXT,
-        intended_at REAL NOT NULL,
+        intended_at DOUBLE PRECISION NOT NULL,
         PRIMARY KEY (channel, thread_ts, name, sha256)
     );
-    CREATE TABLE threads (
+    CREATE INDEX slack_uploads_intended ON slack_uploads(intended_at);
+    CREATE TABLE slack_threads (
         team TEXT NOT NULL,
         channel TEXT NOT NULL,
         thread_ts TEXT NOT NULL,
         PRIMARY KEY (team, channel, thread_ts)
     );
     """,
+)
+
+_LEGACY_TABLES = (
+    ("posts", "task_id, kind, part, channel, ts, intended_at"),
+    ("uploads", "channel, thread_ts, name, sha256, file_id, intended_at"),
+    ("threads", "team, channel, thread_ts"),
 )
 
 
@@ -70,54 +84,64 @@ class UploadRecord:
 
 
 class SlackRecords:
-    def __init__(self, path: Path) -> None:
-        self._path = path
-        self._db: sqlite3.Connection | None = None
-        self._lock = asyncio.Lock()
+    def __init__(self, database: Database, legacy_path: Path | None = None) -> None:
+        """``legacy_path``: the channel's former own file, imported once if present."""
+        self._database = database
+        self._legacy_path = legacy_path
+        self._ready = False
+        self._readying = asyncio.Lock()
+        database.add_pruner(OWNER, self.prune)
 
-    async def _run(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        async with self._lock:
-            return await asyncio.to_thread(self._execute, sql, args)
+    async def _db(self) -> Database:
+        """The database, migrated for this owner (and the old file imported) on first use."""
+        if not self._ready:
+            async with self._readying:
+                if not self._ready:
+                    await self._database.migrate(OWNER, SLACK_MIGRATIONS)
+                    if self._legacy_path is not None:
+                        await import_legacy_file(
+                            self._database, self._legacy_path, _LEGACY_TABLES, "slack_"
+                        )
+                    self._ready = True
+        return self._database
 
-    def _execute(self, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        if self._db is None:
-            self._db = self._open()
-        with self._db:
-            return self._db.execute(sql, args).fetchall()
-
-    def _open(self) -> sqlite3.Connection:
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
-        db.execute("PRAGMA journal_mode=WAL")
-        version = int(db.execute("PRAGMA user_version").fetchone()[0])
-        for number, script in enumerate(_SCHEMA[version:], start=version + 1):
-            db.executescript(f"BEGIN; {script} PRAGMA user_version = {number}; COMMIT;")
-        return db
-
-    def close(self) -> None:
-        if self._db is not None:
-            self._db.close()
-            self._db = None
+    async def prune(self, before: float) -> int:
+        """Retention: post and upload records intended before ``before`` and confirmed
+        (with a ts / file id). An unconfirmed intent is kept whatever its age: it is what
+        makes a late re-send look in Slack first instead of posting twice. Threads the bot
+        is in are state (they decide engagement), never pruned."""
+        db = await self._db()
+        posts = await db.write(
+            "DELETE FROM slack_posts WHERE intended_at < ? AND ts IS NOT NULL", (before,)
+        )
+        uploads = await db.write(
+            "DELETE FROM slack_uploads WHERE intended_at < ? AND file_id IS NOT NULL", (before,)
+        )
+        return posts + uploads
 
     # -- posts -------------------------------------------------------------------------
 
     async def post(self, task_id: str, kind: str, part: int) -> PostRecord | None:
-        rows = await self._run(
-            "SELECT channel, ts, intended_at FROM posts WHERE task_id=? AND kind=? AND part=?",
+        db = await self._db()
+        row = await db.fetch_one(
+            "SELECT channel, ts, intended_at FROM slack_posts"
+            " WHERE task_id=? AND kind=? AND part=?",
             (task_id, kind, part),
         )
-        return PostRecord(*rows[0]) if rows else None
+        return PostRecord(row[0], row[1], row[2]) if row else None
 
     async def intend_post(self, task_id: str, kind: str, part: int, channel: str) -> None:
-        await self._run(
-            "INSERT OR IGNORE INTO posts (task_id, kind, part, channel, intended_at) "
-            "VALUES (?, ?, ?, ?, ?)",
+        db = await self._db()
+        await db.write(
+            "INSERT INTO slack_posts (task_id, kind, part, channel, intended_at)"
+            " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
             (task_id, kind, part, channel, time.time()),
         )
 
     async def confirm_post(self, task_id: str, kind: str, part: int, ts: str) -> None:
-        await self._run(
-            "UPDATE posts SET ts=? WHERE task_id=? AND kind=? AND part=?",
+        db = await self._db()
+        await db.write(
+            "UPDATE slack_posts SET ts=? WHERE task_id=? AND kind=? AND part=?",
             (ts, task_id, kind, part),
         )
 
@@ -126,39 +150,46 @@ class SlackRecords:
     async def upload(
         self, channel: str, thread_ts: str, name: str, sha256: str
     ) -> UploadRecord | None:
-        rows = await self._run(
-            "SELECT file_id, intended_at FROM uploads "
-            "WHERE channel=? AND thread_ts=? AND name=? AND sha256=?",
+        db = await self._db()
+        row = await db.fetch_one(
+            "SELECT file_id, intended_at FROM slack_uploads"
+            " WHERE channel=? AND thread_ts=? AND name=? AND sha256=?",
             (channel, thread_ts, name, sha256),
         )
-        return UploadRecord(*rows[0]) if rows else None
+        return UploadRecord(row[0], row[1]) if row else None
 
     async def intend_upload(self, channel: str, thread_ts: str, name: str, sha256: str) -> None:
-        await self._run(
-            "INSERT OR IGNORE INTO uploads (channel, thread_ts, name, sha256, intended_at) "
-            "VALUES (?, ?, ?, ?, ?)",
+        db = await self._db()
+        await db.write(
+            "INSERT INTO slack_uploads (channel, thread_ts, name, sha256, intended_at)"
+            " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
             (channel, thread_ts, name, sha256, time.time()),
         )
 
     async def confirm_upload(
         self, channel: str, thread_ts: str, name: str, sha256: str, file_id: str
     ) -> None:
-        await self._run(
-            "UPDATE uploads SET file_id=? WHERE channel=? AND thread_ts=? AND name=? AND sha256=?",
+        db = await self._db()
+        await db.write(
+            "UPDATE slack_uploads SET file_id=?"
+            " WHERE channel=? AND thread_ts=? AND name=? AND sha256=?",
             (file_id, channel, thread_ts, name, sha256),
         )
 
     # -- threads -----------------------------------------------------------------------
 
     async def join_thread(self, team: str, channel: str, thread_ts: str) -> None:
-        await self._run(
-            "INSERT OR IGNORE INTO threads (team, channel, thread_ts) VALUES (?, ?, ?)",
+        db = await self._db()
+        await db.write(
+            "INSERT INTO slack_threads (team, channel, thread_ts) VALUES (?, ?, ?)"
+            " ON CONFLICT DO NOTHING",
             (team, channel, thread_ts),
         )
 
     async def in_thread(self, team: str, channel: str, thread_ts: str) -> bool:
-        rows = await self._run(
-            "SELECT 1 FROM threads WHERE team=? AND channel=? AND thread_ts=?",
+        db = await self._db()
+        row = await db.fetch_one(
+            "SELECT 1 FROM slack_threads WHERE team=? AND channel=? AND thread_ts=?",
             (team, channel, thread_ts),
         )
-        return bool(rows)
+        return row is not None
