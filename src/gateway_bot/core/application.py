@@ -1,0 +1,238 @@
+"""The application API: what the CLI, the chat commands and (next) the dashboard ask of a
+deployment, in one place, so each front end is a rendering of the same answers.
+
+Two ways to build it. Inside the daemon (``daemon.py``) it has the live service: it can stop
+a task and decide an approval, and reads channel health and containers from memory. In
+another process (``gateway-bot status``) it has the state database opened read-only and a
+``LiveState`` read from the daemon's status snapshot (``core/status_snapshot.py``); the
+controls then raise ``NotInThisProcess``.
+
+Decisions go through the same ``Gatekeeper.decide`` a card's button or ``/approve`` uses, as
+the identity the caller names: the owners' list decides who may, not the front end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from gateway_bot.core.channel import ChannelAdapter
+from gateway_bot.core.service import GatewayService
+from gateway_bot.core.timeline import (
+    ParseLine,
+    TaskTimeline,
+    agent_entries,
+    agent_lines,
+    read_log_tail,
+    state_entries,
+)
+from gateway_bot.domain.lifecycle import TaskState
+from gateway_bot.domain.records import ApprovalRecord, ConversationRecord, TaskRecord
+from gateway_bot.sandbox.base import Sandbox, SandboxContainer
+from gateway_bot.state.store import Store
+
+log = logging.getLogger(__name__)
+
+RECENT = 5
+WAITING_STATES = (TaskState.QUEUED, TaskState.AUTHENTICATING, TaskState.PENDING)
+"""Accepted, not yet running: being authenticated, held for an approval, or queued."""
+
+
+class NotInThisProcess(RuntimeError):
+    """A control (stop, decide) asked of an application that only reads state."""
+
+
+@dataclass(frozen=True)
+class ChannelView:
+    name: str
+    health: str
+    """A ``ChannelHealth`` value: starting, connected, degraded, failed."""
+    message: str
+
+
+class LiveState(Protocol):
+    """What only the running daemon knows."""
+
+    def channels(self) -> list[ChannelView]: ...
+
+    async def containers(self) -> list[SandboxContainer]: ...
+
+
+class DaemonLiveState:
+    """The daemon's own view: its adapters' listeners and its sandbox."""
+
+    def __init__(self, adapters: Mapping[str, ChannelAdapter], sandbox: Sandbox) -> None:
+        self._adapters = adapters
+        self._sandbox = sandbox
+
+    def channels(self) -> list[ChannelView]:
+        views = []
+        for name, adapter in sorted(self._adapters.items()):
+            status = adapter.listener.status
+            views.append(ChannelView(name, status.health.value, status.message))
+        return views
+
+    async def containers(self) -> list[SandboxContainer]:
+        return await self._sandbox.list_containers()
+
+
+@dataclass(frozen=True)
+class Overview:
+    """The answer to "what is going on": ``gateway-bot status``, the dashboard's front page."""
+
+    channels: tuple[ChannelView, ...]
+    containers: tuple[SandboxContainer, ...]
+    containers_error: str
+    """Why the container list is missing ("" when it is not)."""
+    running: tuple[TaskRecord, ...]
+    waiting: tuple[TaskRecord, ...]
+    undelivered: tuple[TaskRecord, ...]
+    pending_approvals: tuple[ApprovalRecord, ...]
+    finished: tuple[TaskRecord, ...] = ()
+    """The newest ``RECENT`` completed tasks, newest first."""
+
+
+@dataclass(frozen=True)
+class StopOutcome:
+    stopped: bool
+    text: str
+
+
+class Application:
+    def __init__(
+        self,
+        store: Store,
+        live: LiveState,
+        *,
+        service: GatewayService | None = None,
+        conversation_root: Callable[[str], Path] | None = None,
+        parse_line: ParseLine | None = None,
+    ) -> None:
+        """``conversation_root`` and ``parse_line`` (the agent backend's stream parser)
+        let timelines show what the agent did; without them they show states only."""
+        self._store = store
+        self._live = live
+        self._service = service
+        self._conversation_root = conversation_root
+        self._parse_line = parse_line
+
+    # -- reading ---------------------------------------------------------------------------
+
+    async def conversations(
+        self, *, active: bool | None = None, channel: str | None = None, limit: int = 100
+    ) -> list[ConversationRecord]:
+        return await self._store.list_conversations(active=active, channel=channel, limit=limit)
+
+    async def tasks(
+        self,
+        *,
+        states: Iterable[TaskState] | None = None,
+        conversation_id: str | None = None,
+        limit: int = 100,
+    ) -> list[TaskRecord]:
+        """Newest ``limit`` matching tasks, oldest first."""
+        return await self._store.list_tasks(
+            states=states, conversation_id=conversation_id, limit=limit
+        )
+
+    async def pending_approvals(self) -> list[ApprovalRecord]:
+        return await self._store.pending_approvals()
+
+    def channels(self) -> list[ChannelView]:
+        return self._live.channels()
+
+    async def containers(self) -> list[SandboxContainer]:
+        return await self._live.containers()
+
+    async def task_timeline(self, task_id: str) -> TaskTimeline:
+        """Raises KeyError for an unknown task."""
+        task = await self._store.get_task(task_id)
+        entries = state_entries(task)
+        if (
+            task.conversation_id is None
+            or self._conversation_root is None
+            or self._parse_line is None
+        ):
+            return TaskTimeline(task, tuple(entries))
+        started = [
+            t
+            for t in await self._store.list_tasks(
+                conversation_id=task.conversation_id, limit=10_000
+            )
+            if t.started_at is not None
+        ]
+        started.sort(key=lambda t: t.started_at or 0.0)
+        root = self._conversation_root(task.conversation_id)
+        try:
+            text, whole = await asyncio.to_thread(read_log_tail, root)
+        except OSError as exc:
+            return TaskTimeline(task, tuple(entries), f"event log not read: {exc}")
+        lines, note = agent_lines(task, started, text, whole)
+        agent = agent_entries(lines, self._parse_line)
+        # The agent's steps sit between "started" and what came after it.
+        split = next(
+            (n + 1 for n, e in enumerate(entries) if e.text.startswith("agent started")), 1
+        )
+        return TaskTimeline(task, tuple(entries[:split] + agent + entries[split:]), note)
+
+    async def overview(self) -> Overview:
+        running = await self._store.list_tasks(states=[TaskState.EXECUTING], limit=1000)
+        waiting = await self._store.list_tasks(states=WAITING_STATES, limit=1000)
+        undelivered = await self._store.list_tasks(states=[TaskState.UNDELIVERED], limit=1000)
+        containers: list[SandboxContainer] = []
+        error = ""
+        try:
+            containers = await self._live.containers()
+        except Exception as exc:  # the sandbox's trouble must not hide the rest
+            log.warning("listing containers failed: %s", exc)
+            error = f"{type(exc).__name__}: {exc}"
+        return Overview(
+            channels=tuple(self._live.channels()),
+            containers=tuple(containers),
+            containers_error=error,
+            running=tuple(running),
+            waiting=tuple(waiting),
+            undelivered=tuple(undelivered),
+            pending_approvals=tuple(await self._store.pending_approvals()),
+            finished=tuple(
+                reversed(await self._store.list_tasks(states=[TaskState.COMPLETED], limit=RECENT))
+            ),
+        )
+
+    # -- controls (in the daemon only) -------------------------------------------------------
+
+    def _live_service(self, what: str) -> GatewayService:
+        if self._service is None:
+            raise NotInThisProcess(f"{what} needs the running daemon")
+        return self._service
+
+    async def stop_task(self, task_id: str) -> StopOutcome:
+        """Stop a running task as /stop in its conversation does (the agent's run is
+        cancelled; the conversation is told "Stopped."). A task that is not running is left
+        alone. Raises KeyError for an unknown task."""
+        service = self._live_service("stopping a task")
+        task = await self._store.get_task(task_id)
+        if task.state is not TaskState.EXECUTING or task.conversation_id is None:
+            return StopOutcome(False, f"Task {task_id} is {task.state.value}, not running.")
+        running = service.scheduler.running_tasks.get(task.conversation_id)
+        if running is None or running.task_id != task_id:
+            return StopOutcome(False, f"Task {task_id} is not running in this daemon.")
+        running.request_stop()
+        return StopOutcome(True, f"Stopping task {task_id}…")
+
+    async def decide_approval(
+        self, code: str, choice: str, *, channel: str, decider_id: str, decider_name: str = ""
+    ) -> str | None:
+        """``choice`` "allow" or "deny", decided by ``decider_id`` on ``channel`` exactly as
+        a card's button press would be. Returns the decider's line; None when that identity
+        may not decide (not an owner or admin of ``channel``)."""
+        if choice not in ("allow", "deny"):
+            raise ValueError(f"an approval is decided with allow or deny, not {choice!r}")
+        service = self._live_service("deciding an approval")
+        return await service.gatekeeper.decide(
+            channel, decider_id, decider_name or decider_id, code, choice
+        )
