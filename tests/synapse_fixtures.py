@@ -17,7 +17,7 @@ import sys
 import time
 import urllib.request
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,17 @@ from typing import Any
 import aiohttp
 import pytest
 import yaml
-from nio import AsyncClient, MessageDirection, RoomCreateResponse, RoomMessagesResponse
+from nio import (
+    AsyncClient,
+    AsyncClientConfig,
+    LoginResponse,
+    MessageDirection,
+    RoomCreateResponse,
+    RoomMessagesResponse,
+    RoomPreset,
+)
+from nio.api import Api
+from nio.crypto.attachments import decrypt_attachment, encrypt_attachment
 
 Event = dict[str, Any]
 
@@ -173,6 +183,17 @@ def synapse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SynapseServer]
     server.stop()
 
 
+DECRYPTED = "test.decrypted"
+"""Set on an event a Human saw: it arrived encrypted and their client decrypted it."""
+
+
+def _as_seen(event: Any) -> Event:
+    source = dict(event.source)
+    if getattr(event, "decrypted", False):
+        source[DECRYPTED] = True
+    return source
+
+
 def content_of(event: Event) -> dict[str, Any]:
     """What a client shows: the latest text of an edit, the content otherwise."""
     content = event.get("content") or {}
@@ -187,13 +208,26 @@ def relation_of(event: Event) -> dict[str, Any]:
 
 class Human:
     """A person at a Matrix client. ``wait_for`` syncs until an event they would see
-    matches; ``history`` reads the room's whole timeline, the ground truth for counting."""
+    matches; ``history`` reads the room's whole timeline, the ground truth for counting.
 
-    def __init__(self, server: SynapseServer, account: MatrixAccount) -> None:
+    With ``store`` the client does end-to-end encryption as Element would (its own crypto
+    store, key upload/query/claim after every sync, keys shared with every device of the
+    room): what it sees is decrypted, what it sends into an encrypted room is encrypted."""
+
+    def __init__(
+        self, server: SynapseServer, account: MatrixAccount, store: Path | None = None
+    ) -> None:
         self.server = server
         self.account = account
         self.user_id = account.user_id
-        self.client = AsyncClient(server.base_url, account.user_id)
+        if store is not None:
+            store.mkdir(parents=True, exist_ok=True)
+            config = AsyncClientConfig(encryption_enabled=True, max_timeouts=3)
+            self.client = AsyncClient(
+                server.base_url, account.user_id, store_path=str(store), config=config
+            )
+        else:
+            self.client = AsyncClient(server.base_url, account.user_id)
         self.client.restore_login(account.user_id, account.device_id, account.access_token)
         self.seen: dict[str, list[Event]] = {}
         self.typing: dict[str, list[list[str]]] = {}
@@ -202,15 +236,35 @@ class Human:
     async def close(self) -> None:
         await self.client.close()
 
+    @property
+    def device_id(self) -> str:
+        return str(self.client.device_id)
+
+    async def key_chores(self) -> None:
+        """What nio's sync_forever does between syncs: keys up, devices queried, one-time
+        keys claimed, queued to-device messages (key requests and forwards) sent."""
+        client = self.client
+        if client.olm is None:
+            return
+        if client.should_upload_keys:
+            await client.keys_upload()
+        if client.should_query_keys:
+            await client.keys_query()
+        if client.should_claim_keys:
+            await client.keys_claim(client.get_users_for_key_claiming())
+        await client.send_to_device_messages()
+
     async def sync(self, timeout_ms: int = 1000) -> None:
+        await self.key_chores()
         answer = await self.client.sync(timeout=timeout_ms, since=self._since)
         self._since = getattr(answer, "next_batch", None) or self._since
+        await self.key_chores()
         rooms = getattr(answer, "rooms", None)
         if rooms is None:
             await asyncio.sleep(0.2)
             return
         for room_id, info in rooms.join.items():
-            self.seen.setdefault(room_id, []).extend(e.source for e in info.timeline.events)
+            self.seen.setdefault(room_id, []).extend(_as_seen(e) for e in info.timeline.events)
             for ephemeral in info.ephemeral:
                 users = getattr(ephemeral, "users", None)
                 if users is not None:
@@ -247,15 +301,22 @@ class Human:
                 room_id, token, direction=MessageDirection.back, limit=100
             )
             assert isinstance(page, RoomMessagesResponse), page
-            events.extend(e.source for e in page.chunk)
+            events.extend(_as_seen(e) for e in page.chunk)
             if not page.chunk or not page.end:
                 break
             token = page.end
         return list(reversed(events))
 
     async def create_room(
-        self, invite: list[str], *, name: str | None = None, encrypted: bool = False
+        self,
+        invite: list[str],
+        *,
+        name: str | None = None,
+        encrypted: bool = False,
+        direct: bool = False,
     ) -> str:
+        """``encrypted`` puts ``m.room.encryption`` in the initial state and ``direct``
+        makes a trusted private chat flagged as direct: what Element does for a DM."""
         state = (
             [
                 {
@@ -267,7 +328,13 @@ class Human:
             if encrypted
             else []
         )
-        answer = await self.client.room_create(name=name, invite=invite, initial_state=state)
+        answer = await self.client.room_create(
+            name=name,
+            invite=invite,
+            initial_state=state,
+            is_direct=direct,
+            preset=RoomPreset.trusted_private_chat if direct else None,
+        )
         assert isinstance(answer, RoomCreateResponse), answer
         await self.sync(0)
         return str(answer.room_id)
@@ -279,7 +346,13 @@ class Human:
         await self.client.room_leave(room_id)
 
     async def send(self, room_id: str, event_type: str, content: dict[str, Any]) -> str:
-        answer = await self.client.room_send(room_id, event_type, content)
+        if self.client.olm is not None:
+            if room_id not in self.client.rooms:
+                await self.sync(0)  # nio encrypts only for rooms it has synced
+            await self.key_chores()
+        answer = await self.client.room_send(
+            room_id, event_type, content, ignore_unverified_devices=True
+        )
         event_id = getattr(answer, "event_id", None)
         assert event_id, answer
         return str(event_id)
@@ -324,14 +397,129 @@ class Human:
         assert isinstance(body, bytes), answer
         return body
 
+    async def send_encrypted_file(
+        self, room_id: str, filename: str, data: bytes, caption: str | None = None
+    ) -> str:
+        """A file as Element sends it into an encrypted room: the ciphertext uploaded, the
+        key in the (encrypted) message's ``file`` object."""
+        ciphertext, keys = encrypt_attachment(data)
+        upload, _ = await self.client.upload(
+            lambda *_: ciphertext,
+            content_type="application/octet-stream",
+            filesize=len(ciphertext),
+        )
+        uri = getattr(upload, "content_uri", None)
+        assert uri, upload
+        content = {
+            "msgtype": "m.file",
+            "body": caption or filename,
+            "filename": filename,
+            "file": {"url": uri, "mimetype": "text/plain", **keys},
+            "info": {"size": len(data), "mimetype": "text/plain"},
+        }
+        return await self.send(room_id, "m.room.message", content)
+
+    async def download_encrypted(self, file_info: dict[str, Any]) -> bytes:
+        """Fetch and decrypt an encrypted attachment (checks its hash)."""
+        ciphertext = await self.download(str(file_info["url"]))
+        return bytes(
+            decrypt_attachment(
+                ciphertext, file_info["key"]["k"], file_info["hashes"]["sha256"], file_info["iv"]
+            )
+        )
+
+    async def _send_encrypted(self, room_id: str, event_type: str, content: dict[str, Any]) -> str:
+        """Encrypt with the room's current outbound session and send, nothing shared."""
+        client = self.client
+        encrypted_type, encrypted = client.encrypt(room_id, event_type, content)
+        method, path, data = Api.room_send(
+            client.access_token, room_id, encrypted_type, encrypted, uuid.uuid4()
+        )
+        answer = await client.send(method, path, data, {"Content-Type": "application/json"})
+        body = await answer.json()
+        assert answer.status == 200, body
+        return str(body["event_id"])
+
+    async def react_encrypted(self, room_id: str, event_id: str, key: str) -> str:
+        """A reaction as Element sends it in an encrypted room: encrypted (nio's own
+        ``room_send`` leaves reactions plain)."""
+        await self.say(room_id, "(reacting)")  # makes sure a session is shared
+        content = {"m.relates_to": {"rel_type": "m.annotation", "event_id": event_id, "key": key}}
+        return await self._send_encrypted(room_id, "m.reaction", content)
+
+    async def say_keys_later(
+        self, room_id: str, text: str
+    ) -> tuple[str, Callable[[], Awaitable[None]]]:
+        """Send ``text`` encrypted with a fresh Megolm session whose key goes out only when
+        the returned ``deliver`` is awaited: a key that arrives late, or never."""
+        client = self.client
+        olm = client.olm
+        assert olm is not None
+        await self.key_chores()
+        if not client.rooms[room_id].members_synced:
+            await client.joined_members(room_id)
+        if client.should_query_keys:
+            await client.keys_query()
+        olm.create_outbound_group_session(room_id)
+        missing = client.get_missing_sessions(room_id)
+        if missing:
+            await client.keys_claim(missing)
+        held = list(
+            olm.share_group_session_parallel(
+                room_id, list(client.rooms[room_id].users), ignore_unverified_devices=True
+            )
+        )
+        olm.outbound_group_sessions[room_id].shared = True
+        event_id = await self._send_encrypted(
+            room_id, "m.room.message", {"msgtype": "m.text", "body": text}
+        )
+        # The next message starts a session that is shared as usual.
+        olm.outbound_group_sessions.pop(room_id)
+
+        async def deliver() -> None:
+            for _, to_device in held:
+                method, path, data = Api.to_device(
+                    client.access_token, "m.room.encrypted", to_device, uuid.uuid4()
+                )
+                answer = await client.send(method, path, data, {"Content-Type": "application/json"})
+                assert answer.status == 200, await answer.text()
+
+        return event_id, deliver
+
+    def rotate_megolm_session(self, room_id: str) -> str | None:
+        """Start a new outbound Megolm session for the room (as a client does after N
+        messages or a member change); returns the old session's id."""
+        olm = self.client.olm
+        assert olm is not None
+        old = olm.outbound_group_sessions.pop(room_id, None)
+        return None if old is None else str(old.id)
+
+    async def new_device(self, store: Path) -> Human:
+        """The same person signing in on another device (its own crypto store)."""
+        signing_in = AsyncClient(self.server.base_url, self.user_id)
+        try:
+            login = await signing_in.login(self.account.password, device_name="second device")
+        finally:
+            await signing_in.close()
+        assert isinstance(login, LoginResponse), login
+        account = MatrixAccount(
+            self.user_id, self.account.password, login.access_token, login.device_id
+        )
+        other = Human(self.server, account, store)
+        await other.sync(0)
+        return other
+
 
 @pytest.fixture
 async def meet(synapse: SynapseServer) -> AsyncIterator[Callable[..., Any]]:
-    """``await meet("alice")``: a fresh account and its client, closed after the test."""
+    """``await meet("alice")``: a fresh account and its client, closed after the test;
+    ``meet("alice", e2ee=True)``: one whose client encrypts (its own crypto store)."""
     people: list[Human] = []
 
-    async def make(prefix: str) -> Human:
-        person = Human(synapse, await synapse.register(prefix))
+    async def make(prefix: str, *, e2ee: bool = False) -> Human:
+        account = await synapse.register(prefix)
+        store = synapse.directory / "humans" / account.device_id if e2ee else None
+        person = Human(synapse, account, store)
         await person.sync(0)
         people.append(person)
         return person

@@ -15,6 +15,7 @@ from gateway_bot.channels.matrix.events import CARD_KEY
 from gateway_bot.config.channels import MatrixChannelSettings
 from gateway_bot.core.channel import AuthenticationError
 from gateway_bot.domain.messages import Button, Card, Decision, RawMessage, Reply, Usage
+from gateway_bot.state.database import Database
 from tests.synapse_fixtures import (
     Event,
     Human,
@@ -37,8 +38,10 @@ APPROVAL = Card(
 class RunningAdapter:
     """An adapter with its listener started; what it hears is kept in ``heard``."""
 
-    def __init__(self, settings: MatrixChannelSettings, state_dir: Path) -> None:
-        self.adapter = MatrixAdapter(settings, state_dir)
+    def __init__(
+        self, settings: MatrixChannelSettings, state_dir: Path, database: Database
+    ) -> None:
+        self.adapter = MatrixAdapter(settings, state_dir, database)
         self.heard: asyncio.Queue[RawMessage] = asyncio.Queue()
 
     async def start(self) -> MatrixAdapter:
@@ -62,12 +65,15 @@ async def bot_and_alice(meet, synapse: SynapseServer) -> tuple[MatrixAccount, Hu
 
 
 @pytest.fixture
-async def run_adapter() -> AsyncIterator[Callable[[MatrixChannelSettings, Path], RunningAdapter]]:
-    """Start adapters like the daemon does; their listeners are stopped after the test."""
+async def run_adapter(
+    state_database: Database,
+) -> AsyncIterator[Callable[[MatrixChannelSettings, Path], RunningAdapter]]:
+    """Start adapters like the daemon does; their listeners are stopped after the test. They
+    share one state database, as a restarted daemon finds its state.db again."""
     started: list[RunningAdapter] = []
 
     def make(settings: MatrixChannelSettings, state_dir: Path) -> RunningAdapter:
-        running = RunningAdapter(settings, state_dir)
+        running = RunningAdapter(settings, state_dir, state_database)
         started.append(running)
         return running
 

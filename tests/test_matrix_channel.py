@@ -98,7 +98,7 @@ async def test_strangers_and_former_members_run_nothing(
     assert "MALLORY-WANTS" not in asked
 
 
-async def test_encrypted_room_is_told_once_that_the_bot_cannot_read_it(
+async def test_with_encryption_off_an_encrypted_room_is_told_once_that_the_bot_cannot_read_it(
     gateway,
     meet,
     synapse: SynapseServer,
@@ -109,7 +109,9 @@ async def test_encrypted_room_is_told_once_that_the_bot_cannot_read_it(
     alice = await meet("alice")
     bot = await synapse.register("bot")
     room = await alice.create_room([bot.user_id], encrypted=True)
-    config = matrix_config(tmp_path, target_repo, fake_api, synapse, bot, [alice.user_id])
+    config = matrix_config(
+        tmp_path, target_repo, fake_api, synapse, bot, [alice.user_id], e2ee={"enabled": False}
+    )
     gateway("run", "--config", str(config))
     await alice.wait_for(room, membership(bot.user_id, "join"))
 

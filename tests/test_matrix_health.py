@@ -17,6 +17,7 @@ from aiohttp import web
 from gateway_bot.channels.matrix import MatrixAdapter
 from gateway_bot.config.channels import MatrixChannelSettings
 from gateway_bot.domain.messages import ChannelHealth, InboundMessage, RawMessage
+from gateway_bot.state.database import Database
 from tests.synapse_fixtures import SynapseServer, membership
 
 
@@ -79,7 +80,7 @@ async def _until(condition: Callable[[], bool], what: str) -> None:
 
 
 async def test_sync_failures_degrade_the_channel_and_it_recovers(
-    meet, synapse: SynapseServer, proxy: SwitchableProxy, tmp_path: Path
+    meet, synapse: SynapseServer, proxy: SwitchableProxy, tmp_path: Path, state_database: Database
 ) -> None:
     alice = await meet("alice")
     bot = await synapse.register("bot")
@@ -91,7 +92,7 @@ async def test_sync_failures_degrade_the_channel_and_it_recovers(
         allowed_users=[alice.user_id],
         sync_timeout_seconds=1,
     )
-    adapter = MatrixAdapter(settings, tmp_path)
+    adapter = MatrixAdapter(settings, tmp_path, state_database)
     heard: list[RawMessage] = []
 
     async def submit(raw: RawMessage) -> bool:
@@ -130,7 +131,7 @@ async def _noop_submit(raw: RawMessage) -> bool:
 
 @pytest.mark.parametrize("credential", ["good token", "bad token", "bad password"])
 async def test_credentials_connect_or_fail_for_good(
-    synapse: SynapseServer, tmp_path: Path, credential: str
+    synapse: SynapseServer, tmp_path: Path, credential: str, state_database: Database
 ) -> None:
     bot = await synapse.register("bot")
     secret = {
@@ -139,7 +140,7 @@ async def test_credentials_connect_or_fail_for_good(
         "bad password": {"password": "not-the-password"},
     }[credential]
     settings = MatrixChannelSettings(homeserver=synapse.base_url, user_id=bot.user_id, **secret)
-    adapter = MatrixAdapter(settings, tmp_path)
+    adapter = MatrixAdapter(settings, tmp_path, state_database)
     await adapter.listener.start(_noop_submit)
     try:
         expected = ChannelHealth.CONNECTED if credential == "good token" else ChannelHealth.FAILED

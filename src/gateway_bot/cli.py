@@ -1,6 +1,8 @@
-"""Command line: ``chat`` (the console), ``run`` (the daemon), ``check`` (validate a config).
+"""Command line: ``chat`` (the console), ``run`` (the daemon), ``check`` (validate a config),
+``status`` (what a deployment is doing).
 
-Exit codes: 0 done, 2 the config or the set-up is wrong (nothing was started).
+Exit codes: 0 done, 2 the config or the set-up is wrong (nothing was started), 3 (``status``)
+no state at all for this config.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from urllib.parse import urlsplit
 
 from podman.errors import PodmanError
 
-from gateway_bot.agents.claude_code import DEFAULT_API_URL
+from gateway_bot.agents.backend import AgentBackend
 from gateway_bot.channels.factory import create_adapters
 from gateway_bot.check_sandbox import check_sandbox
 from gateway_bot.config.channels import ChannelsSettings, ConsoleChannelSettings
@@ -29,16 +31,21 @@ from gateway_bot.config.server import (
 from gateway_bot.config.yaml_tags import ConfigError
 from gateway_bot.daemon import (
     Daemon,
+    agent_backend,
+    agent_command,
     agent_environment,
     agent_image_files,
     agent_program,
     check_agent_setup,
     model_api_on_loopback,
 )
+from gateway_bot.matrix_commands import bootstrap_cross_signing, describe_e2ee
 from gateway_bot.sandbox.base import Sandbox, SandboxUnavailable
 from gateway_bot.sandbox.factory import create_sandbox
 from gateway_bot.sandbox.podman import commands as image_commands
 from gateway_bot.sandbox.podman.service import PodmanCommandError
+from gateway_bot.state.database import Database
+from gateway_bot.status_command import run_status
 
 EXIT_CONFIG = 2
 BUILT_IN = "(built-in default config)"
@@ -60,6 +67,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also run the canary: prove from inside that the sandbox confines the agent",
     )
+    status = commands.add_parser(
+        "status", help="channels, containers, tasks and approvals of a deployment"
+    )
+    status.add_argument("--config", type=Path, help="server config (default: built-in)")
+    status.add_argument("--json", action="store_true", help="machine-readable, stable keys")
     image = commands.add_parser("image", help="build the sandbox images ahead of time")
     image_commands = image.add_subparsers(dest="image_command", required=True)
     build = image_commands.add_parser("build", help="build the agent and proxy images")
@@ -70,12 +82,32 @@ def main(argv: list[str] | None = None) -> int:
     )
     bootstrap.add_argument("--config", type=Path, help="server config (default: built-in)")
     bootstrap.add_argument("--force", action="store_true", help="rebuild it even if present")
+    matrix = commands.add_parser("matrix", help="Matrix channel set-up")
+    matrix_commands = matrix.add_subparsers(dest="matrix_command", required=True)
+    cross_signing = matrix_commands.add_parser(
+        "bootstrap-cross-signing",
+        help="make the bot's cross-signing keys and print the recovery key once",
+    )
+    cross_signing.add_argument("--config", type=Path, required=True)
     args = parser.parse_args(argv)
 
     if args.command == "check":
         return _check(args.config, canary=args.sandbox)
     if args.command == "image":
         return _image(args)
+    if args.command == "matrix":
+        matrix_config = _load(args.config)
+        return EXIT_CONFIG if matrix_config is None else bootstrap_cross_signing(matrix_config)
+    if args.command == "status":
+        # Not _built_in_config: status only reads, it must not make the sample repo.
+        status_config = (
+            _load(args.config)
+            if args.config
+            else build_server_config({"repo": {"url": "."}, "channels": {"console": {}}}, BUILT_IN)
+        )
+        if status_config is None:
+            return EXIT_CONFIG
+        return run_status(status_config.state_dir, as_json=args.json)
     config = _load(args.config) if args.config else _built_in_config()
     if config is None:
         return EXIT_CONFIG
@@ -113,11 +145,12 @@ async def _serve(config: ServerConfig, agent_env: dict[str, str], *, chat: bool,
         if chat:
             holder[0].end_of_input.set()
 
-    adapters = create_adapters(config, on_console_eof=on_console_eof)
+    database = Database()  # shared by the store and the channels' own state
+    adapters = create_adapters(config, on_console_eof=on_console_eof, database=database)
     if not adapters:
         print("No channel is enabled in the config: nothing to listen to.", file=sys.stderr)
         return EXIT_CONFIG
-    daemon = Daemon(config, adapters, agent_env)
+    daemon = Daemon(config, adapters, agent_env, database)
     holder.append(daemon)
     try:
         await daemon.open()
@@ -166,29 +199,35 @@ def _check(path: Path, *, canary: bool = False) -> int:
         f"{path}: OK (state {config.state_dir}, repo {config.repo.url}, "
         f"channels: {', '.join(channels) or 'none'})"
     )
-    print(f"agent: {agent_program(config) or config.agent.command[0] + ' (not found)'}")
+    print(f"agent: {agent_program(config) or agent_command(config)[0] + ' (not found)'}")
     if problem is not None:
         print(f"warning: {problem.message}")
     sandbox = create_sandbox(config.sandbox, config.state_dir)
     try:
         asyncio.run(sandbox.check())
-        route = asyncio.run(_model_route(sandbox, config.sandbox.kind, agent_env))
+        route = asyncio.run(
+            _model_route(sandbox, config.sandbox.kind, agent_backend(config), agent_env)
+        )
     except SandboxUnavailable as exc:
         print(f"error: the sandbox ({config.sandbox.kind}) cannot run: {exc}")
         return EXIT_CONFIG
     print(f"sandbox: {config.sandbox.kind} works")
     print(route)
+    for line in describe_e2ee(config):
+        print(line)
     if canary:
         return check_sandbox(config, path)
     return 0
 
 
-async def _model_route(sandbox: Sandbox, kind: str, agent_env: dict[str, str]) -> str:
+async def _model_route(
+    sandbox: Sandbox, kind: str, backend: AgentBackend, agent_env: dict[str, str]
+) -> str:
     """How the agent will reach its model API: one line for ``check``."""
-    url = agent_env.get("ANTHROPIC_BASE_URL") or DEFAULT_API_URL
+    url = backend.model_api_url(agent_env)
     if kind == "none":
         return f"model API {url} reached directly by the agent on this host (no sandbox)"
-    local = model_api_on_loopback(agent_env)
+    local = model_api_on_loopback(backend, agent_env)
     if local is None or urlsplit(local).scheme != "http":
         return f"model API {url} reached by the sandbox via the egress proxy"
     relay = urlsplit(await sandbox.reach_host_loopback(local, start=False)).netloc

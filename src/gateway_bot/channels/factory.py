@@ -26,7 +26,7 @@ def create_adapters(
     slack = config.channels.slack
     if slack is not None and slack.enabled:
         adapters["slack"] = SlackAdapter(slack, config.state_dir, database)
-    if config.channels.matrix is not None:
+    if config.channels.matrix is not None and config.channels.matrix.enabled:
         adapters["matrix"] = MatrixAdapter(config.channels.matrix, config.state_dir, database)
     email = config.channels.email
     if email is not None and email.enabled:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import html
 import logging
 import uuid
@@ -55,7 +56,6 @@ from gateway_bot.core.channel import AuthenticationError
 from gateway_bot.core.inbox_files import InboxWriter
 from gateway_bot.domain.messages import (
     Card,
-    ChannelCapabilities,
     Decision,
     InboundMessage,
     JsonDict,
@@ -64,6 +64,7 @@ from gateway_bot.domain.messages import (
     Reply,
     RoomInvite,
 )
+from gateway_bot.state.database import Database
 
 log = logging.getLogger(__name__)
 
@@ -76,16 +77,16 @@ T = TypeVar("T")
 
 class MatrixAdapter:
     name = CHANNEL
-    capabilities = ChannelCapabilities(
-        edits=True, buttons=False, threads=True, files=True, progress_interval_s=1.0
-    )
+    progress_interval_s = 1.0
 
-    def __init__(self, settings: MatrixChannelSettings, state_dir: Path) -> None:
+    def __init__(
+        self, settings: MatrixChannelSettings, state_dir: Path, database: Database
+    ) -> None:
+        """``database``: the shared state database (open by the time the listener starts)."""
         self._settings = settings
-        self._session = MatrixSession(settings, state_dir)
+        self._session = MatrixSession(settings, state_dir, database)
         self._listener = MatrixListener(self._session, CHANNEL)
         self._max_file_bytes = int(settings.max_file_mb * 1_000_000)
-        self._steps: dict[str, int] = {}
         self._typing: dict[str, set[str]] = {}
         self._typing_refresher: asyncio.Task[None] | None = None
         self._titles: dict[str, str] = {}
@@ -104,8 +105,10 @@ class MatrixAdapter:
     async def _send(self, room_id: str, content: JsonDict, txn_id: str) -> str:
         """Every message the bot sends goes out here, mentioning nobody: its text is the
         agent's or people's, and must not ping members by name or ``@room``."""
-        api, silenced = self._session.api, without_mentions(content)
-        return await self._when_ready(lambda: api.send(room_id, "m.room.message", silenced, txn_id))
+        session, silenced = self._session, without_mentions(content)
+        return await self._when_ready(
+            lambda: session.send_event(room_id, "m.room.message", silenced, txn_id)
+        )
 
     # -- inbound -------------------------------------------------------------------------
 
@@ -192,9 +195,9 @@ class MatrixAdapter:
         if reaction is None:
             raise AuthenticationError(sender, "not a reaction to a card")
         target, key = reaction
-        api = self._session.api
+        session = self._session
         try:
-            card = await self._when_ready(lambda: api.get_event(room_id, target))
+            card = await self._when_ready(lambda: session.read_event(room_id, target))
         except MatrixError as exc:
             if exc.transient:
                 raise
@@ -216,7 +219,7 @@ class MatrixAdapter:
     async def save_attachments(self, message: InboundMessage, inbox: InboxWriter) -> list[str]:
         await self._session.ready()
         outcome = await save_attachments(
-            self._session.api, message.attachments, inbox, self._max_file_bytes
+            self._session, message.attachments, inbox, self._max_file_bytes
         )
         if outcome.problems:
             await self._notice(message.channel_context, " ".join(outcome.problems))
@@ -233,11 +236,14 @@ class MatrixAdapter:
         await self._start_typing(room_id, task_id)
 
     async def send_progress(self, context: JsonDict, progress: Progress) -> None:
-        """Edit the acknowledgement; after a restart without one, post a new display."""
+        """Edit the acknowledgement; after a restart without one, post a new display. The
+        closing update (``outcome`` set) turns it into the outcome and the step count."""
         room_id = str(context["room_id"])
         task_id = progress.task_id
+        if progress.outcome is not None:
+            await self._close_progress(room_id, task_id, progress)
+            return
         content = progress_content(progress)
-        self._steps[task_id] = len(progress.steps)
         ack = await self._session.store.progress_message(task_id)
         if ack is None:
             placed = in_conversation(content, context.get("thread_root"), context.get("event_id"))
@@ -251,24 +257,27 @@ class MatrixAdapter:
         room_id = str(context["room_id"])
         thread_root, reply_to = context.get("thread_root"), context.get("event_id")
         await self._stop_typing(room_id, task_id)
-        ack = await self._session.store.progress_message(task_id)
-        if ack is not None:
-            done = finished_content(reply, self._steps.pop(task_id, None))
-            try:
-                await self._send(room_id, edit_of(ack, done), f"gwb-{task_id}-done")
-            except MatrixError as exc:
-                log.warning("matrix: could not close the progress of %s: %s", task_id, exc)
         for part, content in enumerate(reply_contents(reply, self._settings.max_message_bytes)):
             placed = in_conversation(content, thread_root, reply_to)
             await self._send(room_id, placed, f"gwb-{task_id}-reply-{part}")
         for number, path in enumerate(reply.files):
             await self._send_file(context, Path(path), f"gwb-{task_id}-file-{number}")
+
+    async def _close_progress(self, room_id: str, task_id: str, progress: Progress) -> None:
+        """Edit the acknowledgement into the outcome; a task without one (a command's
+        answer) has nothing to close."""
+        assert progress.outcome is not None
+        ack = await self._session.store.progress_message(task_id)
+        if ack is None:
+            return
+        done = finished_content(progress.outcome, len(progress.steps) or None)
+        await self._send(room_id, edit_of(ack, done), f"gwb-{task_id}-done")
         await self._session.store.forget_progress_message(task_id)
 
     async def _send_file(self, context: JsonDict, path: Path, txn_id: str) -> None:
-        api, limit = self._session.api, self._max_file_bytes
+        session, limit, room_id = self._session, self._max_file_bytes, str(context["room_id"])
         try:
-            content = await self._when_ready(lambda: upload_file(api, path, limit))
+            content = await self._when_ready(lambda: upload_file(session, room_id, path, limit))
         except (MatrixError, OSError) as exc:
             if isinstance(exc, MatrixError) and exc.transient:
                 raise  # the core sends the reply again: same txn ids, no duplicate events
@@ -301,7 +310,12 @@ class MatrixAdapter:
         """Post the card and pre-react with each button's emoji: pressing is reacting."""
         room_id = str(context["room_id"])
         content = in_conversation(card_content(card, CARD_KEY), context.get("thread_root"), None)
-        event_id = await self._send(room_id, content, f"gwb-card-{uuid.uuid4().hex}")
+        # The txn id names the card's buttons (the approval's code): posting the same card
+        # again (a restart between the post and the core recording it) returns the first
+        # event instead of a second card.
+        actions = "|".join(sorted(b.action_id for b in card.buttons)) or uuid.uuid4().hex
+        card_txn = hashlib.sha256(actions.encode()).hexdigest()[:32]
+        event_id = await self._send(room_id, content, f"gwb-card-{card_txn}")
         emojis = [b.emoji for b in card.buttons if b.emoji]
         await self._session.store.save_card(event_id, room_id, emojis)
         for emoji in emojis:
@@ -317,8 +331,9 @@ class MatrixAdapter:
         reaction = {
             "m.relates_to": {"rel_type": "m.annotation", "event_id": event_id, "key": emoji}
         }
-        txn = f"gwb-react-{uuid.uuid4().hex}"
-        return await self._session.api.send(room_id, "m.reaction", reaction, txn)
+        key = hashlib.sha256(f"{event_id}|{emoji}".encode()).hexdigest()[:32]
+        txn = f"gwb-react-{key}"
+        return await self._session.send_event(room_id, "m.reaction", reaction, txn)
 
     async def update_card(self, context: JsonDict, card_ref: str, card: Card) -> None:
         room_id = str(context["room_id"])

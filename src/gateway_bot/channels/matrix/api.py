@@ -1,28 +1,46 @@
-"""A small typed client for the few Matrix client-server API calls the channel makes.
+"""The Matrix client-server calls the channel makes, over matrix-nio's ``AsyncClient``.
 
-Why not matrix-nio's AsyncClient for the bot: the channel stores raw event JSON (it is the
-RawMessage payload and must survive restarts), while nio re-parses events and drops what it
-does not model (the content of invite member events, for one), retries connection errors
-forever by default (the channel must notice and report them), and ships no type hints. A
-dozen endpoints over aiohttp are simpler to reason about. The tests drive the human with nio.
+nio owns the transport (its aiohttp session), the login, the sync's side effects (room
+state, device lists, to-device messages, decryption) and encryption of what is sent. Its
+defaults retry connection errors and rate limits forever without telling anyone; here they
+are capped (``max_timeouts=0``, a few 429 waits) so a failure reaches the channel, which
+reports its health and leaves retrying to the core's one policy.
+
+What nio does not model is read as JSON: the channel stores raw event JSON (the RawMessage
+payload must survive restarts), so the sync keeps its raw body next to nio's parsed
+response, and the few endpoints whose answer nio re-parses lossily (stripped invite state,
+``/messages`` pages, single events, state lookups) go through ``call`` on nio's session.
 
 Every failure is a MatrixError, connection problems included (status 0), so callers handle
-one exception type; rate limits (429) are waited out here, a few times, as the server asks.
+one exception type.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
+import copy
+import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
-from urllib.parse import quote, urlparse
+from typing import Any, cast
+from urllib.parse import quote, urlencode, urlparse
 
 import aiohttp
+from nio import (
+    AsyncClient,
+    AsyncClientConfig,
+    ErrorResponse,
+    LoginResponse,
+    RoomSendResponse,
+    SyncResponse,
+)
+from nio.api import Api
+from nio.crypto import ENCRYPTION_ENABLED
 
 log = logging.getLogger(__name__)
+# nio logs every room event it handles at INFO; its warnings (undecryptable events, missing
+# sessions) are the part an operator needs.
+logging.getLogger("nio").setLevel(logging.WARNING)
 
 JsonDict = dict[str, Any]
 
@@ -35,11 +53,13 @@ _RATE_LIMIT_RETRIES = 5
 class MatrixError(Exception):
     """The homeserver refused a request, or could not be reached (``status`` 0)."""
 
-    def __init__(self, status: int, errcode: str, error: str) -> None:
+    def __init__(self, status: int, errcode: str, error: str, body: JsonDict | None = None) -> None:
         super().__init__(f"{errcode} ({status}): {error}" if status else error)
         self.status = status
         self.errcode = errcode
         self.error = error
+        self.body = body or {}
+        """The error's JSON (an auth challenge's ``session`` and ``flows``)."""
 
     @property
     def transient(self) -> bool:
@@ -62,47 +82,56 @@ def _segment(value: str) -> str:
     return quote(value, safe="")
 
 
+class _KeptSyncResponse(SyncResponse):  # type: ignore[misc]
+    """nio's SyncResponse with the JSON it was parsed from (``raw``): nio keeps only what
+    it models (stripped invite state loses its content, the timeline's ``unsigned``...)."""
+
+    raw: JsonDict
+
+    @classmethod
+    def from_dict(cls, parsed_dict: dict[Any, Any]) -> Any:
+        raw = copy.deepcopy(parsed_dict)  # nio's parsing pops keys out of the dict it reads
+        response = SyncResponse.from_dict(parsed_dict)
+        response.raw = raw
+        return response
+
+
+def new_client(homeserver: str, user_id: str, store_path: str, pickle_key: str) -> AsyncClient:
+    """An AsyncClient that fails instead of retrying forever. ``store_path`` empty: no
+    crypto store, so no encryption (rooms that need it are answered with a notice)."""
+    config = AsyncClientConfig(
+        max_limit_exceeded=_RATE_LIMIT_RETRIES,
+        max_timeouts=0,
+        request_timeout=60,
+        encryption_enabled=bool(store_path) and ENCRYPTION_ENABLED,
+        pickle_key=pickle_key,
+        store_sync_tokens=False,  # the channel commits its own token (exactly-once intake)
+    )
+    return AsyncClient(homeserver, user_id, store_path=store_path or None, config=config)
+
+
+def _error_of(response: Any, what: str) -> MatrixError:
+    transport = getattr(response, "transport_response", None)
+    status = int(getattr(transport, "status", 0) or 0)
+    errcode = str(getattr(response, "status_code", None) or "M_UNKNOWN")
+    return MatrixError(status or 500, errcode, f"{what}: {getattr(response, 'message', '')}")
+
+
 class MatrixApi:
-    def __init__(self, homeserver: str) -> None:
-        self._base = homeserver.rstrip("/")
-        self.access_token: str | None = None
-        self._session: aiohttp.ClientSession | None = None
-        self._in_flight = 0
-        self._retired = False
+    def __init__(self, client: AsyncClient) -> None:
+        self.client = client
 
-    # -- sessions ------------------------------------------------------------------------
-
-    @contextlib.asynccontextmanager
-    async def _client(self) -> AsyncIterator[aiohttp.ClientSession]:
-        """The shared session, or after ``retire`` a short-lived one: the daemon keeps
-        sending replies after its listeners stopped, and has no hook to close channels."""
-        if self._retired:
-            async with aiohttp.ClientSession() as temporary:
-                yield temporary
-            return
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession()
-        self._in_flight += 1
-        try:
-            yield self._session
-        finally:
-            self._in_flight -= 1
-            if self._retired and self._in_flight == 0:
-                await self._session.close()
+    @property
+    def access_token(self) -> str | None:
+        return self.client.access_token or None
 
     async def retire(self) -> None:
-        """Close the shared session once no request uses it; later calls still work."""
-        self._retired = True
-        if self._session is not None and self._in_flight == 0:
-            await self._session.close()
+        """Close nio's session; nio opens a new one for any later call (the daemon keeps
+        sending replies after its listeners stopped)."""
+        await self.client.close()
+        self.client.client_session = None
 
-    def _headers(self, content_type: str | None = None) -> dict[str, str]:
-        headers = {"Authorization": f"Bearer {self.access_token}"} if self.access_token else {}
-        if content_type:
-            headers["Content-Type"] = content_type
-        return headers
-
-    # -- the request loop ----------------------------------------------------------------
+    # -- the raw request ---------------------------------------------------------------
 
     async def call(
         self,
@@ -115,49 +144,50 @@ class MatrixApi:
         content_type: str | None = None,
         timeout_s: float = 30.0,
     ) -> JsonDict:
-        url = self._base + path
-        timeout = aiohttp.ClientTimeout(total=timeout_s)
-        for attempt in range(_RATE_LIMIT_RETRIES + 1):
-            try:
-                async with (
-                    self._client() as session,
-                    session.request(
-                        method,
-                        url,
-                        params=params,
-                        json=body,
-                        data=data,
-                        headers=self._headers(content_type),
-                        timeout=timeout,
-                    ) as response,
-                ):
-                    payload = await _json_of(response)
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                raise MatrixError(0, "M_CONNECTION", f"{method} {path}: {exc!r}") from exc
-            if response.status < 400:
-                return payload
-            errcode = str(payload.get("errcode", "M_UNKNOWN"))
-            error = MatrixError(response.status, errcode, str(payload.get("error", "")))
-            if response.status != 429 or attempt == _RATE_LIMIT_RETRIES:
-                raise error
-            wait_ms = payload.get("retry_after_ms") or 1000
-            log.warning("rate limited on %s %s; waiting %d ms", method, path, wait_ms)
-            await asyncio.sleep(float(wait_ms) / 1000)
-        raise AssertionError("unreachable")
+        """One request on nio's session; JSON in, JSON out. Used where nio's parsed
+        responses would lose what the channel stores or reads."""
+        if params:
+            path = f"{path}?{urlencode(params)}"
+        headers = {"Content-Type": content_type or "application/json"}
+        if self.client.access_token:
+            headers["Authorization"] = f"Bearer {self.client.access_token}"
+        payload: Any = (
+            data if data is not None else (json.dumps(body) if body is not None else None)
+        )
+        try:
+            response = await self.client.send(
+                method, path, payload, headers, timeout=aiohttp.ClientTimeout(total=timeout_s)
+            )
+            answer = await _json_of(response)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise MatrixError(0, "M_CONNECTION", f"{method} {path}: {exc!r}") from exc
+        if response.status < 400:
+            return answer
+        errcode = str(answer.get("errcode", "M_UNKNOWN"))
+        raise MatrixError(response.status, errcode, str(answer.get("error", "")), answer)
+
+    async def _nio(self, call: Awaitable[Any], what: str) -> Any:
+        """Await a nio call; its ErrorResponse and connection errors become MatrixError."""
+        try:
+            response = await call
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise MatrixError(0, "M_CONNECTION", f"{what}: {exc!r}") from exc
+        if isinstance(response, ErrorResponse):
+            raise _error_of(response, what)
+        return response
 
     # -- account -------------------------------------------------------------------------
 
     async def login_password(self, user_id: str, password: str, device_name: str) -> Login:
-        body = {
-            "type": "m.login.password",
-            "identifier": {"type": "m.id.user", "user": user_id},
-            "password": password,
-            "initial_device_display_name": device_name,
-        }
-        answer = await self.call("POST", f"{_CLIENT}/login", body=body)
-        return Login(str(answer["user_id"]), str(answer["device_id"]), str(answer["access_token"]))
+        self.client.user = user_id
+        answer = await self._nio(
+            self.client.login(password=password, device_name=device_name), "login"
+        )
+        assert isinstance(answer, LoginResponse)
+        return Login(str(answer.user_id), str(answer.device_id), str(answer.access_token))
 
-    async def whoami(self) -> tuple[str, str | None]:
+    async def whoami(self, access_token: str) -> tuple[str, str | None]:
+        self.client.access_token = access_token
         answer = await self.call("GET", f"{_CLIENT}/account/whoami")
         device = answer.get("device_id")
         return str(answer["user_id"]), str(device) if device else None
@@ -174,13 +204,23 @@ class MatrixApi:
 
     # -- sync and rooms ------------------------------------------------------------------
 
-    async def sync(self, since: str | None, timeout_ms: int, filter_json: str) -> JsonDict:
-        params = {"timeout": str(timeout_ms), "filter": filter_json}
-        if since:
-            params["since"] = since
-        return await self.call(
-            "GET", f"{_CLIENT}/sync", params=params, timeout_s=timeout_ms / 1000 + 30
+    async def sync(
+        self, since: str | None, timeout_ms: int, filter_json: str, full_state: bool
+    ) -> tuple[JsonDict, SyncResponse]:
+        """One /sync through nio (which decrypts, tracks devices and room state as a side
+        effect), returning the raw body with nio's parsed response."""
+        method, path = Api.sync(
+            self.client.access_token,
+            since=since,
+            timeout=timeout_ms or None,
+            filter=filter_json,
+            full_state=full_state or None,
         )
+        wait_s = timeout_ms / 1000 + 30
+        answer = await self._nio(
+            self.client._send(_KeptSyncResponse, method, path, timeout=wait_s), "sync"
+        )
+        return cast(JsonDict, answer.raw), cast(SyncResponse, answer)
 
     async def join(self, room_id: str) -> None:
         await self.call("POST", f"{_CLIENT}/join/{_segment(room_id)}", body={})
@@ -223,12 +263,17 @@ class MatrixApi:
         path = f"{_CLIENT}/rooms/{_segment(room_id)}/messages"
         return await self.call("GET", path, params=params)
 
-    async def send(self, room_id: str, event_type: str, content: JsonDict, txn_id: str) -> str:
-        """Send an event. The homeserver answers a repeated ``txn_id`` (same device) with
-        the first event's id instead of sending again: re-sends after a crash are safe."""
-        path = f"{_CLIENT}/rooms/{_segment(room_id)}/send/{_segment(event_type)}/{_segment(txn_id)}"
-        answer = await self.call("PUT", path, body=content)
-        return str(answer["event_id"])
+    async def send_raw(self, room_id: str, event_type: str, content: JsonDict, txn_id: str) -> str:
+        """PUT an event as it is (already encrypted, or for a plain room). The homeserver
+        answers a repeated ``txn_id`` (same device) with the first event's id instead of
+        sending again: re-sends after a crash are safe."""
+        method, path, data = Api.room_send(
+            self.client.access_token, room_id, event_type, content, txn_id
+        )
+        answer = await self._nio(
+            self.client._send(RoomSendResponse, method, path, data, (room_id,)), "send"
+        )
+        return str(answer.event_id)
 
     async def typing(self, room_id: str, user_id: str, typing: bool, timeout_ms: int) -> None:
         path = f"{_CLIENT}/rooms/{_segment(room_id)}/typing/{_segment(user_id)}"
@@ -243,7 +288,7 @@ class MatrixApi:
         answer = await self.call(
             "POST",
             _MEDIA_UPLOAD,
-            params={"filename": filename},
+            params={"filename": filename} if filename else None,
             data=data,
             content_type=content_type,
             timeout_s=300,
@@ -258,16 +303,14 @@ class MatrixApi:
         parsed = urlparse(mxc)
         if parsed.scheme != "mxc" or not parsed.netloc or not parsed.path.strip("/"):
             raise MatrixError(400, "M_INVALID_PARAM", f"not an mxc:// URI: {mxc!r}")
-        url = f"{self._base}{_MEDIA}/download/{_segment(parsed.netloc)}/"
-        url += _segment(parsed.path.strip("/"))
+        path = f"{_MEDIA}/download/{_segment(parsed.netloc)}/{_segment(parsed.path.strip('/'))}"
+        headers = {"Authorization": f"Bearer {self.client.access_token}"}
         size = 0
         try:
-            async with (
-                self._client() as session,
-                session.get(
-                    url, headers=self._headers(), timeout=aiohttp.ClientTimeout(sock_read=120)
-                ) as response,
-            ):
+            response = await self.client.send(
+                "GET", path, None, headers, timeout=aiohttp.ClientTimeout(sock_read=120)
+            )
+            async with response:
                 if response.status >= 400:
                     payload = await _json_of(response)
                     raise MatrixError(

@@ -8,6 +8,7 @@ listener and the adapter do the I/O around these.
 from __future__ import annotations
 
 import enum
+import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -124,6 +125,10 @@ def parse_message(event: JsonDict) -> ParsedMessage:
     body = str(content.get("body") or "")
     msgtype = content.get("msgtype")
     attachments: tuple[Attachment, ...] = ()
+    encrypted_file = content.get("file")
+    if msgtype in FILE_MSGTYPES and isinstance(encrypted_file, dict):
+        # An encrypted attachment: the reference carries its key (see files.py).
+        content = {**content, "url": json.dumps(encrypted_file, sort_keys=True)}
     if msgtype in FILE_MSGTYPES and isinstance(content.get("url"), str):
         raw_info = content.get("info")
         info: JsonDict = raw_info if isinstance(raw_info, dict) else {}

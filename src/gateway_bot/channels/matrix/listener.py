@@ -9,10 +9,17 @@ the daemon was down), the gap back to the previous token is read with /messages.
 Never replayed as tasks: anything before the first sync of a fresh state, and, in a room
 joined within a batch, anything before the bot's own join.
 
+The sync goes through matrix-nio, which decrypts, tracks devices and rooms as a side
+effect; after each sync the listener does nio's key chores (``crypto.E2ee.chores``) before
+it handles the batch, so device lists are current when answers go out. Encrypted messages
+are decrypted here and submitted as plain event JSON; one whose keys never came is kept
+(``undecrypted``), its keys requested, its sender told once after
+``e2ee.undecryptable_notice_s``, and it is submitted as soon as the keys arrive.
+
 Also here: invites (joined when the inviter is allowed, otherwise handed to the core as a
-RoomInvite for its approval policy), the one-time
-"cannot read encrypted rooms" notice, and health (DEGRADED with exponential back-off while
-syncs fail; FAILED when the credentials are refused).
+RoomInvite for its approval policy), the "cannot read encrypted rooms" notice when
+encryption is off, and health (DEGRADED with exponential back-off while syncs fail or
+messages stay undecryptable; FAILED when the credentials are refused).
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import uuid
 from typing import Any
 
 from gateway_bot.channels.matrix.api import MatrixError
+from gateway_bot.channels.matrix.encrypted_intake import EncryptedIntake
 from gateway_bot.channels.matrix.events import (
     EventKind,
     classify,
@@ -44,23 +52,33 @@ log = logging.getLogger(__name__)
 
 JsonDict = dict[str, Any]
 
-_TIMELINE_TYPES = ["m.room.message", "m.room.encrypted", "m.reaction", "m.room.member"]
+_TIMELINE_TYPES = [
+    "m.room.message",
+    "m.room.encrypted",
+    "m.reaction",
+    "m.room.member",
+    "m.room.encryption",
+]
+_STATE_TYPES = ["m.room.member", "m.room.encryption"]
+"""nio needs every member (whose devices get room keys) and the encryption state."""
 _GAP_PAGES = 20
 _MAX_BACKOFF_S = 60.0
 
 ENCRYPTED_NOTICE = (
-    "I cannot read end-to-end encrypted rooms yet, so I did not see that message. "
-    "Please talk to me in a room without encryption (encryption cannot be turned off once "
-    "it is on: create a new room with encryption disabled and invite me there)."
+    "I cannot read end-to-end encrypted rooms here (encryption is turned off in my "
+    "configuration), so I did not see that message. Please talk to me in a room without "
+    "encryption (encryption cannot be turned off once it is on: create a new room with "
+    "encryption disabled and invite me there), or ask my operator to enable it."
 )
 
 
 def sync_filter(timeline_limit: int) -> str:
-    """Only what the bot acts on: messages, reactions, encrypted events and memberships."""
+    """Only what the bot acts on (messages, reactions, encrypted events, memberships) and
+    what encryption needs (members, the room's encryption state)."""
     nothing: JsonDict = {"types": []}
     room = {
         "timeline": {"limit": timeline_limit, "types": _TIMELINE_TYPES},
-        "state": {"types": [], "lazy_load_members": True},
+        "state": {"types": _STATE_TYPES, "lazy_load_members": False},
         "ephemeral": nothing,
         "account_data": nothing,
     }
@@ -78,15 +96,30 @@ class MatrixListener:
         self._next_batch: str | None = None
         self._joined: set[str] = set()
         self._filter = sync_filter(session.settings.sync_timeline_limit)
+        self._full_state = True
+        self._encrypted = EncryptedIntake(session, self._on_event)
+        self._undecrypted_ticker: asyncio.Task[None] | None = None
 
     @property
     def status(self) -> ChannelStatus:
+        """The sync's health; a connected channel with messages undecryptable past the
+        notice time is DEGRADED until their keys arrive."""
+        stuck = self._encrypted.stuck
+        if self._status.health is ChannelHealth.CONNECTED and stuck:
+            return ChannelStatus(
+                ChannelHealth.DEGRADED,
+                f"{stuck} encrypted message(s) cannot be decrypted: their Megolm "
+                "keys never reached the bot (asked the senders' devices for them)",
+            )
         return self._status
 
     async def start(self, submit: Submit) -> None:
         self._submit = submit
         self._stopping.clear()
         self._loop_task = asyncio.create_task(self._run(), name="matrix-sync")
+        self._undecrypted_ticker = asyncio.create_task(
+            self._encrypted.keep_retrying(), name="matrix-undecrypted"
+        )
 
     async def stop(self) -> None:
         """Stop after the batch in hand (a long poll is abandoned at once), so no
@@ -99,6 +132,10 @@ class MatrixListener:
                 self._loop_task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._loop_task
+        if self._undecrypted_ticker is not None:
+            self._undecrypted_ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._undecrypted_ticker
         await self._session.api.retire()
 
     # -- the loop ------------------------------------------------------------------------
@@ -115,7 +152,12 @@ class MatrixListener:
                 response = await self._poll()
                 if response is None:
                     return
+                self._full_state = False
+                self._session.mark_synced()
+                await self._session.e2ee.chores()
+                await self._session.cross_sign()
                 await self._handle_batch(response)
+                await self._encrypted.retry_kept()
             except LoginRefused as exc:
                 log.error("matrix: %s", exc)
                 self._status = ChannelStatus(ChannelHealth.FAILED, f"login refused: {exc}")
@@ -155,7 +197,7 @@ class MatrixListener:
         if self._next_batch is None:
             timeout_ms = 0  # the first sync returns at once anyway
         poll = asyncio.create_task(
-            self._session.api.sync(self._next_batch, timeout_ms, self._filter)
+            self._session.api.sync(self._next_batch, timeout_ms, self._filter, self._full_state)
         )
         stop = asyncio.create_task(self._stopping.wait())
         await asyncio.wait({poll, stop}, return_when=asyncio.FIRST_COMPLETED)
@@ -165,7 +207,8 @@ class MatrixListener:
                 await poll
             return None
         stop.cancel()
-        return poll.result()
+        raw, _parsed = poll.result()
+        return raw
 
     # -- one batch -----------------------------------------------------------------------
 
@@ -263,7 +306,10 @@ class MatrixListener:
             if reaction and emojis and reaction[1] in emojis:
                 await self._accept_event(room_id, event)
         elif kind is EventKind.ENCRYPTED:
-            await self._say_encrypted(room_id, event)
+            if self._session.e2ee.available:
+                await self._encrypted.on_encrypted(room_id, event)
+            else:
+                await self._say_encrypted(room_id, event)
 
     async def _accept_event(self, room_id: str, event: JsonDict) -> None:
         timestamp = event.get("origin_server_ts")
@@ -290,7 +336,7 @@ class MatrixListener:
         if await store.encrypted_room_told(room_id):
             return
         content = in_conversation(notice_content(ENCRYPTED_NOTICE), None, event.get("event_id"))
-        await self._session.api.send(
+        await self._session.send_event(
             room_id, "m.room.message", content, f"gwb-encrypted-{uuid.uuid4().hex}"
         )
         await store.mark_encrypted_room_told(room_id)

@@ -1,6 +1,7 @@
-"""What the Matrix channel remembers across restarts, in its own SQLite file.
+"""What the Matrix channel remembers across restarts, in the shared state database.
 
-``<state_dir>/matrix/matrix.db``, written only by this channel (one writer per file):
+Owner "matrix" of ``state/database.py`` (its own migrations and ``matrix_*`` tables,
+written only by this channel):
 
 * the login (user, device, access token), so a password login keeps one device and the
   homeserver's transaction-id de-duplication still recognises re-sends after a restart;
@@ -13,43 +14,58 @@
   press a button;
 * the encrypted rooms already told that the bot cannot read them.
 
-Why its own file rather than a migration in ``state.db``: the core's schema belongs to the
-core; this file can be deleted to forget the channel's state without touching the tasks.
-Each operation opens a short-lived connection in a worker thread: writes are rare (one per
-sync batch or sent message), and nothing is left open when the daemon exits.
+The last two kinds per task/card are a ledger: ``prune`` drops those older than the
+retention time. Before per-owner migrations this lived in ``<state_dir>/matrix/matrix.db``;
+at first use its rows are copied over once and the file renamed ``matrix.db.migrated``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS login (
-    homeserver TEXT NOT NULL, user_id TEXT NOT NULL, device_id TEXT NOT NULL,
-    access_token TEXT NOT NULL, PRIMARY KEY (homeserver, user_id));
-CREATE TABLE IF NOT EXISTS sync_position (
-    user_id TEXT PRIMARY KEY, next_batch TEXT NOT NULL, updated_at REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS joined_rooms (
-    user_id TEXT NOT NULL, room_id TEXT NOT NULL, PRIMARY KEY (user_id, room_id));
-CREATE TABLE IF NOT EXISTS direct_rooms (
-    user_id TEXT NOT NULL, room_id TEXT NOT NULL, PRIMARY KEY (user_id, room_id));
-CREATE TABLE IF NOT EXISTS progress_messages (
-    task_id TEXT PRIMARY KEY, room_id TEXT NOT NULL, event_id TEXT NOT NULL,
-    created_at REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS cards (
-    event_id TEXT PRIMARY KEY, room_id TEXT NOT NULL, emojis_json TEXT NOT NULL,
-    created_at REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS encrypted_rooms_told (room_id TEXT PRIMARY KEY);
-"""
+from gateway_bot.state.database import Database, Params
+from gateway_bot.state.legacy_files import import_legacy_file
 
-T = TypeVar("T")
+OWNER = "matrix"
+
+MATRIX_MIGRATIONS: tuple[str, ...] = (
+    # 1: the tables of the former matrix.db, prefixed.
+    """
+    CREATE TABLE matrix_login (
+        homeserver TEXT NOT NULL, user_id TEXT NOT NULL, device_id TEXT NOT NULL,
+        access_token TEXT NOT NULL, PRIMARY KEY (homeserver, user_id));
+    CREATE TABLE matrix_sync_position (
+        user_id TEXT PRIMARY KEY, next_batch TEXT NOT NULL, updated_at DOUBLE PRECISION NOT NULL);
+    CREATE TABLE matrix_joined_rooms (
+        user_id TEXT NOT NULL, room_id TEXT NOT NULL, PRIMARY KEY (user_id, room_id));
+    CREATE TABLE matrix_direct_rooms (
+        user_id TEXT NOT NULL, room_id TEXT NOT NULL, PRIMARY KEY (user_id, room_id));
+    CREATE TABLE matrix_progress_messages (
+        task_id TEXT PRIMARY KEY, room_id TEXT NOT NULL, event_id TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL);
+    CREATE TABLE matrix_cards (
+        event_id TEXT PRIMARY KEY, room_id TEXT NOT NULL, emojis_json TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL);
+    CREATE TABLE matrix_encrypted_rooms_told (room_id TEXT PRIMARY KEY);
+    CREATE INDEX matrix_progress_messages_created ON matrix_progress_messages(created_at);
+    CREATE INDEX matrix_cards_created ON matrix_cards(created_at);
+    """,
+)
+
+_LEGACY_TABLES = (
+    ("login", "homeserver, user_id, device_id, access_token"),
+    ("sync_position", "user_id, next_batch, updated_at"),
+    ("joined_rooms", "user_id, room_id"),
+    ("direct_rooms", "user_id, room_id"),
+    ("progress_messages", "task_id, room_id, event_id, created_at"),
+    ("cards", "event_id, room_id, emojis_json, created_at"),
+    ("encrypted_rooms_told", "room_id"),
+)
 
 
 @dataclass(frozen=True)
@@ -59,163 +75,173 @@ class SyncPosition:
 
 
 class MatrixStateStore:
-    def __init__(self, path: Path) -> None:
-        self._path = path
-        self._lock = asyncio.Lock()
+    def __init__(self, database: Database, legacy_path: Path | None = None) -> None:
+        """``legacy_path``: the channel's former own file, imported once if present."""
+        self._database = database
+        self._legacy_path = legacy_path
+        self._ready = False
+        self._readying = asyncio.Lock()
+        database.add_pruner(OWNER, self.prune)
 
-    async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        async with self._lock:
-            return await asyncio.to_thread(self._in_thread, work)
+    async def _db(self) -> Database:
+        """The database, migrated for this owner (and the old file imported) on first use."""
+        if not self._ready:
+            async with self._readying:
+                if not self._ready:
+                    await self._database.migrate(OWNER, MATRIX_MIGRATIONS)
+                    if self._legacy_path is not None:
+                        await import_legacy_file(
+                            self._database, self._legacy_path, _LEGACY_TABLES, "matrix_"
+                        )
+                    self._ready = True
+        return self._database
 
-    def _in_thread(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        connection = sqlite3.connect(self._path, timeout=30)
-        try:
-            connection.executescript(_SCHEMA)
-            with connection:
-                return work(connection)
-        finally:
-            connection.close()
+    async def prune(self, before: float) -> int:
+        """Retention: acknowledgement events and cards recorded before ``before``. Cards
+        expire within a day, and a progress display belongs to a task long finished; the
+        login, sync position and room sets are state, never pruned."""
+        db = await self._db()
+        count = 0
+        for table in ("matrix_progress_messages", "matrix_cards"):
+            count += await db.write(f"DELETE FROM {table} WHERE created_at < ?", (before,))
+        return count
 
     # -- login ---------------------------------------------------------------------------
 
     async def load_login(self, homeserver: str, user_id: str) -> tuple[str, str] | None:
         """(device_id, access_token) of the stored login for this account, if any."""
-
-        def read(db: sqlite3.Connection) -> tuple[str, str] | None:
-            row = db.execute(
-                "SELECT device_id, access_token FROM login WHERE homeserver=? AND user_id=?",
-                (homeserver, user_id),
-            ).fetchone()
-            return (str(row[0]), str(row[1])) if row else None
-
-        return await self._run(read)
+        db = await self._db()
+        row = await db.fetch_one(
+            "SELECT device_id, access_token FROM matrix_login WHERE homeserver=? AND user_id=?",
+            (homeserver, user_id),
+        )
+        return (str(row[0]), str(row[1])) if row else None
 
     async def save_login(
         self, homeserver: str, user_id: str, device_id: str, access_token: str
     ) -> None:
-        await self._run(
-            lambda db: db.execute(
-                "INSERT OR REPLACE INTO login VALUES (?, ?, ?, ?)",
-                (homeserver, user_id, device_id, access_token),
-            )
+        db = await self._db()
+        await db.write(
+            "INSERT INTO matrix_login (homeserver, user_id, device_id, access_token)"
+            " VALUES (?, ?, ?, ?) ON CONFLICT (homeserver, user_id) DO UPDATE SET"
+            " device_id = excluded.device_id, access_token = excluded.access_token",
+            (homeserver, user_id, device_id, access_token),
         )
 
     async def forget_login(self, homeserver: str, user_id: str) -> None:
-        await self._run(
-            lambda db: db.execute(
-                "DELETE FROM login WHERE homeserver=? AND user_id=?", (homeserver, user_id)
-            )
+        db = await self._db()
+        await db.write(
+            "DELETE FROM matrix_login WHERE homeserver=? AND user_id=?", (homeserver, user_id)
         )
 
     # -- sync position -------------------------------------------------------------------
 
     async def load_position(self, user_id: str) -> SyncPosition:
-        def read(db: sqlite3.Connection) -> SyncPosition:
-            row = db.execute(
-                "SELECT next_batch FROM sync_position WHERE user_id=?", (user_id,)
-            ).fetchone()
-            rooms = db.execute("SELECT room_id FROM joined_rooms WHERE user_id=?", (user_id,))
-            return SyncPosition(row[0] if row else None, frozenset(r[0] for r in rooms))
-
-        return await self._run(read)
+        db = await self._db()
+        row = await db.fetch_one(
+            "SELECT next_batch FROM matrix_sync_position WHERE user_id=?", (user_id,)
+        )
+        rooms = await db.fetch_all(
+            "SELECT room_id FROM matrix_joined_rooms WHERE user_id=?", (user_id,)
+        )
+        return SyncPosition(row[0] if row else None, frozenset(r[0] for r in rooms))
 
     async def save_position(
         self, user_id: str, next_batch: str, joined: Iterable[str], left: Iterable[str]
     ) -> None:
         """Move the sync token and the joined-room set in one transaction."""
-        joined, left = list(joined), list(left)
-
-        def write(db: sqlite3.Connection) -> None:
-            db.execute(
-                "INSERT OR REPLACE INTO sync_position VALUES (?, ?, ?)",
+        db = await self._db()
+        statements: list[tuple[str, Params]] = [
+            (
+                "INSERT INTO matrix_sync_position (user_id, next_batch, updated_at)"
+                " VALUES (?, ?, ?) ON CONFLICT (user_id) DO UPDATE SET"
+                " next_batch = excluded.next_batch, updated_at = excluded.updated_at",
                 (user_id, next_batch, time.time()),
             )
-            db.executemany(
-                "INSERT OR IGNORE INTO joined_rooms (user_id, room_id) VALUES (?, ?)",
-                [(user_id, room) for room in joined],
+        ]
+        statements += [
+            (
+                "INSERT INTO matrix_joined_rooms (user_id, room_id) VALUES (?, ?)"
+                " ON CONFLICT DO NOTHING",
+                (user_id, room),
             )
-            db.executemany(
-                "DELETE FROM joined_rooms WHERE user_id=? AND room_id=?",
-                [(user_id, room) for room in left],
-            )
-
-        await self._run(write)
+            for room in joined
+        ]
+        statements += [
+            ("DELETE FROM matrix_joined_rooms WHERE user_id=? AND room_id=?", (user_id, room))
+            for room in left
+        ]
+        await db.write_batch(statements)
 
     async def mark_direct(self, user_id: str, room_id: str) -> None:
-        await self._run(
-            lambda db: db.execute(
-                "INSERT OR IGNORE INTO direct_rooms VALUES (?, ?)",
-                (user_id, room_id),
-            )
+        db = await self._db()
+        await db.write(
+            "INSERT INTO matrix_direct_rooms (user_id, room_id) VALUES (?, ?)"
+            " ON CONFLICT DO NOTHING",
+            (user_id, room_id),
         )
 
     async def is_direct(self, user_id: str, room_id: str) -> bool:
-        def read(db: sqlite3.Connection) -> bool:
-            row = db.execute(
-                "SELECT 1 FROM direct_rooms WHERE user_id=? AND room_id=?", (user_id, room_id)
-            ).fetchone()
-            return row is not None
-
-        return await self._run(read)
+        db = await self._db()
+        row = await db.fetch_one(
+            "SELECT 1 FROM matrix_direct_rooms WHERE user_id=? AND room_id=?", (user_id, room_id)
+        )
+        return row is not None
 
     # -- progress messages ---------------------------------------------------------------
 
     async def save_progress_message(self, task_id: str, room_id: str, event_id: str) -> None:
-        await self._run(
-            lambda db: db.execute(
-                "INSERT OR REPLACE INTO progress_messages VALUES (?, ?, ?, ?)",
-                (task_id, room_id, event_id, time.time()),
-            )
+        db = await self._db()
+        await db.write(
+            "INSERT INTO matrix_progress_messages (task_id, room_id, event_id, created_at)"
+            " VALUES (?, ?, ?, ?) ON CONFLICT (task_id) DO UPDATE SET"
+            " room_id = excluded.room_id, event_id = excluded.event_id,"
+            " created_at = excluded.created_at",
+            (task_id, room_id, event_id, time.time()),
         )
 
     async def progress_message(self, task_id: str) -> str | None:
-        def read(db: sqlite3.Connection) -> str | None:
-            row = db.execute(
-                "SELECT event_id FROM progress_messages WHERE task_id=?", (task_id,)
-            ).fetchone()
-            return str(row[0]) if row else None
-
-        return await self._run(read)
+        db = await self._db()
+        row = await db.fetch_one(
+            "SELECT event_id FROM matrix_progress_messages WHERE task_id=?", (task_id,)
+        )
+        return str(row[0]) if row else None
 
     async def forget_progress_message(self, task_id: str) -> None:
-        await self._run(
-            lambda db: db.execute("DELETE FROM progress_messages WHERE task_id=?", (task_id,))
-        )
+        db = await self._db()
+        await db.write("DELETE FROM matrix_progress_messages WHERE task_id=?", (task_id,))
 
     # -- cards ---------------------------------------------------------------------------
 
     async def save_card(self, event_id: str, room_id: str, emojis: list[str]) -> None:
-        await self._run(
-            lambda db: db.execute(
-                "INSERT OR REPLACE INTO cards VALUES (?, ?, ?, ?)",
-                (event_id, room_id, json.dumps(emojis), time.time()),
-            )
+        db = await self._db()
+        await db.write(
+            "INSERT INTO matrix_cards (event_id, room_id, emojis_json, created_at)"
+            " VALUES (?, ?, ?, ?) ON CONFLICT (event_id) DO UPDATE SET"
+            " room_id = excluded.room_id, emojis_json = excluded.emojis_json,"
+            " created_at = excluded.created_at",
+            (event_id, room_id, json.dumps(emojis), time.time()),
         )
 
     async def card_emojis(self, event_id: str) -> list[str] | None:
-        def read(db: sqlite3.Connection) -> list[str] | None:
-            row = db.execute(
-                "SELECT emojis_json FROM cards WHERE event_id=?", (event_id,)
-            ).fetchone()
-            return [str(e) for e in json.loads(row[0])] if row else None
-
-        return await self._run(read)
+        db = await self._db()
+        row = await db.fetch_one(
+            "SELECT emojis_json FROM matrix_cards WHERE event_id=?", (event_id,)
+        )
+        return [str(e) for e in json.loads(row[0])] if row else None
 
     # -- encrypted rooms -----------------------------------------------------------------
 
     async def encrypted_room_told(self, room_id: str) -> bool:
-        def read(db: sqlite3.Connection) -> bool:
-            row = db.execute(
-                "SELECT 1 FROM encrypted_rooms_told WHERE room_id=?", (room_id,)
-            ).fetchone()
-            return row is not None
-
-        return await self._run(read)
+        db = await self._db()
+        row = await db.fetch_one(
+            "SELECT 1 FROM matrix_encrypted_rooms_told WHERE room_id=?", (room_id,)
+        )
+        return row is not None
 
     async def mark_encrypted_room_told(self, room_id: str) -> None:
-        await self._run(
-            lambda db: db.execute(
-                "INSERT OR IGNORE INTO encrypted_rooms_told VALUES (?)", (room_id,)
-            )
+        db = await self._db()
+        await db.write(
+            "INSERT INTO matrix_encrypted_rooms_told (room_id) VALUES (?) ON CONFLICT DO NOTHING",
+            (room_id,),
         )
