@@ -1,0 +1,195 @@
+"""A raw mail turned into what the channel needs: its text, its threading references, its
+attachments, the model asked for by subaddress. Pure functions, no I/O.
+
+Text: text/html is preferred over text/plain (mail clients put the real formatting, and
+their quote markers, there), each part decoded with its declared charset (big5,
+iso-8859-1, windows-1252...); a charset Python does not know falls back to utf-8 with
+replacement characters rather than losing the mail.
+"""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from email.message import EmailMessage, Message
+
+from gateway_bot.channels.email.quotes import MAX_HTML_CHARS, html_to_text, plain_to_text
+
+_MSGID = re.compile(r"<[^<>\s]+>")
+_OUR_MSGID = re.compile(r"^<gwb\.([A-Za-z0-9]{6,32})\.[0-9]+@[^<>\s]+>$")  # as tags
+_SUBJECT_TAG = re.compile(r"\[ID:([A-Za-z0-9]{6,32})\]")
+_REPLY_PREFIX = re.compile(r"^\s*((re|fwd?|aw|sv|antw)\s*:\s*)+", re.IGNORECASE)
+
+
+def parse_bytes(raw: bytes) -> EmailMessage:
+    message = email.message_from_bytes(raw, policy=email.policy.default)
+    assert isinstance(message, EmailMessage)
+    return message
+
+
+@dataclass(frozen=True)
+class PartRef:
+    """An attachment: its index among the message's walked parts, for fetching later."""
+
+    index: int
+    filename: str
+    content_type: str
+    size: int
+
+
+def body_text(message: EmailMessage) -> str:
+    """The sender's new words: HTML preferred, quotes stripped (see ``quotes``). The body is
+    the one ``get_body`` finds, so a forwarded mail attached to this one is never read as
+    its text."""
+    body = message.get_body(preferencelist=("html", "plain"))
+    if body is None:
+        return ""
+    text = decode_text(body)
+    if body.get_content_subtype() != "html":
+        return plain_to_text(text)
+    if len(text) > MAX_HTML_CHARS:  # too big to convert: the sender's plain version if any
+        plain = message.get_body(preferencelist=("plain",))
+        if plain is not None:
+            return plain_to_text(decode_text(plain))
+    return html_to_text(text)
+
+
+def decode_text(part: Message) -> str:
+    payload = part.get_payload(decode=True)
+    if not isinstance(payload, bytes):
+        return str(part.get_payload())
+    charset = part.get_content_charset() or "us-ascii"
+    for candidate in (charset, "utf-8"):
+        try:
+            return payload.decode(candidate, errors="replace")
+        except LookupError:
+            continue
+    return payload.decode("utf-8", errors="replace")
+
+
+def _parts(message: Message) -> Iterator[Message]:
+    """Every part in document order, without descending into attached mails (a
+    message/rfc822 part is one attachment, not a source of more)."""
+    yield message
+    if message.get_content_type() == "message/rfc822":
+        return
+    if message.is_multipart():
+        for part in message.get_payload():
+            if isinstance(part, Message):
+                yield from _parts(part)
+
+
+def _is_attachment(part: Message, body: Message | None) -> bool:
+    if part is body:
+        return False
+    if part.get_content_type() == "message/rfc822":
+        return True
+    if part.is_multipart():
+        return False
+    disposition = (part.get_content_disposition() or "").lower()
+    return disposition == "attachment" or (
+        bool(part.get_filename()) and part.get_content_maintype() != "text"
+    )
+
+
+def attachment_parts(message: EmailMessage) -> list[PartRef]:
+    """Files the sender attached (named inline images included; an attached mail as one
+    ``.eml`` file)."""
+    body = message.get_body(preferencelist=("html", "plain"))
+    found = []
+    for index, part in enumerate(_parts(message)):
+        if index == 0 or not _is_attachment(part, body):
+            continue
+        data = _bytes_of(part)
+        default = f"attachment-{index}" + (
+            ".eml" if part.get_content_type() == "message/rfc822" else ""
+        )
+        found.append(
+            PartRef(
+                index=index,
+                filename=str(part.get_filename() or default),
+                content_type=part.get_content_type(),
+                size=len(data),
+            )
+        )
+    return found
+
+
+def _bytes_of(part: Message) -> bytes:
+    if part.get_content_type() == "message/rfc822":
+        inner = part.get_payload()
+        if isinstance(inner, list) and inner and isinstance(inner[0], Message):
+            return inner[0].as_bytes()
+        return b""
+    payload = part.get_payload(decode=True)
+    return payload if isinstance(payload, bytes) else b""
+
+
+def all_part_bytes(raw: bytes) -> list[bytes]:
+    """Every walked part's bytes, by the index ``attachment_parts`` gave (one walk for all
+    of a mail's attachments, not one per attachment)."""
+    return [_bytes_of(part) for part in _parts(parse_bytes(raw))]
+
+
+# -- threading ---------------------------------------------------------------------------
+
+
+def message_ids(value: str | None) -> list[str]:
+    return _MSGID.findall(value or "")
+
+
+def references_newest_first(message: EmailMessage) -> list[str]:
+    """In-Reply-To first, then References from the newest (last) to the oldest."""
+    found: list[str] = []
+    for msgid in message_ids(str(message.get("In-Reply-To") or "")):
+        if msgid not in found:
+            found.append(msgid)
+    for msgid in reversed(message_ids(str(message.get("References") or ""))):
+        if msgid not in found:
+            found.append(msgid)
+    return found
+
+
+def thread_of_our_id(msgid: str) -> str | None:
+    """The thread key inside one of our Message-IDs (``<gwb.{thread}.{ts}@domain>``)."""
+    match = _OUR_MSGID.match(msgid)
+    return match.group(1) if match else None
+
+
+def subject_tag(subject: str) -> str | None:
+    match = _SUBJECT_TAG.search(subject)
+    return match.group(1) if match else None
+
+
+def base_subject(subject: str) -> str:
+    """The subject without Re:/Fwd: prefixes and our tag, for ``Re: [ID:x] original``."""
+    cleaned = _SUBJECT_TAG.sub("", subject)
+    cleaned = _REPLY_PREFIX.sub("", cleaned.strip())
+    cleaned = _SUBJECT_TAG.sub("", cleaned)
+    return " ".join(cleaned.split()) or "(no subject)"
+
+
+def model_hint(recipients: list[str], bot_address: str) -> str | None:
+    """``bot+opus@domain`` asks for model ``opus`` when a conversation starts."""
+    local, _, domain = bot_address.lower().partition("@")
+    for recipient in recipients:
+        r_local, _, r_domain = recipient.lower().partition("@")
+        if r_domain != domain or not r_local.startswith(local + "+"):
+            continue
+        detail = r_local[len(local) + 1 :]
+        if re.fullmatch(r"[a-z0-9][a-z0-9._-]{0,63}", detail):
+            return detail
+    return None
+
+
+def recipients_of(message: EmailMessage) -> list[str]:
+    found: list[str] = []
+    for name in ("To", "Cc", "Delivered-To", "X-Original-To"):
+        for header in message.get_all(name) or []:
+            for address in getattr(header, "addresses", ()):
+                if address.username and address.domain:
+                    found.append(f"{address.username}@{address.domain}")
+    return found
