@@ -22,7 +22,12 @@ import yaml
 
 from tests.fake_anthropic import FakeAnthropic
 
-pytest_plugins: list[str] = ["tests.synapse_fixtures", "tests.fake_slack", "tests.sandbox_fixtures"]
+pytest_plugins: list[str] = [
+    "tests.synapse_fixtures",
+    "tests.fake_slack",
+    "tests.sandbox_fixtures",
+    "tests.email_fixtures",
+]
 
 GIT_IDENTITY = ["-c", "user.name=Test", "-c", "user.email=test@example.test"]
 
@@ -361,3 +366,15 @@ def _end_processes(found: dict[int, str]) -> None:
         if _alive(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+async def state_database(tmp_path: Path) -> Any:
+    """An open shared state database (``<tmp>/state.db``), as the daemon hands to channels
+    built without one: their stores migrate their own tables in it on first use."""
+    from gateway_bot.state.database import Database
+
+    database = Database()
+    await database.open(tmp_path / "state.db")
+    yield database
+    await database.close()

@@ -15,6 +15,7 @@ from gateway_bot.channels.slack import SlackAdapter
 from gateway_bot.config.channels import SlackChannelSettings
 from gateway_bot.core.inbox_files import InboxWriter
 from gateway_bot.domain.messages import ChannelHealth, InboundMessage, RawMessage
+from gateway_bot.state.database import Database
 from tests.fake_slack import APP_TOKEN, BOT_TOKEN, BOT_USER, TEAM, FakeSlack
 
 MENTION = f"<@{BOT_USER}>"
@@ -23,7 +24,7 @@ MENTION = f"<@{BOT_USER}>"
 class Channel:
     """An adapter whose listener submits into a list, as the core's submit would."""
 
-    def __init__(self, fake: FakeSlack, state: Path, **settings: Any) -> None:
+    def __init__(self, fake: FakeSlack, state: Path, database: Database, **settings: Any) -> None:
         self.fake = fake
         self.adapter = SlackAdapter(
             SlackChannelSettings(
@@ -35,6 +36,7 @@ class Channel:
                 **settings,
             ),
             state,
+            database,
         )
         self.submitted: list[RawMessage] = []
 
@@ -55,11 +57,15 @@ class Channel:
 
 
 @pytest.fixture
-async def channel(fake_slack: FakeSlack, tmp_path: Path) -> AsyncIterator[Channel]:
+async def channel(
+    fake_slack: FakeSlack, tmp_path: Path, state_database: Database
+) -> AsyncIterator[Channel]:
     fake_slack.add_user("U0ALICE", "Alice")
     fake_slack.add_user("U0BOB", "Bob")
     fake_slack.add_channel("C0GENERAL", "general")
-    made = Channel(fake_slack, tmp_path, allowed_user_groups=["S0DEVS"], listen="engaging")
+    made = Channel(
+        fake_slack, tmp_path, state_database, allowed_user_groups=["S0DEVS"], listen="engaging"
+    )
     yield made
     await made.adapter.listener.stop()
 
@@ -130,11 +136,13 @@ async def test_members_of_an_allowed_user_group_are_allowed(channel: Channel) ->
 
 
 async def test_a_file_over_the_limit_is_named_in_the_thread_not_downloaded(
-    fake_slack: FakeSlack, tmp_path: Path
+    fake_slack: FakeSlack, tmp_path: Path, state_database: Database
 ) -> None:
     fake_slack.add_user("U0ALICE", "Alice")
     fake_slack.add_channel("C0GENERAL", "general")
-    channel = Channel(fake_slack, tmp_path / "state", allow_workspace=True, max_file_bytes=10)
+    channel = Channel(
+        fake_slack, tmp_path / "state", state_database, allow_workspace=True, max_file_bytes=10
+    )
     await channel.adapter.listener.start(channel.submit)
     await asyncio.to_thread(fake_slack.wait_connected)
     files = [("small.txt", b"tiny"), ("big.bin", b"x" * 100)]

@@ -18,6 +18,7 @@ from gateway_bot.channels.slack import SlackAdapter
 from gateway_bot.config.channels import SlackChannelSettings
 from gateway_bot.core.retries import is_transient
 from gateway_bot.domain.messages import ChannelHealth, RawMessage
+from gateway_bot.state.database import Database
 from tests.fake_slack import APP_TOKEN, BOT_TOKEN, BOT_USER, SIGNING_SECRET, TEAM, FakeSlack
 
 MENTION = f"<@{BOT_USER}>"
@@ -26,7 +27,7 @@ MENTION = f"<@{BOT_USER}>"
 class Listening:
     """A Slack adapter whose listener submits into a list, as the core's submit would."""
 
-    def __init__(self, fake: FakeSlack, state: Path, **settings: Any) -> None:
+    def __init__(self, fake: FakeSlack, state: Path, database: Database, **settings: Any) -> None:
         self.fake = fake
         self.adapter = SlackAdapter(
             SlackChannelSettings(
@@ -38,6 +39,7 @@ class Listening:
                 **settings,
             ),
             state,
+            database,
         )
         self.submitted: list[RawMessage] = []
 
@@ -60,10 +62,12 @@ class Listening:
 
 
 @pytest.fixture
-async def slack(fake_slack: FakeSlack, tmp_path: Path) -> AsyncIterator[Listening]:
+async def slack(
+    fake_slack: FakeSlack, tmp_path: Path, state_database: Database
+) -> AsyncIterator[Listening]:
     fake_slack.add_user("U0ALICE", "Alice")
     fake_slack.add_channel("C0GENERAL", "general")
-    made = Listening(fake_slack, tmp_path)
+    made = Listening(fake_slack, tmp_path, state_database)
     yield made
     await made.adapter.listener.stop()
 
@@ -141,7 +145,7 @@ def free_port() -> int:
 
 
 async def test_a_signed_body_that_is_not_json_is_a_bad_request(
-    fake_slack: FakeSlack, tmp_path: Path
+    fake_slack: FakeSlack, tmp_path: Path, state_database: Database
 ) -> None:
     fake_slack.add_user("U0ALICE", "Alice")
     fake_slack.add_channel("C0GENERAL", "general")
@@ -149,6 +153,7 @@ async def test_a_signed_body_that_is_not_json_is_a_bad_request(
     http = Listening(
         fake_slack,
         tmp_path,
+        state_database,
         transport="http",
         signing_secret=SIGNING_SECRET,
         http_port=port,

@@ -9,40 +9,33 @@ import logging
 import os
 import shutil
 import signal
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from gateway_bot.agents.claude_code import ClaudeCodeRunner
+from gateway_bot.agents.backend import AgentBackend
+from gateway_bot.agents.registry import backend_named
 from gateway_bot.config.server import ServerConfig, environment_with_dotenv
+from gateway_bot.core.application import Application, DaemonLiveState
 from gateway_bot.core.channel import ChannelAdapter
 from gateway_bot.core.executor import AgentDefaults, TaskExecutor
+from gateway_bot.core.feed import ChangeFeed
 from gateway_bot.core.service import GatewayService
+from gateway_bot.core.status_snapshot import SnapshotWriter, snapshot_path
 from gateway_bot.core.workspace_diff import WorkspaceReports
 from gateway_bot.core.workspaces import Workspaces
 from gateway_bot.domain.lifecycle import TaskState
 from gateway_bot.sandbox.factory import create_sandbox
+from gateway_bot.state.database import Database
+from gateway_bot.state.schedules_store import SqliteSchedules
 from gateway_bot.state.sqlite_store import SqliteStore
 
 log = logging.getLogger(__name__)
 
-MODEL_ENV = (
-    "ANTHROPIC_API_KEY",
-    "ANTHROPIC_AUTH_TOKEN",
-    "ANTHROPIC_BASE_URL",
-    "CLAUDE_CODE_OAUTH_TOKEN",
-    "ANTHROPIC_MODEL",
-    "ANTHROPIC_SMALL_FAST_MODEL",
-    "CLAUDE_CODE_MAX_RETRIES",
-)
-"""Model-endpoint variables the agent inherits from the daemon's environment (or .env)."""
-
-_CREDENTIALS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN")
-
-SETUP_TOOLS_BIN = Path(__file__).resolve().parents[2] / ".tools" / "node_modules" / ".bin"
-"""Where scripts/setup.sh installs the pinned Claude Code CLI: the checkout this package
-runs from (uv installs the project editable, so this file lives in its src/)."""
+PRUNE_INTERVAL_S = 86400.0
+"""Retention runs at start, then daily."""
 
 
 @dataclass(frozen=True)
@@ -50,68 +43,71 @@ class SetupProblem:
     message: str
 
 
+def agent_backend(config: ServerConfig) -> AgentBackend:
+    """The descriptor of ``agent.backend``: everything backend-specific comes from it."""
+    return backend_named(config.agent.backend)
+
+
 def agent_environment(config: ServerConfig, config_dir: Path | None) -> dict[str, str]:
+    """The backend's model variables from the environment (over ``.env``), then
+    ``agent.env``: the agent never inherits the whole environment."""
     environ = environment_with_dotenv(config_dir) if config_dir else dict(os.environ)
-    env = {name: environ[name] for name in MODEL_ENV if environ.get(name)}
+    names = agent_backend(config).env_names
+    env = {name: environ[name] for name in names if environ.get(name)}
     env.update(config.agent.env)
     return env
 
 
-def resolve_agent_command(command: Sequence[str]) -> list[str]:
-    """``agent.command`` with its program found: a ``claude`` that is not on PATH is the
-    one set-up pinned in the checkout's .tools/, so the default works in a shell whose
-    PATH lacks it (the ``gateway-bot`` launcher's). PATH wins: an operator's own install
-    is never second-guessed; paths and other names are left as they are."""
-    program = command[0]
-    if program != "claude" or shutil.which(program) is not None:
-        return list(command)
-    pinned = SETUP_TOOLS_BIN / program
-    if os.access(pinned, os.X_OK):
-        return [str(pinned), *command[1:]]
-    return list(command)
+def agent_command(config: ServerConfig) -> list[str]:
+    """``agent.command`` as configured, or the backend's own."""
+    return list(config.agent.command or agent_backend(config).default_command)
+
+
+def resolve_agent_command(config: ServerConfig) -> list[str]:
+    """The agent command with its program found on this host (PATH first, else where
+    set-up pins the backend's CLI); other names and paths are left as they are."""
+    return agent_backend(config).locate_command(agent_command(config))
 
 
 def _runner_command(config: ServerConfig) -> list[str]:
-    """In a container the command runs as named (the image has ``claude`` on its PATH);
+    """In a container the command runs as named (the image has the agent on its PATH);
     on the host it is resolved like ``check`` resolves it."""
     if config.sandbox.kind == "none":
-        return resolve_agent_command(config.agent.command)
-    return list(config.agent.command)
+        return resolve_agent_command(config)
+    return agent_command(config)
 
 
 def agent_program(config: ServerConfig) -> str | None:
     """The agent binary that will run (absolute), or None when there is none."""
-    return shutil.which(resolve_agent_command(config.agent.command)[0])
+    return shutil.which(resolve_agent_command(config)[0])
 
 
 def check_agent_setup(config: ServerConfig, agent_env: Mapping[str, str]) -> SetupProblem | None:
-    """Catch the two set-up mistakes that would otherwise fail deep inside the agent."""
+    """Catch the set-up mistakes that would otherwise fail deep inside the agent."""
+    backend = agent_backend(config)
     if agent_program(config) is None:
         return SetupProblem(
-            f"The agent command {config.agent.command[0]!r} was not found: run "
-            "`bash scripts/setup.sh` (it installs the pinned Claude Code under .tools/), "
-            "install it yourself (npm install -g @anthropic-ai/claude-code), "
-            "or set agent.command in the config."
+            f"The agent command {agent_command(config)[0]!r} was not found: {backend.install_hint}."
         )
-    if not any(agent_env.get(name) for name in _CREDENTIALS):
-        return SetupProblem(
-            "No model credentials: set ANTHROPIC_API_KEY (or CLAUDE_CODE_OAUTH_TOKEN; for another "
-            "Anthropic-compatible endpoint also ANTHROPIC_BASE_URL) in the environment, in .env, "
-            "or under agent.env in the config."
-        )
-    loopback = model_api_on_loopback(agent_env)
+    if (missing := backend.credentials_problem(agent_env)) is not None:
+        return SetupProblem(missing)
+    try:
+        backend.model_api_rules(agent_env)
+    except ValueError as exc:
+        return SetupProblem(f"{backend.base_url_env}: {exc}: give the model API's URL.")
+    loopback = model_api_on_loopback(backend, agent_env)
     if config.sandbox.kind == "podman" and loopback and urlsplit(loopback).scheme != "http":
         return SetupProblem(
-            f"ANTHROPIC_BASE_URL {loopback} is on this host's loopback, which the sandbox "
+            f"{backend.base_url_env} {loopback} is on this host's loopback, which the sandbox "
             "reaches through a relay to that port: use http:// there (a certificate for "
             "localhost cannot name the relay's address)."
         )
     return None
 
 
-def model_api_on_loopback(agent_env: Mapping[str, str]) -> str | None:
-    """ANTHROPIC_BASE_URL when it names this host's loopback (a local model gateway)."""
-    base_url = agent_env.get("ANTHROPIC_BASE_URL", "")
+def model_api_on_loopback(backend: AgentBackend, agent_env: Mapping[str, str]) -> str | None:
+    """The model API's base URL when it names this host's loopback (a local gateway)."""
+    base_url = agent_env.get(backend.base_url_env, "")
     host = urlsplit(base_url).hostname or ""
     return base_url if host == "localhost" or _is_loopback(host) else None
 
@@ -124,10 +120,10 @@ def _is_loopback(host: str) -> bool:
 
 
 def agent_image_files(config: ServerConfig) -> dict[str, Path]:
-    """The agent's binary for the sandbox image's build context: the container runs the
-    same pinned Claude Code as the host (the default Containerfile copies ``claude``)."""
+    """The backend's files for the sandbox image's build context: the container runs the
+    same pinned agent as the host. None when the program is missing (``check`` says so)."""
     found = agent_program(config)
-    return {"claude": Path(found).resolve()} if found else {}
+    return agent_backend(config).image_files(Path(found)) if found else {}
 
 
 class Daemon:
@@ -136,21 +132,29 @@ class Daemon:
         config: ServerConfig,
         adapters: Mapping[str, ChannelAdapter],
         agent_env: Mapping[str, str],
+        database: Database | None = None,
     ) -> None:
+        """``database``: the state database the channels' stores were built on (cli.py
+        makes it before the adapters); the store opens it and every owner migrates in it."""
         self.config = config
+        self.database = database if database is not None else Database()
+        self.backend = agent_backend(config)
         self.agent_env = dict(agent_env)
         """The agent's model variables. The executor reads this same dict: ``open`` points
-        a loopback ANTHROPIC_BASE_URL at the address the sandbox gives for it."""
-        self.store = SqliteStore(config.state_dir / "state.db")
+        a loopback model API URL (``backend.base_url_env``) at the address the sandbox
+        gives for it."""
+        self.store = SqliteStore(config.state_dir / "state.db", self.database)
         self.sandbox = create_sandbox(config.sandbox, config.state_dir, agent_image_files(config))
         self.workspaces = Workspaces(config.state_dir, config.repo.url, config.repo.default_branch)
         self.workspace_reports = WorkspaceReports(self.workspaces, self.sandbox)
         self._garbage_collector: asyncio.Task[None] | None = None
+        self._pruner: asyncio.Task[None] | None = None
         executor = TaskExecutor(
             self.store,
             self.workspaces,
             self.sandbox,
-            ClaudeCodeRunner(_runner_command(config)),
+            self.backend,
+            self.backend.make_runner(_runner_command(config)),
             AgentDefaults(
                 model=config.agent.model,
                 timeout_s=config.agent.timeout_seconds,
@@ -169,6 +173,21 @@ class Daemon:
             max_concurrent_tasks=config.execution.max_concurrent_tasks,
             max_pending_per_conversation=config.execution.max_pending_per_conversation,
             workspace_reports=self.workspace_reports,
+            schedules=SqliteSchedules(self.database),
+        )
+        self.feed = ChangeFeed()
+        """Every task state change, for in-process subscribers (the dashboard, next)."""
+        self.store.on_transition(self.feed.publish_transition)
+        live = DaemonLiveState(adapters, self.sandbox)
+        self.application = Application(
+            self.store,
+            live,
+            service=self.service,
+            conversation_root=lambda conversation_id: self.workspaces.dirs(conversation_id).root,
+            parse_line=self.backend.parse_stream_line,
+        )
+        self.status_snapshot = SnapshotWriter(
+            snapshot_path(config.state_dir), live, self.sandbox.name
         )
         self.stop_requested = asyncio.Event()
         self.end_of_input = asyncio.Event()
@@ -178,9 +197,9 @@ class Daemon:
         await self.store.open()
         await self.sandbox.check()
         await self.sandbox.open(self._conversation_exists)
-        if (local_api := model_api_on_loopback(self.agent_env)) is not None:
+        if (local_api := model_api_on_loopback(self.backend, self.agent_env)) is not None:
             reached = await self.sandbox.reach_host_loopback(local_api)
-            self.agent_env["ANTHROPIC_BASE_URL"] = reached
+            self.agent_env[self.backend.base_url_env] = reached
 
     async def _conversation_exists(self, conversation_id: str) -> bool:
         try:
@@ -219,6 +238,25 @@ class Daemon:
                 log.exception("garbage collection failed; trying again later")
             await asyncio.sleep(interval)
 
+    async def prune_old_state(self) -> dict[str, int]:
+        """Retention: every owner of state (the core, each channel) drops what it keeps
+        only for ``state.retention_days`` (``Database.add_pruner``)."""
+        before = time.time() - self.config.state.retention_days * 86400
+        touched = await self.database.prune(before)
+        if any(touched.values()):
+            log.info(
+                "pruned state older than %s days: %s", self.config.state.retention_days, touched
+            )
+        return touched
+
+    async def _prune_forever(self) -> None:
+        while True:
+            try:
+                await self.prune_old_state()
+            except Exception:
+                log.exception("pruning old state failed; trying again tomorrow")
+            await asyncio.sleep(PRUNE_INTERVAL_S)
+
     async def run(self) -> None:
         """Serve until SIGTERM/SIGINT or end of input; then shut down gracefully.
 
@@ -230,7 +268,9 @@ class Daemon:
             loop.add_signal_handler(sig, self.stop_requested.set)
         try:
             await self.service.start()
+            self.status_snapshot.start()
             self._garbage_collector = asyncio.create_task(self._collect_garbage_forever())
+            self._pruner = asyncio.create_task(self._prune_forever())
             stop = asyncio.create_task(self.stop_requested.wait())
             eof = asyncio.create_task(self.end_of_input.wait())
             await asyncio.wait({stop, eof}, return_when=asyncio.FIRST_COMPLETED)
@@ -247,5 +287,10 @@ class Daemon:
                 loop.remove_signal_handler(sig)
             if self._garbage_collector is not None:
                 self._garbage_collector.cancel()
+            if self._pruner is not None:
+                self._pruner.cancel()
+                await asyncio.gather(self._pruner, return_exceptions=True)
+            await self.status_snapshot.stop()
+            self.feed.close()
             await self.sandbox.close()
             await self.store.close()

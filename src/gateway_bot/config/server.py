@@ -38,8 +38,13 @@ class RepoSettings(Section):
 
 
 class AgentSettings(Section):
-    backend: Literal["claude_code"] = "claude_code"
-    command: list[str] = Field(default_factory=lambda: ["claude"], min_length=1)
+    backend: Literal["claude-code", "claude_code"] = Field(
+        default="claude-code",
+        description="The agent CLI (agents/registry.py); claude_code is the older spelling.",
+    )
+    command: list[str] | None = Field(
+        default=None, min_length=1, description="The agent's argv; unset: the backend's own."
+    )
     model: str | None = None
     timeout_seconds: PositiveFloat = 1800.0
     env: dict[str, str] = Field(
@@ -70,12 +75,21 @@ class ExecutionSettings(Section):
     )
 
 
+class StateSettings(Section):
+    retention_days: PositiveFloat = Field(
+        default=30.0,
+        description="Completed tasks' message bodies and channels' send records older than "
+        "this are pruned (at start, then daily); the tasks themselves and their outcome stay.",
+    )
+
+
 class ServerConfig(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="GATEWAY_BOT_", env_nested_delimiter="__", extra="forbid"
     )
 
     state_dir: Path = Field(default_factory=lambda: _default_state_dir())
+    state: StateSettings = Field(default_factory=StateSettings)
     timezone: str = "UTC"
     repo: RepoSettings
     agent: AgentSettings = Field(default_factory=AgentSettings)
