@@ -36,7 +36,9 @@ def test_an_upgraded_slack_deployment_answers_and_keeps_its_records(
         versions = dict(db.execute("SELECT owner, version FROM schema_versions"))
         imported = db.execute("SELECT ts FROM slack_posts WHERE task_id = 't1'").fetchall()
         threads = db.execute("SELECT thread_ts FROM slack_threads").fetchall()
-    assert versions == {"core": len(MIGRATIONS), "slack": len(SLACK_MIGRATIONS)}
+    # Other owners (schedules...) migrate too; the upgraded ones are at their latest.
+    assert versions["core"] == len(MIGRATIONS)
+    assert versions["slack"] == len(SLACK_MIGRATIONS)
     assert sorted(imported, key=str) == sorted([("100.1",), (None,)], key=str)
     assert ("100.0",) in threads
     assert (ts,) in threads  # the new thread joined the imported ones

@@ -24,6 +24,9 @@ from gateway_bot.state.approvals import _approval as _approval_from_row
 from gateway_bot.state.context_lines import SqliteContextLines
 from gateway_bot.state.database import Database, SchemaTooNew
 from gateway_bot.state.migrations import MIGRATIONS, OWNER
+from gateway_bot.state.rows import conversation_from_row as _conversation_from_row
+from gateway_bot.state.rows import task_from_row as _task_from_row
+from gateway_bot.state.rows import without_payload as _without_payload
 from gateway_bot.state.store import TransitionListener
 
 log = logging.getLogger(__name__)
@@ -367,51 +370,3 @@ class SqliteStore:
             [*values, conversation_id],
         )
         return await self.get_conversation(conversation_id)
-
-
-def _without_payload(raw_json: str) -> str:
-    raw = json.loads(raw_json)
-    raw["payload"] = {}
-    return json.dumps(raw)
-
-
-def _task_from_row(row: aiosqlite.Row) -> TaskRecord:
-    return TaskRecord(
-        id=row["id"],
-        channel=row["channel"],
-        message_id=row["message_id"],
-        conversation_id=row["conversation_id"],
-        state=TaskState(row["state"]),
-        completion_reason=(
-            CompletionReason(row["completion_reason"]) if row["completion_reason"] else None
-        ),
-        raw=RawMessage.from_json(json.loads(row["raw_json"])),
-        parsed=(
-            InboundMessage.from_json(json.loads(row["parsed_json"])) if row["parsed_json"] else None
-        ),
-        reply=Reply.from_json(json.loads(row["reply_json"])) if row["reply_json"] else None,
-        reply_delivered=bool(row["reply_delivered"]),
-        created_at=row["created_at"],
-        started_at=row["started_at"],
-        completed_at=row["completed_at"],
-        cost_usd=row["cost_usd"],
-        num_turns=row["num_turns"],
-        error=row["error"],
-        attempts=row["attempts"],
-        delivery_error=row["delivery_error"],
-    )
-
-
-def _conversation_from_row(row: aiosqlite.Row) -> ConversationRecord:
-    return ConversationRecord(
-        id=row["id"],
-        channel=row["channel"],
-        channel_key=row["channel_key"],
-        model=row["model"],
-        agent_session_id=row["agent_session_id"],
-        last_reply=row["last_reply"],
-        next_model=row["next_model"],
-        active=bool(row["active"]),
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-    )
