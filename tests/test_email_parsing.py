@@ -177,8 +177,9 @@ def test_an_attached_mail_is_one_eml_file_and_never_read_as_the_body() -> None:
     parts = mime.attachment_parts(parsed)
     assert [p.content_type for p in parts] == ["message/rfc822", "image/png"]
     assert parts[0].filename.endswith(".eml")
-    assert b"INNER plain" in mime.part_bytes(parsed, parts[0].index)
-    assert mime.part_bytes(parsed, parts[1].index) == b"\x89PNG"
+    part_bytes = mime.all_part_bytes(outer.as_bytes())
+    assert b"INNER plain" in part_bytes[parts[0].index]
+    assert part_bytes[parts[1].index] == b"\x89PNG"
 
 
 # -- threading and subaddress --------------------------------------------------------------

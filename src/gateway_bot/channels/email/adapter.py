@@ -99,6 +99,9 @@ class EmailAdapter:
         own_id = _first(mime.message_ids(str(message.get("Message-ID") or ""))) or (
             f"<{key.removeprefix('sha256:')[:32]}@gwb.invalid>"
         )
+        if await self._store.first_mail_with(sender.address, own_id, key) != key:
+            log.info("%s: another copy of %s was taken in already", sender.address, own_id)
+            return None  # the core completes it as "nothing to act on"
         # A mail parsed again (a retry, a restart) keeps the thread it was given; a new
         # thread's key comes from the mail's bytes, so it is the same on every parse.
         thread = (

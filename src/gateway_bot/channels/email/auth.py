@@ -18,6 +18,7 @@ to the domain. So the sender counts only when:
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 from email.headerregistry import Address
 from email.message import EmailMessage
@@ -69,8 +70,14 @@ def single_sender(message: EmailMessage) -> Sender:
         # unquoted: in the allowlist, on an approval card, in RCPT TO.
         raise Refused(str(header), "From holds no usable address")
     addr_spec = f"{address.username}@{address.domain}".lower()
-    name = " ".join(address.display_name.split())
-    if not name or "@" in name:  # a name dressed as an address must not title a card
+    # The name titles approval cards: no control or bidi characters (an override shows
+    # text reversed), and a name dressed as an address, a full-width one included, is
+    # replaced by the address.
+    name = "".join(
+        char for char in address.display_name if unicodedata.category(char) not in ("Cc", "Cf")
+    )
+    name = " ".join(name.split())
+    if not name or "@" in unicodedata.normalize("NFKC", name):
         name = addr_spec
     return Sender(addr_spec, name)
 
@@ -98,10 +105,9 @@ def check_dmarc(
     ]
     if (len(claiming) > 1 or unparsed_claims) and not allow_multiple:
         raise Refused(sender.address, f"several Authentication-Results headers claim {trusted_id}")
-    verdicts = [
-        result for result in top.results if result.method == "dmarc" and result.result == "pass"
-    ]
-    if not verdicts:
+    verdicts = [result for result in top.results if result.method == "dmarc"]
+    if not verdicts or any(result.result != "pass" for result in verdicts):
+        # one header with a pass and a fail is a contradiction, not a pass
         found = [f"{r.method}={r.result}" for r in top.results] or ["none"]
         raise Refused(sender.address, f"no dmarc=pass from {trusted_id} ({', '.join(found)})")
     domains = {str(getattr(result, "header_from", "") or "").lower() for result in verdicts}

@@ -17,16 +17,42 @@ import mimetypes
 import os
 import stat
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from email.message import EmailMessage
 from email.utils import formatdate
 from pathlib import Path
 
 from markdown_it import MarkdownIt
+from markdown_it.renderer import RendererProtocol
+from markdown_it.token import Token
+from markdown_it.utils import EnvType, OptionsDict
 
 from gateway_bot.core.inbox_files import safe_filename
 
 _MARKDOWN = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable("table")
+
+
+def _image_as_link(
+    renderer: RendererProtocol,
+    tokens: Sequence[Token],
+    idx: int,
+    options: OptionsDict,
+    env: EnvType,
+) -> str:
+    """Never an ``<img>``: a mail client loads it when the mail is opened, so the agent
+    (or whoever wrote into what it read) could send workspace secrets to any host in a
+    URL, past the sandbox's egress allowlist. An image becomes a link the user may click
+    (like Matrix's renderer does for sources off the homeserver)."""
+    token = tokens[idx]
+    src = str(token.attrs.get("src", ""))
+    label = html.escape("".join(child.content for child in token.children or ()) or src)
+    if src.startswith(("https://", "http://")):
+        return f'<a href="{html.escape(src)}">{label}</a>'
+    return label
+
+
+_MARKDOWN.add_render_rule("image", _image_as_link)
 MAX_REFERENCES = 20
 
 

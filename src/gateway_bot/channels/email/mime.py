@@ -18,9 +18,10 @@ from email.message import EmailMessage, Message
 
 from gateway_bot.channels.email.quotes import MAX_HTML_CHARS, html_to_text, plain_to_text
 
-_MSGID = re.compile(r"<[^<>\s]+>")
+_MSGID = re.compile(r"<[\x21-\x3b\x3d\x3f-\x7e]+>")  # printable ASCII: ids go out in headers
 _OUR_MSGID = re.compile(r"^<gwb\.([A-Za-z0-9]{6,32})\.[0-9]+@[^<>\s]+>$")  # as tags
 _SUBJECT_TAG = re.compile(r"\[ID:([A-Za-z0-9]{6,32})\]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _REPLY_PREFIX = re.compile(r"^\s*((re|fwd?|aw|sv|antw)\s*:\s*)+", re.IGNORECASE)
 
 
@@ -169,6 +170,7 @@ def base_subject(subject: str) -> str:
     cleaned = _SUBJECT_TAG.sub("", subject)
     cleaned = _REPLY_PREFIX.sub("", cleaned.strip())
     cleaned = _SUBJECT_TAG.sub("", cleaned)
+    cleaned = _CONTROL.sub(" ", cleaned)  # it goes out in our Subject: no NUL, no ESC
     return " ".join(cleaned.split()) or "(no subject)"
 
 

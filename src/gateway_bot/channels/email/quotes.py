@@ -48,7 +48,7 @@ def html_to_text(html: str) -> str:
         return flat_text(html)
     try:
         return _convert(html)
-    except RecursionError:
+    except Exception:  # RecursionError on deep markup, or a converter bug: keep the words
         return flat_text(html)
 
 

@@ -9,6 +9,7 @@
   downloads after a restart read exactly what was fetched.
 - ``email_threads``: Message-IDs (the users' and ours) to the thread key they belong to;
   ``email_thread_owners``: the first sender of each thread (others are new senders there).
+- ``email_seen``: the first mail's key per (sender, Message-ID): a second copy is dropped.
 - ``email_sends``: send intents. A reply's Message-ID is recorded before SMTP is dialled,
   ``sending`` just before the data goes out, ``sent`` after the server accepted it. An
   intent found ``sending`` after a crash may have been delivered: it is never sent again.
@@ -56,6 +57,17 @@ EMAIL_MIGRATIONS: tuple[str, ...] = (
         updated_at REAL NOT NULL
     );
     """,
+    # 2: the first mail of each (sender, Message-ID): the same mail delivered twice (an
+    # alias that forwards into the mailbox, a list copy) has other bytes, so another key.
+    """
+    CREATE TABLE email_seen (
+        sender TEXT NOT NULL,
+        message_id TEXT NOT NULL,
+        message_key TEXT NOT NULL,
+        seen_at REAL NOT NULL,
+        PRIMARY KEY (sender, message_id)
+    );
+    """,
 )
 
 
@@ -88,7 +100,23 @@ class EmailStore:
         touched += await self._db.write(
             "DELETE FROM email_uids WHERE state = 'done' AND updated_at < ?", (before,)
         )
+        touched += await self._db.write("DELETE FROM email_seen WHERE seen_at < ?", (before,))
         return touched
+
+    async def first_mail_with(self, sender: str, message_id: str, message_key: str) -> str:
+        """The key of the first mail ``sender`` sent with ``message_id`` (this one's, unless
+        an earlier copy was seen). Per sender: another sender's mail reusing the id (it is
+        no secret) never makes the real one a duplicate."""
+        await self._db.write(
+            "INSERT OR IGNORE INTO email_seen (sender, message_id, message_key, seen_at)"
+            " VALUES (?, ?, ?, ?)",
+            (sender, message_id, message_key, time.time()),
+        )
+        row = await self._db.fetch_one(
+            "SELECT message_key FROM email_seen WHERE sender=? AND message_id=?",
+            (sender, message_id),
+        )
+        return str(row[0]) if row else message_key
 
     # -- the UID ledger ------------------------------------------------------------------
 
