@@ -1,0 +1,24 @@
+"""Typed keys for what the dashboard's app and requests carry (aiohttp ``AppKey``s)."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from gateway_bot.config.server import DashboardSettings
+from gateway_bot.core.application import Application
+from gateway_bot.core.feed import ChangeFeed, Subscription
+from gateway_bot.dashboard.sessions import Session, SessionSigner
+
+APPLICATION = web.AppKey("application", Application)
+FEED = web.AppKey("feed", ChangeFeed)
+SETTINGS = web.AppKey("settings", DashboardSettings)
+SIGNER = web.AppKey("signer", SessionSigner)
+STREAMS = web.AppKey("streams", set[Subscription])
+"""The open live streams' subscriptions, closed when the server stops."""
+
+SESSION = web.RequestKey("session", Session)
+"""request[SESSION]: the verified ``Session`` (set by the guard)."""
+CSRF = web.RequestKey("csrf", str)
+"""request[CSRF]: the session's CSRF token, for forms."""
+
+__all__ = ["APPLICATION", "CSRF", "FEED", "SESSION", "SETTINGS", "SIGNER", "STREAMS", "Session"]

@@ -1,0 +1,77 @@
+"""The live stream (server-sent events): every task state change as a ``change`` event
+(JSON), then the tasks table rendered again as a ``tasks`` event, which the tasks page
+swaps in without a reload.
+
+The rows are rendered here, by the same template and autoescaping as the page, so the
+browser only ever inserts server-escaped HTML. A burst of changes is answered with one
+table; a ``Missed`` marker from the feed (this stream fell behind) just re-renders it, since
+the table is re-read from the application API anyway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import aiohttp_jinja2
+from aiohttp import web
+from aiohttp_sse import EventSourceResponse, sse_response
+
+from gateway_bot.core.feed import FeedItem, Subscription, TaskChange
+from gateway_bot.dashboard.context import APPLICATION, CSRF, FEED, STREAMS
+from gateway_bot.dashboard.views import task_rows
+
+
+def change_json(change: TaskChange) -> str:
+    return json.dumps(
+        {
+            "task_id": change.task_id,
+            "channel": change.channel,
+            "conversation_id": change.conversation_id,
+            "previous": change.previous.value if change.previous else None,
+            "state": change.state.value,
+            "completion_reason": (
+                change.completion_reason.value if change.completion_reason else None
+            ),
+            "at": change.at,
+        }
+    )
+
+
+async def events(request: web.Request) -> web.StreamResponse:
+    """Ends when the daemon stops (the feed closes the subscription) or the browser goes
+    (a failed send, or the stream's keep-alive ping failing), whichever comes first: a
+    closed tab must not keep a subscription until the next change."""
+    streams = request.app[STREAMS]
+    subscription = request.app[FEED].subscribe()
+    streams.add(subscription)
+    try:
+        async with sse_response(request) as stream:
+            await stream.send("{}", event="hello")
+            forwarding = asyncio.create_task(_forward(request, stream, subscription))
+            gone = asyncio.create_task(stream.wait())
+            await asyncio.wait({forwarding, gone}, return_when=asyncio.FIRST_COMPLETED)
+            for task in (forwarding, gone):
+                task.cancel()
+            for outcome in await asyncio.gather(forwarding, gone, return_exceptions=True):
+                if isinstance(outcome, Exception) and not isinstance(outcome, ConnectionResetError):
+                    raise outcome
+        return stream
+    finally:
+        subscription.close()
+        streams.discard(subscription)
+
+
+async def _forward(
+    request: web.Request, stream: EventSourceResponse, subscription: Subscription
+) -> None:
+    async for item in subscription:
+        burst: list[FeedItem] = [item, *subscription.pending()]
+        for change in burst:
+            if isinstance(change, TaskChange):
+                await stream.send(change_json(change), event="change")
+        rows = await task_rows(request.app[APPLICATION])
+        html = aiohttp_jinja2.render_string(
+            "task_rows.html", request, {"rows": rows, "csrf": request[CSRF]}
+        )
+        await stream.send(html, event="tasks")

@@ -1,0 +1,188 @@
+"""The dashboard's pages and actions. Every answer is a template rendering of what the
+application API says; actions go through the same API the chat commands use (stop as
+``/stop`` does, decisions as a card's button does)."""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Any
+
+import aiohttp_jinja2
+from aiohttp import web
+
+from gateway_bot.core.application import Application
+from gateway_bot.dashboard.context import APPLICATION, CSRF, SETTINGS, SIGNER
+from gateway_bot.dashboard.sessions import COOKIE_NAME
+from gateway_bot.dashboard.views import find_conversation, task_rows, when
+
+CONVERSATION_TIMELINES = 10
+"""A conversation's page shows the timelines of its newest this many tasks."""
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("/login", login_form)
+    app.router.add_post("/login", log_in)
+    app.router.add_post("/logout", log_out)
+    app.router.add_get("/static/style.css", _static("style.css", "text/css"))
+    app.router.add_get("/static/live.js", _static("live.js", "text/javascript"))
+    app.router.add_get("/", front)
+    app.router.add_get("/tasks", tasks_page)
+    app.router.add_post("/tasks/{task_id}/stop", stop_task)
+    app.router.add_get("/conversations", conversations_page)
+    app.router.add_get("/conversations/{conversation_id}", conversation_page)
+    app.router.add_get("/channels", channels_page)
+    app.router.add_get("/approvals", approvals_page)
+    app.router.add_post("/approvals/{code}/decide", decide_approval)
+
+
+def _static(name: str, content_type: str) -> Any:
+    body = resources.files("gateway_bot.dashboard").joinpath("static", name).read_bytes()
+
+    async def serve(request: web.Request) -> web.Response:
+        return web.Response(body=body, content_type=content_type)
+
+    return serve
+
+
+def render(request: web.Request, template: str, status: int = 200, **context: Any) -> web.Response:
+    context.setdefault("csrf", request.get(CSRF, ""))
+    context.setdefault("when", when)
+    return aiohttp_jinja2.render_template(template, request, context, status=status)
+
+
+def _application(request: web.Request) -> Application:
+    return request.app[APPLICATION]
+
+
+# -- login -------------------------------------------------------------------------------
+
+
+async def login_form(request: web.Request) -> web.Response:
+    return render(request, "login.html", error="")
+
+
+async def log_in(request: web.Request) -> web.Response:
+    form = await request.post()
+    offered = form.get("token")
+    signer = request.app[SIGNER]
+    if not isinstance(offered, str) or not signer.token_matches(offered):
+        return render(request, "login.html", status=401, error="That token is not right.")
+    settings = request.app[SETTINGS]
+    response = web.HTTPSeeOther("/tasks")
+    response.set_cookie(
+        COOKIE_NAME,
+        signer.issue(),
+        max_age=int(signer.lifetime_s),
+        path="/",
+        httponly=True,
+        samesite="Strict",
+        secure=settings.behind_proxy or settings.tls_certificate is not None,
+    )
+    raise response
+
+
+async def log_out(request: web.Request) -> web.Response:
+    response = web.HTTPSeeOther("/login")
+    response.del_cookie(COOKIE_NAME, path="/")
+    raise response
+
+
+# -- pages -------------------------------------------------------------------------------
+
+
+async def front(request: web.Request) -> web.Response:
+    raise web.HTTPFound("/tasks")
+
+
+async def tasks_page(request: web.Request) -> web.Response:
+    rows = await task_rows(_application(request))
+    return render(request, "tasks.html", rows=rows, live=True)
+
+
+async def conversations_page(request: web.Request) -> web.Response:
+    conversations = await _application(request).conversations(limit=200)
+    return render(request, "conversations.html", conversations=conversations)
+
+
+async def conversation_page(request: web.Request) -> web.Response:
+    application = _application(request)
+    conversation_id = request.match_info["conversation_id"]
+    conversation = await find_conversation(application, conversation_id)
+    if conversation is None:
+        return render(request, "result.html", status=404, message="No such conversation.")
+    rows = await task_rows(application, conversation_id=conversation_id)
+    timelines = [await application.task_timeline(row.id) for row in rows[:CONVERSATION_TIMELINES]]
+    containers_error = ""
+    try:
+        containers = [c for c in await application.containers() if c.context_id == conversation_id]
+    except Exception as exc:  # the sandbox's trouble must not hide the conversation
+        containers, containers_error = [], f"{type(exc).__name__}: {exc}"
+    return render(
+        request,
+        "conversation.html",
+        conversation=conversation,
+        rows=rows,
+        timelines=timelines,
+        containers=containers,
+        containers_error=containers_error,
+    )
+
+
+async def channels_page(request: web.Request) -> web.Response:
+    overview = await _application(request).overview()
+    return render(request, "channels.html", overview=overview)
+
+
+async def approvals_page(request: web.Request) -> web.Response:
+    approvals = await _application(request).pending_approvals()
+    operators = request.app[SETTINGS].operator
+    return render(request, "approvals.html", approvals=approvals, operators=operators)
+
+
+# -- actions -----------------------------------------------------------------------------
+
+
+async def stop_task(request: web.Request) -> web.Response:
+    task_id = request.match_info["task_id"]
+    try:
+        outcome = await _application(request).stop_task(task_id)
+    except KeyError:
+        return render(request, "result.html", status=404, message=f"There is no task {task_id}.")
+    return render(request, "result.html", message=outcome.text)
+
+
+async def decide_approval(request: web.Request) -> web.Response:
+    """Recorded as the operator's identity on the approval's channel (``dashboard.operator``):
+    the owners' list decides whether that identity may, exactly as for a button in chat."""
+    code = request.match_info["code"]
+    choice = (await request.post()).get("choice")
+    if choice not in ("allow", "deny"):
+        return render(request, "result.html", status=400, message="Choose allow or deny.")
+    application = _application(request)
+    pending = {a.code: a for a in await application.pending_approvals()}
+    approval = pending.get(code)
+    if approval is None:
+        return render(
+            request, "result.html", status=404, message=f"There is no pending approval {code}."
+        )
+    operator = request.app[SETTINGS].operator.get(approval.channel)
+    if not operator:
+        return render(
+            request,
+            "result.html",
+            status=403,
+            message=f"No operator identity for {approval.channel}: set "
+            f"dashboard.operator.{approval.channel} to an owner of that channel.",
+        )
+    line = await application.decide_approval(
+        code, str(choice), channel=approval.channel, decider_id=operator
+    )
+    if line is None:
+        return render(
+            request,
+            "result.html",
+            status=403,
+            message=f"{operator} may not decide on {approval.channel}: it is not in "
+            f"access.owners or access.admins there.",
+        )
+    return render(request, "result.html", message=line)

@@ -1,0 +1,99 @@
+"""What the pages show, shaped from the application API's records: plain rows for the
+templates, so templates hold no logic beyond loops and the records' text is escaped there
+(autoescape) and nowhere else."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from gateway_bot.core.application import Application
+from gateway_bot.domain.lifecycle import TaskState
+from gateway_bot.domain.records import ConversationRecord, TaskRecord
+
+PREVIEW_CHARS = 120
+LIVE_TASKS = 50
+"""The tasks page shows the newest this many tasks."""
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    id: str
+    state: str
+    """The state, or the completion reason once completed ("cancelled", "success", ...)."""
+    running: bool
+    conversation_id: str
+    channel: str
+    sender: str
+    model: str
+    duration: str
+    cost: str
+    preview: str
+
+
+def task_row(task: TaskRecord, conversation: ConversationRecord | None, now: float) -> TaskRow:
+    state = task.state.value
+    if task.state is TaskState.COMPLETED and task.completion_reason is not None:
+        state = task.completion_reason.value
+    if task.parsed is not None:
+        sender = task.parsed.sender_name or task.parsed.sender_id
+        body = task.parsed.body
+    else:
+        sender, body = task.raw.sender, ""
+    model = (conversation.model or "") if conversation else ""
+    return TaskRow(
+        id=task.id,
+        state=state,
+        running=task.state is TaskState.EXECUTING,
+        conversation_id=task.conversation_id or "",
+        channel=task.channel,
+        sender=sender,
+        model=model or "default",
+        duration=_duration(task, now),
+        cost=f"${task.cost_usd:.4f}" if task.cost_usd else "",
+        preview=_preview(body),
+    )
+
+
+async def task_rows(
+    application: Application, *, conversation_id: str | None = None, limit: int = LIVE_TASKS
+) -> list[TaskRow]:
+    """Newest first, with each task's conversation's model."""
+    tasks = await application.tasks(conversation_id=conversation_id, limit=limit)
+    conversations = {c.id: c for c in await application.conversations(limit=1000)}
+    now = time.time()
+    return [
+        task_row(task, conversations.get(task.conversation_id or ""), now)
+        for task in reversed(tasks)
+    ]
+
+
+async def find_conversation(
+    application: Application, conversation_id: str
+) -> ConversationRecord | None:
+    for conversation in await application.conversations(limit=100_000):
+        if conversation.id == conversation_id:
+            return conversation
+    return None
+
+
+def _duration(task: TaskRecord, now: float) -> str:
+    if task.started_at is None:
+        return ""
+    seconds = max(0.0, (task.completed_at or now) - task.started_at)
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    if seconds < 3600:
+        return f"{seconds // 60:.0f}m{seconds % 60:02.0f}s"
+    return f"{seconds // 3600:.0f}h{seconds % 3600 // 60:02.0f}m"
+
+
+def _preview(body: str) -> str:
+    line = " ".join(body.split())
+    return line if len(line) <= PREVIEW_CHARS else line[: PREVIEW_CHARS - 1] + "…"
+
+
+def when(at: float | None) -> str:
+    if at is None:
+        return ""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
