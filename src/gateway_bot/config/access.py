@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import re
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, PositiveFloat, PositiveInt, field_validator
 
@@ -56,6 +57,14 @@ class RoomSettings(Section):
     pattern: str = "."
     ignored: IgnoredMessages = IgnoredMessages.DROP
     context_size: PositiveInt = 10
+    timezone: str | None = Field(
+        default=None, description="IANA zone of /schedule here; unset: access.timezone."
+    )
+
+    @field_validator("timezone")
+    @classmethod
+    def _room_zone(cls, value: str | None) -> str | None:
+        return _known_zone(value)
 
     @field_validator("pattern")
     @classmethod
@@ -65,6 +74,27 @@ class RoomSettings(Section):
         except re.error as exc:
             raise ValueError(f"not a valid regular expression: {exc}") from exc
         return value
+
+
+def _known_zone(value: str | None) -> str | None:
+    if value is not None:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {value!r} (an IANA name: Europe/Berlin)") from None
+    return value
+
+
+class ScheduleLimits(Section):
+    """What /schedule allows (issue 17)."""
+
+    max_per_conversation: PositiveInt = 20
+    min_interval_minutes: PositiveFloat = 5.0
+    catch_up_minutes: PositiveFloat = Field(
+        default=60.0,
+        description="A run missed while the daemon was down runs at start if at most this "
+        "late; later ones are skipped with a note in the conversation.",
+    )
 
 
 class AccessSettings(Section):
@@ -79,6 +109,15 @@ class AccessSettings(Section):
     rooms: list[RoomSettings] = Field(
         default_factory=list, description="First match wins; unmatched rooms get defaults."
     )
+    timezone: str | None = Field(
+        default=None, description="IANA zone of /schedule where a room sets none; unset: UTC."
+    )
+    schedules: ScheduleLimits = Field(default_factory=ScheduleLimits)
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, value: str | None) -> str | None:
+        return _known_zone(value)
 
     def room_settings(self, channel: str, room: str) -> RoomSettings:
         for settings in self.rooms:

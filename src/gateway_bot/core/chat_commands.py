@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from gateway_bot.core.approvals import Gatekeeper
 from gateway_bot.core.commands import HELP_TEXT, Command, CommandName
+from gateway_bot.core.schedule_commands import SCHEDULE_COMMANDS, ScheduleCommands
 from gateway_bot.core.scheduler import RunningTask
 from gateway_bot.core.status import describe_status
 from gateway_bot.core.workspace_diff import WorkspaceReports
@@ -31,7 +32,9 @@ class ChatCommands:
         running: Mapping[str, RunningTask],
         new_conversation: NewConversation,
         workspaces: WorkspaceReports | None = None,
+        schedules: ScheduleCommands | None = None,
     ) -> None:
+        self._schedules = schedules
         self._store = store
         self._gate = gate
         self._running = running
@@ -71,6 +74,11 @@ class ChatCommands:
                 message.channel, message.sender_id, message.sender_name, command.argument, choice
             )
             text = decided or "Only an owner or admin of this bot can decide approvals."
+        elif command.name in SCHEDULE_COMMANDS:
+            if self._schedules is None:
+                text = "Schedules are not available here."
+            else:
+                text = await self._schedules.answer(message, command)
         elif command.name is CommandName.REVOKE:
             text = await self._gate.revoke(
                 message.channel, message.sender_id, message.room, command.argument

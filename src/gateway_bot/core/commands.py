@@ -1,6 +1,7 @@
 """Chat commands shared by every channel: /stop, /status, /new, /model NAME, /diff, /help,
 /approve CODE and /deny CODE (owners and admins: how a channel without buttons decides an
-approval card), and /revoke (owners only). Their effects are ``chat_commands.py``'s.
+approval card), /revoke (owners only), and /schedule, /schedules, /unschedule, /pause,
+/resume (``schedule_commands.py``). Their effects are ``chat_commands.py``'s.
 
 ``!`` works as a prefix too, for clients that swallow ``/``. A message that starts with the
 prefix and a known word is a command; an unknown word gets a clear error listing the known
@@ -25,6 +26,11 @@ class CommandName(enum.Enum):
     DENY = "deny"
     REVOKE = "revoke"
     DIFF = "diff"
+    SCHEDULE = "schedule"
+    SCHEDULES = "schedules"
+    UNSCHEDULE = "unschedule"
+    PAUSE = "pause"
+    RESUME = "resume"
 
 
 HELP_TEXT = (
@@ -32,7 +38,10 @@ HELP_TEXT = (
     "/new (start a fresh conversation), /model NAME (model for a new session: now if none "
     "started yet, else from the next /new), /diff (the agent's changes not pushed yet), "
     "/approve CODE and /deny CODE (owners and admins: decide an approval card), "
-    "/revoke USER [everywhere | ROOM] (owners: take back an approval), /help. "
+    "/revoke USER [everywhere | ROOM] (owners: take back an approval), "
+    '/schedule [TZ=Zone] WHEN PROMPT (WHEN: a quoted cron rule "0 9 * * 1-5" or a phrase '
+    "such as every weekday at 9:00, in 2 hours, tomorrow at 7:15), /schedules, "
+    "/unschedule ID, /pause ID, /resume ID, /help. "
     "`!` works instead of `/`."
 )
 

@@ -22,6 +22,7 @@ import asyncio
 import collections
 import dataclasses
 import logging
+import time
 from collections.abc import Mapping
 
 from gateway_bot.config.access import AccessSettings, IgnoredMessages
@@ -42,11 +43,14 @@ from gateway_bot.core.retries import (
     is_transient,
     retrying,
 )
+from gateway_bot.core.schedule_commands import ScheduleCommands
 from gateway_bot.core.scheduler import Executes, Scheduler
+from gateway_bot.core.schedules import Clock, ScheduleRunner, Sleep
 from gateway_bot.core.workspace_diff import WorkspaceReports
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState
 from gateway_bot.domain.messages import Decision, InboundMessage, RawMessage, RoomInvite
 from gateway_bot.domain.records import ContextLine, ConversationRecord, TaskRecord
+from gateway_bot.state.schedules_store import SqliteSchedules
 from gateway_bot.state.store import Store
 
 log = logging.getLogger(__name__)
@@ -70,7 +74,12 @@ class GatewayService:
         retry_policy: RetryPolicy = DEFAULT_POLICY,
         sweep_interval_s: float = SWEEP_INTERVAL_S,
         workspace_reports: WorkspaceReports | None = None,
+        schedules: SqliteSchedules | None = None,
+        schedule_clock: Clock = time.time,
+        schedule_sleep: Sleep = asyncio.sleep,
     ) -> None:
+        """``schedules``: the store of /schedule (issue 17); without it the schedule
+        commands answer that they are not available. Clock and sleep: for tests."""
         self._store = store
         self._adapters = dict(adapters)
         self._access = access
@@ -92,12 +101,26 @@ class GatewayService:
             max_pending=max_pending_per_conversation,
             policy=retry_policy,
         )
+        self.schedules: ScheduleRunner | None = None
+        schedule_commands = None
+        if schedules is not None:
+            self.schedules = ScheduleRunner(
+                schedules,
+                self._adapters,
+                self._submit_scheduled,
+                access.schedules,
+                store,
+                clock=schedule_clock,
+                sleep=schedule_sleep,
+            )
+            schedule_commands = ScheduleCommands(self.schedules, access, timezone)
         self._commands = ChatCommands(
             store,
             self._gate,
             self._scheduler.running_tasks,
             self.start_new_conversation,
             workspace_reports,
+            schedule_commands,
         )
         self._intake_locks: dict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
         self._taking_in: set[str] = set()
@@ -123,6 +146,8 @@ class GatewayService:
         await self._gate.resend_unsent_cards()
         self._sweeper = asyncio.create_task(self._sweep_periodically())
         self._accepting = True
+        if self.schedules is not None:
+            await self.schedules.start()
         for adapter in self._adapters.values():
             await adapter.listener.start(self.submit)
 
@@ -147,6 +172,8 @@ class GatewayService:
         self._accepting = False
         if self._sweeper is not None:
             self._sweeper.cancel()
+        if self.schedules is not None:
+            await self.schedules.stop()
         for adapter in self._adapters.values():
             await adapter.listener.stop()
 
@@ -183,6 +210,13 @@ class GatewayService:
         elif self._accepting:
             self._take_in(task_id)
         return True
+
+    async def _submit_scheduled(self, raw: RawMessage) -> str:
+        """A schedule's run enters intake like a message (same dedup by message id)."""
+        task_id, is_new = await self._store.accept_inbound(raw)
+        if is_new and self._accepting:
+            self._take_in(task_id)
+        return task_id
 
     async def recover(self) -> None:
         """The start-up sweep: every task not completed is finished or re-run."""
@@ -238,6 +272,11 @@ class GatewayService:
             task = await self._store.transition(task_id, TaskState.AUTHENTICATING)
         elif task.state is not TaskState.AUTHENTICATING:
             return  # routed by an earlier attempt that failed afterwards
+        if self.schedules is not None:
+            scheduled = await self.schedules.run_message(task)
+            if scheduled is not None:
+                await self._route_scheduled(task, scheduled)
+                return
         adapter = self._adapters[task.channel]
         try:
             message = await adapter.authenticate_and_parse(task.raw)
@@ -342,6 +381,14 @@ class GatewayService:
         if not (await self._gate.admit(task, message)).admitted:
             return
         await self._queue_engaging(task, message)
+
+    async def _route_scheduled(self, task: TaskRecord, message: InboundMessage) -> None:
+        """A schedule's run, as its creator's message: queued if the gate still trusts
+        them here (an approval revoked since stops their schedules' runs)."""
+        if not await self._gate.trusts(message):
+            await self._drop_untrusted(task, message, "scheduled run")
+            return
+        await self._queue_message(task, message)
 
     async def _drop_untrusted(self, task: TaskRecord, message: InboundMessage, what: str) -> None:
         """No answer, no card: the bot does not talk to senders nobody admitted."""
