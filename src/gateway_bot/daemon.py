@@ -16,6 +16,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from gateway_bot.agents.backend import AgentBackend
+from gateway_bot.agents.base import WarmRunner, WarmSettings
 from gateway_bot.agents.registry import backend_named
 from gateway_bot.config.server import ServerConfig, environment_with_dotenv
 from gateway_bot.core.application import Application, DaemonLiveState
@@ -26,8 +27,11 @@ from gateway_bot.core.service import GatewayService
 from gateway_bot.core.status_snapshot import SnapshotWriter, snapshot_path
 from gateway_bot.core.workspace_diff import WorkspaceReports
 from gateway_bot.core.workspaces import Workspaces
+from gateway_bot.dashboard.server import DashboardServer
 from gateway_bot.domain.lifecycle import TaskState
+from gateway_bot.sandbox.base import Sandbox
 from gateway_bot.sandbox.factory import create_sandbox
+from gateway_bot.sandbox.podman.sandbox import PodmanSandbox
 from gateway_bot.state.database import Database
 from gateway_bot.state.schedules_store import SqliteSchedules
 from gateway_bot.state.sqlite_store import SqliteStore
@@ -75,6 +79,24 @@ def _runner_command(config: ServerConfig) -> list[str]:
     if config.sandbox.kind == "none":
         return resolve_agent_command(config)
     return agent_command(config)
+
+
+def _warm_runner(
+    backend: AgentBackend, config: ServerConfig, sandbox: Sandbox
+) -> WarmRunner | None:
+    """Warm sessions end with their container's idle stop (a podman sandbox asks the runner
+    which are idle); on the host, after the same idle time."""
+    if backend.make_warm_runner is None or config.agent.max_warm_sessions == 0:
+        return None
+    keeps = isinstance(sandbox, PodmanSandbox)
+    settings = WarmSettings(
+        max_sessions=config.agent.max_warm_sessions,
+        idle_s=None if keeps else config.sandbox.idle_stop_minutes * 60,
+    )
+    runner = backend.make_warm_runner(_runner_command(config), settings)
+    if isinstance(sandbox, PodmanSandbox):
+        sandbox.kept_processes = runner
+    return runner
 
 
 def agent_program(config: ServerConfig) -> str | None:
@@ -149,12 +171,15 @@ class Daemon:
         self.workspace_reports = WorkspaceReports(self.workspaces, self.sandbox)
         self._garbage_collector: asyncio.Task[None] | None = None
         self._pruner: asyncio.Task[None] | None = None
+        self.warm_runner = _warm_runner(self.backend, config, self.sandbox)
+        """Keeps each active conversation's agent process between turns; None: every turn
+        starts the agent afresh."""
         executor = TaskExecutor(
             self.store,
             self.workspaces,
             self.sandbox,
             self.backend,
-            self.backend.make_runner(_runner_command(config)),
+            self.warm_runner or self.backend.make_runner(_runner_command(config)),
             AgentDefaults(
                 model=config.agent.model,
                 timeout_s=config.agent.timeout_seconds,
@@ -188,6 +213,12 @@ class Daemon:
         )
         self.status_snapshot = SnapshotWriter(
             snapshot_path(config.state_dir), live, self.sandbox.name
+        )
+        dashboard = config.dashboard
+        self.dashboard = (
+            DashboardServer(self.application, self.feed, dashboard, config.state_dir)
+            if dashboard is not None and dashboard.enabled
+            else None
         )
         self.stop_requested = asyncio.Event()
         self.end_of_input = asyncio.Event()
@@ -257,6 +288,17 @@ class Daemon:
                 log.exception("pruning old state failed; trying again tomorrow")
             await asyncio.sleep(PRUNE_INTERVAL_S)
 
+    async def _start_dashboard(self) -> None:
+        """A dashboard that cannot listen (port taken, unreadable certificate) is logged
+        loudly and the daemon serves its channels without it: chat must not go down for
+        the operators' view of it."""
+        if self.dashboard is None:
+            return
+        try:
+            await self.dashboard.start()
+        except (OSError, ValueError) as exc:
+            log.error("the dashboard is not served: %s", exc)
+
     async def run(self) -> None:
         """Serve until SIGTERM/SIGINT or end of input; then shut down gracefully.
 
@@ -269,6 +311,7 @@ class Daemon:
         try:
             await self.service.start()
             self.status_snapshot.start()
+            await self._start_dashboard()
             self._garbage_collector = asyncio.create_task(self._collect_garbage_forever())
             self._pruner = asyncio.create_task(self._prune_forever())
             stop = asyncio.create_task(self.stop_requested.wait())
@@ -291,6 +334,10 @@ class Daemon:
                 self._pruner.cancel()
                 await asyncio.gather(self._pruner, return_exceptions=True)
             await self.status_snapshot.stop()
+            if self.dashboard is not None:
+                await self.dashboard.stop()
             self.feed.close()
+            if self.warm_runner is not None:
+                await self.warm_runner.close()
             await self.sandbox.close()
             await self.store.close()

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway_bot.agents.base import AgentEvent, AgentRunner
+from gateway_bot.agents.base import AgentEvent, AgentRunner, WarmRunner, WarmSettings
 from gateway_bot.sandbox.base import InjectedCredential
 from gateway_bot.sandbox.egress.allowlist import rule_for_url
 from gateway_bot.sandbox.egress.rules import EgressRule
@@ -56,6 +56,9 @@ class AgentBackend:
     program. The default Containerfile copies them onto the image's PATH."""
     install_hint: str
     """How to get the program when it is missing: the end of the sentence ``check`` prints."""
+    make_warm_runner: Callable[[Sequence[str], WarmSettings], WarmRunner] | None = None
+    """The runner that keeps one agent process per conversation between turns; None when
+    the backend's CLI cannot take turn after turn on its stdin."""
 
     def model_api_url(self, env: Mapping[str, str]) -> str:
         return env.get(self.base_url_env) or self.default_api_url

@@ -6,7 +6,7 @@ produced them, so Gemini CLI or Codex can be added as another runner.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -96,3 +96,27 @@ class AgentRunner(Protocol):
         event_log: EventLog,
         on_event: OnEvent,
     ) -> AgentOutcome: ...
+
+
+@dataclass(frozen=True)
+class WarmSettings:
+    max_sessions: int
+    """Most agent processes kept between turns at once (least recently used ended first)."""
+    idle_s: float | None
+    """A process unused this long is ended; None when the sandbox ends it with its
+    container's idle stop (``idle_since`` and ``end``)."""
+
+
+class WarmRunner(AgentRunner, Protocol):
+    """A runner that keeps agent processes between turns; ``close`` ends them all."""
+
+    def idle_since(self) -> Mapping[str, float]:
+        """Context id -> when (``time.monotonic``) its process was last used, for each
+        process between turns."""
+        ...
+
+    async def end(self, context_id: str) -> None:
+        """End the context's process between turns (it has exited when this returns)."""
+        ...
+
+    async def close(self) -> None: ...

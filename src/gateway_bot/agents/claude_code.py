@@ -23,6 +23,8 @@ from gateway_bot.agents.base import (
     InitEvent,
     OnEvent,
     ResultEvent,
+    WarmRunner,
+    WarmSettings,
 )
 from gateway_bot.agents.claude_stream import parse_stream_line
 from gateway_bot.agents.event_log import EventLog
@@ -122,8 +124,7 @@ class ClaudeCodeRunner:
         event_log: EventLog,
         on_event: OnEvent,
     ) -> AgentOutcome:
-        paths = sandbox.paths(context)
-        env = {**QUIET_ENV, "CLAUDE_CONFIG_DIR": f"{paths.home}/.claude", **request.env}
+        env = agent_env(sandbox, context, request)
         process = await sandbox.start(
             context, self.build_argv(request), env, stdin_data=request.prompt.encode()
         )
@@ -154,21 +155,33 @@ class ClaudeCodeRunner:
         finally:
             await event_log.end_run()
         stderr = await process.read_stderr()
-        failure_text = (result.text if result and result.is_error else "") + "\n" + stderr
-        unresumable = bool(
-            request.resume_session_id
-            and not timed_out
-            and (result is None or result.is_error)
-            and _UNRESUMABLE.search(failure_text)
-        )
         return AgentOutcome(
             result=result,
             session_id=session_id,
             exit_code=exit_code,
             stderr=stderr,
             timed_out=timed_out,
-            unresumable=unresumable,
+            unresumable=unresumable(request, result, stderr, timed_out=timed_out),
         )
+
+
+def agent_env(sandbox: Sandbox, context: ExecutionContext, request: AgentRequest) -> dict[str, str]:
+    """The CLI's environment: quiet, its config (and so its sessions) in the context's home."""
+    paths = sandbox.paths(context)
+    return {**QUIET_ENV, "CLAUDE_CONFIG_DIR": f"{paths.home}/.claude", **request.env}
+
+
+def unresumable(
+    request: AgentRequest, result: ResultEvent | None, stderr: str, *, timed_out: bool
+) -> bool:
+    """Did a run that resumed a session fail because that session cannot be continued?"""
+    failure_text = (result.text if result and result.is_error else "") + "\n" + stderr
+    return bool(
+        request.resume_session_id
+        and not timed_out
+        and (result is None or result.is_error)
+        and _UNRESUMABLE.search(failure_text)
+    )
 
 
 async def _kill(process: SandboxProcess) -> int | None:
@@ -225,6 +238,13 @@ def image_files(program: Path) -> dict[str, Path]:
     return {"claude": program.resolve()}
 
 
+def make_warm_runner(command: Sequence[str], settings: WarmSettings) -> WarmRunner:
+    """Imported here: the warm runner builds on this module's cold one."""
+    from gateway_bot.agents.warm_session import WarmClaudeRunner
+
+    return WarmClaudeRunner(command, settings)
+
+
 CLAUDE_CODE = AgentBackend(
     name="claude-code",
     default_command=("claude",),
@@ -242,5 +262,6 @@ CLAUDE_CODE = AgentBackend(
         "install it yourself (npm install -g @anthropic-ai/claude-code), "
         "or set agent.command in the config"
     ),
+    make_warm_runner=make_warm_runner,
 )
 """The Claude Code CLI (``claude -p``, stream-json): the default backend."""

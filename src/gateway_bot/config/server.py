@@ -8,13 +8,14 @@ config. Every validation problem is reported with its key path and a hint, all a
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import subprocess
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from dotenv import dotenv_values
-from pydantic import Field, PositiveFloat, PositiveInt, ValidationError
+from pydantic import Field, PositiveFloat, PositiveInt, ValidationError, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -51,6 +52,14 @@ class AgentSettings(Section):
         default_factory=dict,
         description="Extra environment for the agent (model endpoint, API key...).",
     )
+    max_warm_sessions: int = Field(
+        default=0,
+        ge=0,
+        description="Agent processes kept between turns (one per active conversation, later "
+        "turns skip the CLI's start-up); the least recently used is ended first. 0 (the "
+        "default, for now): none; while one is kept, what the agent left running in the "
+        "background is not ended after each turn.",
+    )
 
 
 class ExecutionSettings(Section):
@@ -83,6 +92,57 @@ class StateSettings(Section):
     )
 
 
+class DashboardSettings(Section):
+    """The web dashboard ``gateway-bot run`` serves (``gateway_bot/dashboard``). Never open:
+    a login with ``token`` is always required. Off loopback it must be TLS or behind a proxy
+    the operator says terminates TLS, so the token and the session cookie never cross a
+    network in the clear."""
+
+    enabled: bool = True
+    host: str = Field(default="127.0.0.1", min_length=1)
+    port: int = Field(default=8950, ge=0, le=65535, description="0: any free port (logged).")
+    token: str = Field(
+        min_length=16, repr=False, description="The login token (use !env; 16+ characters)."
+    )
+    behind_proxy: bool = Field(
+        default=False,
+        description="A reverse proxy terminates TLS in front: allows a non-loopback host "
+        "and marks the session cookie Secure.",
+    )
+    tls_certificate: Path | None = None
+    tls_key: Path | None = None
+    operator: dict[str, str] = Field(
+        default_factory=dict,
+        description="Per channel, the owner identity a dashboard approval decision is "
+        "recorded as (must be in access.owners or access.admins of that channel).",
+    )
+    session_hours: PositiveFloat = Field(
+        default=12.0, description="How long a login lasts before the token is asked again."
+    )
+
+    @model_validator(mode="after")
+    def _exposed_only_safely(self) -> DashboardSettings:
+        if (self.tls_certificate is None) != (self.tls_key is None):
+            raise ValueError("set both tls_certificate and tls_key, or neither")
+        tls = self.tls_certificate is not None
+        if self.enabled and not _loopback_host(self.host) and not tls and not self.behind_proxy:
+            raise ValueError(
+                f"host {self.host!r} is not loopback and the dashboard would serve its login "
+                "in clear text: set tls_certificate and tls_key, or behind_proxy: true when a "
+                "TLS-terminating proxy is in front, or keep host 127.0.0.1"
+            )
+        return self
+
+
+def _loopback_host(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 class ServerConfig(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="GATEWAY_BOT_", env_nested_delimiter="__", extra="forbid"
@@ -100,6 +160,7 @@ class ServerConfig(BaseSettings):
     )
     channels: ChannelsSettings = Field(default_factory=ChannelsSettings)
     access: AccessSettings = Field(default_factory=AccessSettings)
+    dashboard: DashboardSettings | None = None
 
     _yaml_data: ClassVar[dict[str, Any]] = {}
 

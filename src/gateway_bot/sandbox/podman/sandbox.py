@@ -20,7 +20,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from podman.errors import NotFound, PodmanError
 
@@ -61,6 +61,19 @@ class _Context:
     """Died mid-task: the next task gets a fresh container."""
 
 
+class KeptProcesses(Protocol):
+    """Processes kept running in containers between tasks (warm agent sessions): they keep
+    a container busy, so the idle stop and the cap ask here which are idle and end them."""
+
+    def idle_since(self) -> Mapping[str, float]:
+        """Context id -> when (``time.monotonic``) its kept process was last used."""
+        ...
+
+    async def end(self, context_id: str) -> None:
+        """End the context's kept process (it has exited when this returns)."""
+        ...
+
+
 def deployment_for(state_dir: Path) -> str:
     return hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:8]
 
@@ -87,6 +100,8 @@ class PodmanSandbox:
         self._foreign: set[str] = set()
         self._housekeeping: asyncio.Task[None] | None = None
         self._relays: list[ModelRelay] = []
+        self.kept_processes: KeptProcesses | None = None
+        """Set by the daemon when agent processes outlive their task."""
 
     @property
     def settings(self) -> SandboxSettings:
@@ -325,23 +340,35 @@ class PodmanSandbox:
         idle_s = self._settings.idle_stop_minutes * 60
         now = time.monotonic()
         for context_id in await self._running_contexts():
-            state = self._contexts.get(context_id)
-            if state is not None and not state.busy and now - state.last_used > idle_s:
+            since = self._idle_since(context_id)
+            if since is not None and now - since > idle_s:
                 await self._stop(context_id, "idle")
         await self._enforce_cap(keep=None)
+
+    def _idle_since(self, context_id: str) -> float | None:
+        """When the context's container was last used; None while a task runs in it. A kept
+        process between tasks (a warm agent session) does not count as a task."""
+        state = self._contexts.get(context_id)
+        if state is None:
+            return None
+        kept = self.kept_processes.idle_since() if self.kept_processes is not None else {}
+        if context_id in kept:
+            return kept[context_id]
+        return None if state.busy else state.last_used
 
     async def _enforce_cap(self, keep: str | None) -> None:
         running = await self._running_contexts()
         idle = sorted(
-            (self._contexts[c].last_used, c)
-            for c in running
-            if c != keep and c in self._contexts and not self._contexts[c].busy
+            (since, c) for c in running if c != keep and (since := self._idle_since(c)) is not None
         )
         excess = len(running) - self._settings.max_live_containers
         for _, context_id in idle[: max(0, excess)]:
             await self._stop(context_id, f"more than {self._settings.max_live_containers} running")
 
     async def _stop(self, context_id: str, why: str) -> None:
+        kept = self.kept_processes
+        if kept is not None and context_id in kept.idle_since():
+            await kept.end(context_id)  # a warm session ends with its container
         state = self._contexts[context_id]
         if state.lock.locked() or state.busy:
             return
