@@ -21,7 +21,6 @@ at first use its rows are copied over once and the file renamed ``matrix.db.migr
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Iterable
@@ -29,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gateway_bot.state.database import Database, Params
-from gateway_bot.state.legacy_files import import_legacy_file
+from gateway_bot.state.owned_tables import LegacyFile, OwnedTables
 
 OWNER = "matrix"
 
@@ -77,24 +76,12 @@ class SyncPosition:
 class MatrixStateStore:
     def __init__(self, database: Database, legacy_path: Path | None = None) -> None:
         """``legacy_path``: the channel's former own file, imported once if present."""
-        self._database = database
-        self._legacy_path = legacy_path
-        self._ready = False
-        self._readying = asyncio.Lock()
+        legacy = None if legacy_path is None else LegacyFile(legacy_path, _LEGACY_TABLES, "matrix_")
+        self._tables = OwnedTables(database, OWNER, MATRIX_MIGRATIONS, legacy)
         database.add_pruner(OWNER, self.prune)
 
     async def _db(self) -> Database:
-        """The database, migrated for this owner (and the old file imported) on first use."""
-        if not self._ready:
-            async with self._readying:
-                if not self._ready:
-                    await self._database.migrate(OWNER, MATRIX_MIGRATIONS)
-                    if self._legacy_path is not None:
-                        await import_legacy_file(
-                            self._database, self._legacy_path, _LEGACY_TABLES, "matrix_"
-                        )
-                    self._ready = True
-        return self._database
+        return await self._tables.ready()
 
     async def prune(self, before: float) -> int:
         """Retention: acknowledgement events and cards recorded before ``before``. Cards

@@ -9,13 +9,13 @@ after a restart.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from gateway_bot.state.database import Database
+from gateway_bot.state.owned_tables import OwnedTables
 
 OWNER = "matrix_e2ee"
 
@@ -43,17 +43,10 @@ class Undecrypted:
 
 class UndecryptedStore:
     def __init__(self, database: Database) -> None:
-        self._database = database
-        self._ready = False
-        self._readying = asyncio.Lock()
+        self._tables = OwnedTables(database, OWNER, MIGRATIONS)
 
     async def _db(self) -> Database:
-        if not self._ready:
-            async with self._readying:
-                if not self._ready:
-                    await self._database.migrate(OWNER, MIGRATIONS)
-                    self._ready = True
-        return self._database
+        return await self._tables.ready()
 
     async def keep(self, room_id: str, event: JsonDict) -> None:
         db = await self._db()
