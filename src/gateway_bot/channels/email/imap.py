@@ -22,7 +22,10 @@ from gateway_bot.config.channels import EmailChannelSettings
 
 log = logging.getLogger(__name__)
 
-IDLE_RENEW_S = 300.0
+IDLE_RENEW_S = 25.0
+"""IDLE is ended and the mailbox looked at this often even when the server said nothing:
+a mail that landed between the last search and the IDLE command can go unannounced (seen
+in tests after a restart: a minute of silence), so it waits at most this long."""
 TICK_S = 1.0
 
 
