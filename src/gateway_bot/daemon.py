@@ -27,6 +27,7 @@ from gateway_bot.core.service import GatewayService
 from gateway_bot.core.status_snapshot import SnapshotWriter, snapshot_path
 from gateway_bot.core.workspace_diff import WorkspaceReports
 from gateway_bot.core.workspaces import Workspaces
+from gateway_bot.dashboard.metrics import TaskDurations
 from gateway_bot.dashboard.server import DashboardServer
 from gateway_bot.domain.lifecycle import TaskState
 from gateway_bot.sandbox.base import Sandbox
@@ -215,11 +216,13 @@ class Daemon:
             snapshot_path(config.state_dir), live, self.sandbox.name
         )
         dashboard = config.dashboard
-        self.dashboard = (
-            DashboardServer(self.application, self.feed, dashboard, config.state_dir)
-            if dashboard is not None and dashboard.enabled
-            else None
-        )
+        self.dashboard: DashboardServer | None = None
+        if dashboard is not None and dashboard.enabled:
+            durations = TaskDurations()  # /metrics' histogram: only the dashboard serves it
+            self.store.on_transition(durations.observe_transition)
+            self.dashboard = DashboardServer(
+                self.application, self.feed, dashboard, config.state_dir, durations
+            )
         self.stop_requested = asyncio.Event()
         self.end_of_input = asyncio.Event()
 

@@ -119,6 +119,13 @@ class DashboardSettings(Section):
     session_hours: PositiveFloat = Field(
         default=12.0, description="How long a login lasts before the token is asked again."
     )
+    metrics_token: str | None = Field(
+        default=None,
+        min_length=16,
+        repr=False,
+        description="A bearer token that reads /metrics without a login (use !env; 16+ "
+        "characters). Without it only loopback scrapers (and logged-in browsers) read it.",
+    )
 
     @model_validator(mode="after")
     def _exposed_only_safely(self) -> DashboardSettings:
