@@ -1,5 +1,6 @@
 """Command line: ``chat`` (the console), ``run`` (the daemon), ``check`` (validate a config),
-``status`` (what a deployment is doing).
+``status`` (what a deployment is doing), ``approvals`` / ``approve`` / ``deny`` (owners'
+decisions from the shell).
 
 Exit codes: 0 done, 2 the config or the set-up is wrong (nothing was started), 3 (``status``)
 no state at all for this config.
@@ -19,6 +20,7 @@ from urllib.parse import urlsplit
 from podman.errors import PodmanError
 
 from gateway_bot.agents.backend import AgentBackend
+from gateway_bot.approvals_command import run_decision, run_list
 from gateway_bot.channels.factory import create_adapters
 from gateway_bot.check_sandbox import check_sandbox
 from gateway_bot.config.channels import ChannelsSettings, ConsoleChannelSettings
@@ -72,6 +74,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     status.add_argument("--config", type=Path, help="server config (default: built-in)")
     status.add_argument("--json", action="store_true", help="machine-readable, stable keys")
+    approvals = commands.add_parser("approvals", help="list approvals waiting for an owner")
+    approvals.add_argument("--config", type=Path, help="server config (default: built-in)")
+    approvals.add_argument("--json", action="store_true", help="machine-readable")
+    for verb, what in (("approve", "allow"), ("deny", "deny")):
+        decide = commands.add_parser(
+            verb, help=f"{what} a pending approval as an owner (the daemon must be running)"
+        )
+        decide.add_argument("code", help="the approval's code (gateway-bot approvals)")
+        decide.add_argument(
+            "--as", dest="owner", required=True, help="the owner or admin identity deciding"
+        )
+        decide.add_argument("--config", type=Path, help="server config (default: built-in)")
     image = commands.add_parser("image", help="build the sandbox images ahead of time")
     image_commands = image.add_subparsers(dest="image_command", required=True)
     build = image_commands.add_parser("build", help="build the agent and proxy images")
@@ -98,8 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "matrix":
         matrix_config = _load(args.config)
         return EXIT_CONFIG if matrix_config is None else bootstrap_cross_signing(matrix_config)
-    if args.command == "status":
-        # Not _built_in_config: status only reads, it must not make the sample repo.
+    if args.command in ("status", "approvals", "approve", "deny"):
+        # Not _built_in_config: these only read or ask the daemon, never make the sample repo.
         status_config = (
             _load(args.config)
             if args.config
@@ -107,6 +121,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         if status_config is None:
             return EXIT_CONFIG
+        if args.command == "approvals":
+            return run_list(status_config.state_dir, as_json=args.json)
+        if args.command in ("approve", "deny"):
+            choice = "allow" if args.command == "approve" else "deny"
+            return run_decision(status_config.state_dir, args.code, choice, args.owner)
         return run_status(status_config.state_dir, as_json=args.json)
     config = _load(args.config) if args.config else _built_in_config()
     if config is None:

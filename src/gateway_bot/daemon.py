@@ -19,6 +19,7 @@ from gateway_bot.agents.backend import AgentBackend
 from gateway_bot.agents.base import WarmRunner, WarmSettings
 from gateway_bot.agents.registry import backend_named
 from gateway_bot.config.server import ServerConfig, environment_with_dotenv
+from gateway_bot.control_socket import ControlServer
 from gateway_bot.core.application import Application, DaemonLiveState
 from gateway_bot.core.channel import ChannelAdapter
 from gateway_bot.core.executor import AgentDefaults, TaskExecutor
@@ -223,6 +224,8 @@ class Daemon:
             self.dashboard = DashboardServer(
                 self.application, self.feed, dashboard, config.state_dir, durations
             )
+        self.control = ControlServer(self.application, config.state_dir)
+        """``gateway-bot approve|deny`` asks the daemon through it."""
         self.stop_requested = asyncio.Event()
         self.end_of_input = asyncio.Event()
 
@@ -302,6 +305,14 @@ class Daemon:
         except (OSError, ValueError) as exc:
             log.error("the dashboard is not served: %s", exc)
 
+    async def _start_control(self) -> None:
+        """Without its control socket the daemon still serves chat; only shell decisions
+        (``gateway-bot approve``) are unavailable, and the log says why."""
+        try:
+            await self.control.start()
+        except OSError as exc:
+            log.error("the control socket is not served (no shell approvals): %s", exc)
+
     async def run(self) -> None:
         """Serve until SIGTERM/SIGINT or end of input; then shut down gracefully.
 
@@ -315,6 +326,7 @@ class Daemon:
             await self.service.start()
             self.status_snapshot.start()
             await self._start_dashboard()
+            await self._start_control()
             self._garbage_collector = asyncio.create_task(self._collect_garbage_forever())
             self._pruner = asyncio.create_task(self._prune_forever())
             stop = asyncio.create_task(self.stop_requested.wait())
@@ -336,6 +348,7 @@ class Daemon:
             if self._pruner is not None:
                 self._pruner.cancel()
                 await asyncio.gather(self._pruner, return_exceptions=True)
+            await self.control.stop()
             await self.status_snapshot.stop()
             if self.dashboard is not None:
                 await self.dashboard.stop()

@@ -142,6 +142,10 @@ class Application:
     async def pending_approvals(self) -> list[ApprovalRecord]:
         return await self._store.pending_approvals()
 
+    async def approval(self, code: str) -> ApprovalRecord | None:
+        """The approval ``code``, pending or decided; None when there is none."""
+        return await self._store.approvals.get(code)
+
     async def task_counts(self) -> dict[tuple[TaskState, CompletionReason | None], int]:
         """Tasks per state and completion reason (the metrics' gauges)."""
         return await self._store.count_tasks()
