@@ -1,5 +1,6 @@
 """Command line: ``chat`` (the console), ``run`` (the daemon), ``check`` (validate a config),
-``status`` (what a deployment is doing), ``approvals`` / ``approve`` / ``deny`` (owners'
+``status`` (what a deployment is doing), ``install-service`` (a systemd user unit),
+``approvals`` / ``approve`` / ``deny`` (owners'
 decisions from the shell).
 
 Exit codes: 0 done, 2 the config or the set-up is wrong (nothing was started), 3 (``status``)
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -46,6 +48,15 @@ from gateway_bot.sandbox.base import Sandbox, SandboxUnavailable
 from gateway_bot.sandbox.factory import create_sandbox
 from gateway_bot.sandbox.podman import commands as image_commands
 from gateway_bot.sandbox.podman.service import PodmanCommandError
+from gateway_bot.service_unit import (
+    DEFAULT_NAME,
+    UnitSettings,
+    default_unit_dir,
+    install_unit,
+    instructions,
+    this_program,
+    valid_unit_name,
+)
 from gateway_bot.state.database import Database
 from gateway_bot.status_command import run_status
 
@@ -86,6 +97,19 @@ def main(argv: list[str] | None = None) -> int:
             "--as", dest="owner", required=True, help="the owner or admin identity deciding"
         )
         decide.add_argument("--config", type=Path, help="server config (default: built-in)")
+    install = commands.add_parser(
+        "install-service", help="write a systemd user unit that runs the daemon for a config"
+    )
+    install.add_argument("--config", type=Path, required=True)
+    install.add_argument(
+        "--env-file",
+        type=Path,
+        help="the unit's EnvironmentFile, for secrets (default: .env beside the config)",
+    )
+    install.add_argument("--name", default=DEFAULT_NAME, help="unit name (default: %(default)s)")
+    install.add_argument(
+        "--unit-dir", type=Path, help="where to write it (default: ~/.config/systemd/user)"
+    )
     image = commands.add_parser("image", help="build the sandbox images ahead of time")
     image_commands = image.add_subparsers(dest="image_command", required=True)
     build = image_commands.add_parser("build", help="build the agent and proxy images")
@@ -109,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         return _check(args.config, canary=args.sandbox)
     if args.command == "image":
         return _image(args)
+    if args.command == "install-service":
+        return _install_service(args)
     if args.command == "matrix":
         matrix_config = _load(args.config)
         return EXIT_CONFIG if matrix_config is None else bootstrap_cross_signing(matrix_config)
@@ -275,6 +301,26 @@ def _image(args: argparse.Namespace) -> int:
     except (SandboxUnavailable, PodmanCommandError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    return 0
+
+
+def _install_service(args: argparse.Namespace) -> int:
+    config = _load(args.config)
+    if config is None:
+        return EXIT_CONFIG
+    if not valid_unit_name(args.name):
+        print(f"{args.name!r} is not a unit name: letters, digits, . _ -", file=sys.stderr)
+        return EXIT_CONFIG
+    config_path = args.config.resolve()
+    settings = UnitSettings(
+        config=config_path,
+        environment_file=(args.env_file or config_path.parent / ".env").resolve(),
+        program=this_program(),
+        path_variable=os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        shutdown_timeout_s=config.execution.shutdown_timeout_seconds,
+    )
+    unit = install_unit(settings, args.unit_dir or default_unit_dir(), args.name)
+    print(instructions(unit, args.name))
     return 0
 
 
