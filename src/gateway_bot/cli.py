@@ -43,6 +43,7 @@ from gateway_bot.daemon import (
     check_agent_setup,
     model_api_on_loopback,
 )
+from gateway_bot.logs import configure_logging
 from gateway_bot.matrix_commands import bootstrap_cross_signing, describe_e2ee
 from gateway_bot.sandbox.base import Sandbox, SandboxUnavailable
 from gateway_bot.sandbox.factory import create_sandbox
@@ -164,11 +165,8 @@ def main(argv: list[str] | None = None) -> int:
         config.channels = ChannelsSettings(
             console=ConsoleChannelSettings(enabled=True, conversation=name)
         )
-    logging.basicConfig(
-        level=logging.WARNING if args.command == "chat" else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    level = logging.getLevelNamesMapping()[config.logging.level]
+    configure_logging(config.logging.format, logging.WARNING if args.command == "chat" else level)
     config_dir = args.config.parent if args.config else None
     agent_env = agent_environment(config, config_dir)
     problem = check_agent_setup(config, agent_env)

@@ -150,6 +150,17 @@ def _loopback_host(host: str) -> bool:
         return False
 
 
+class LoggingSettings(Section):
+    """The daemon's log on stderr (``gateway_bot/logs.py``)."""
+
+    format: Literal["console", "json"] = Field(
+        default="console",
+        description="console: one readable line each; json: one JSON object per line. "
+        "Both carry task_id and conversation_id while a task runs.",
+    )
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+
 class ServerConfig(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="GATEWAY_BOT_", env_nested_delimiter="__", extra="forbid"
@@ -168,6 +179,7 @@ class ServerConfig(BaseSettings):
     channels: ChannelsSettings = Field(default_factory=ChannelsSettings)
     access: AccessSettings = Field(default_factory=AccessSettings)
     dashboard: DashboardSettings | None = None
+    logging: LoggingSettings = Field(default_factory=LoggingSettings)
 
     _yaml_data: ClassVar[dict[str, Any]] = {}
 
