@@ -147,3 +147,29 @@ async def test_a_stale_socket_is_replaced_and_a_live_one_is_not_taken_over(
         assert (await world.reply(message)).text == "Echo: let me in"
     finally:
         await second.stop()
+
+
+async def test_a_deep_state_directory_still_gets_its_socket(tmp_path: Path) -> None:
+    """A socket address holds 107 bytes; state directories are often deeper than that."""
+    world = World(tmp_path)
+    await world.start()
+    assert world.service is not None
+    application = Application(
+        world.store,
+        DaemonLiveState({world.channel.name: world.channel}, NoContainers()),  # type: ignore[arg-type]
+        service=world.service,
+    )
+    state_dir = tmp_path / ("deep-" * 20) / "state"
+    assert len(str(socket_path(state_dir))) > 108
+    server = ControlServer(application, state_dir)
+    await server.start()
+    try:
+        message, code = await held_code(world)
+        request = {"op": "decide", "code": code, "choice": "allow", "as": "owner"}
+        answer = await asyncio.to_thread(ask_daemon, state_dir, request)
+        assert answer["ok"] is True, answer
+        assert (await world.reply(message)).text == "Echo: let me in"
+    finally:
+        await server.stop()
+        await world.close()
+    assert not socket_path(state_dir).exists(), "removed when the daemon stops"

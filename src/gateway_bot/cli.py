@@ -194,6 +194,8 @@ async def _serve(config: ServerConfig, agent_env: dict[str, str], *, chat: bool,
         print("No channel is enabled in the config: nothing to listen to.", file=sys.stderr)
         return EXIT_CONFIG
     daemon = Daemon(config, adapters, agent_env, database)
+    if not chat:
+        daemon.serve_control()
     holder.append(daemon)
     try:
         await daemon.open()

@@ -23,6 +23,7 @@ import logging
 import os
 import socket
 import struct
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,9 +58,10 @@ class ControlServer:
         """Raises OSError when the socket cannot be made (path too long, another live
         daemon on this state directory)."""
         await asyncio.to_thread(_prepare, self.path)
-        self._server = await asyncio.start_unix_server(
-            self._serve, path=str(self.path), limit=REQUEST_LIMIT
-        )
+        with _addressable(self.path) as address:
+            self._server = await asyncio.start_unix_server(
+                self._serve, path=address, limit=REQUEST_LIMIT
+            )
         await asyncio.to_thread(os.chmod, self.path, 0o600)
         log.info("control socket at %s", self.path)
 
@@ -126,13 +128,33 @@ def _prepare(path: Path) -> None:
         return
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        probe.connect(str(path))
+        with _addressable(path) as address:
+            probe.connect(address)
     except OSError:
         path.unlink()  # nobody listens: a daemon that died without cleaning up
         return
     finally:
         probe.close()
     raise OSError(f"another daemon already listens on {path}")
+
+
+SUN_PATH_MAX = 107
+"""A Unix socket's address holds at most this many bytes (108 with the NUL)."""
+
+
+@contextlib.contextmanager
+def _addressable(path: Path) -> Iterator[str]:
+    """An address for ``path`` that fits a socket address: itself, or for a deep state
+    directory the same file named through an open descriptor of its directory
+    (``/proc/self/fd/N/daemon.sock``, which the kernel resolves like any path)."""
+    if len(os.fsencode(path)) <= SUN_PATH_MAX:
+        yield str(path)
+        return
+    directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        yield f"/proc/self/fd/{directory}/{path.name}"
+    finally:
+        os.close(directory)
 
 
 def _same_user(writer: asyncio.StreamWriter) -> bool:
@@ -151,7 +173,8 @@ def ask_daemon(state_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
         client.settimeout(ANSWER_TIMEOUT_S)
         try:
-            client.connect(str(path))
+            with _addressable(path) as address:
+                client.connect(address)
         except (FileNotFoundError, ConnectionRefusedError) as exc:
             raise DaemonUnreachable(f"no daemon answers at {path} ({exc.strerror})") from exc
         client.sendall(json.dumps(request).encode() + b"\n")

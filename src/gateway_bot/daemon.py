@@ -224,8 +224,9 @@ class Daemon:
             self.dashboard = DashboardServer(
                 self.application, self.feed, dashboard, config.state_dir, durations
             )
-        self.control = ControlServer(self.application, config.state_dir)
-        """``gateway-bot approve|deny`` asks the daemon through it."""
+        self.control: ControlServer | None = None
+        """``gateway-bot approve|deny`` asks the daemon through it (``run``, not ``chat``:
+        set by ``serve_control``)."""
         self.stop_requested = asyncio.Event()
         self.end_of_input = asyncio.Event()
 
@@ -305,9 +306,16 @@ class Daemon:
         except (OSError, ValueError) as exc:
             log.error("the dashboard is not served: %s", exc)
 
+    def serve_control(self) -> None:
+        """Answer ``gateway-bot approve|deny`` once running (``run`` asks for it; ``chat``,
+        a console the user already sits at, does not)."""
+        self.control = ControlServer(self.application, self.config.state_dir)
+
     async def _start_control(self) -> None:
         """Without its control socket the daemon still serves chat; only shell decisions
         (``gateway-bot approve``) are unavailable, and the log says why."""
+        if self.control is None:
+            return
         try:
             await self.control.start()
         except OSError as exc:
@@ -348,7 +356,8 @@ class Daemon:
             if self._pruner is not None:
                 self._pruner.cancel()
                 await asyncio.gather(self._pruner, return_exceptions=True)
-            await self.control.stop()
+            if self.control is not None:
+                await self.control.stop()
             await self.status_snapshot.stop()
             if self.dashboard is not None:
                 await self.dashboard.stop()
