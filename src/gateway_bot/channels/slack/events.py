@@ -37,9 +37,19 @@ def is_person_talking(event: JsonDict) -> bool:
         and not event.get("hidden")
         and "edited" not in event
         and isinstance(event.get("user"), str)
-        and isinstance(event.get("ts"), str)
+        and _is_ts(event.get("ts"))
+        and (event.get("thread_ts") is None or _is_ts(event.get("thread_ts")))
         and isinstance(event.get("channel"), str)
     )
+
+
+_TS = re.compile(r"[0-9]{1,12}\.[0-9]{1,9}")
+
+
+def _is_ts(value: object) -> bool:
+    """A Slack timestamp (``1700000000.000100``): it names threads and becomes part of
+    conversation keys, so anything else is not a message Slack sent."""
+    return isinstance(value, str) and _TS.fullmatch(value) is not None
 
 
 def is_bot_added(event: JsonDict, bot_user_id: str) -> bool:

@@ -110,6 +110,7 @@ class SlackListener:
         if self._settings.transport == "http":
             self._http = HttpEventsServer(
                 self.app,
+                self._settings.signing_secret or "",
                 self._settings.http_host,
                 self._settings.http_port,
                 self._settings.http_path,
