@@ -98,6 +98,19 @@ def parse_request(argument: str, default_zone: str, now: float) -> ScheduleReque
     return ScheduleRequest(rule, prompt)
 
 
+def parse_when(when: str, timezone: str, now: float) -> Rule:
+    """A WHEN on its own (an agent's request file): a phrase, or a cron rule quoted or not;
+    nothing may follow it. ScheduleError if unusable."""
+    tz = zone(timezone)
+    text = " ".join(when.split())
+    if not _QUOTED.match(text) and not any(p.match(text) for _, p in _PHRASES):
+        text = f'"{text}"'
+    rule, rest = _parse_when(text, timezone, tz, now)
+    if rest.strip():
+        raise ScheduleError(f"Unexpected {rest.strip()!r} after the time in {when!r}. {USAGE}")
+    return rule
+
+
 def _parse_when(text: str, timezone: str, tz: ZoneInfo, now: float) -> tuple[Rule, str]:
     if quoted := _QUOTED.match(text):
         expression = " ".join(quoted.group(2).split())
