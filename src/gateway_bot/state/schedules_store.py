@@ -182,7 +182,10 @@ class SqliteSchedules:
         return [_schedule(row) for row in rows]
 
     async def listed(self) -> list[ScheduleRecord]:
-        """Every schedule not removed or finished, for ``status`` and the dashboard."""
+        """Every schedule not removed or finished, for ``status`` and the dashboard. Reads
+        only (``status`` opens the database read-only): none before the first migration."""
+        if await self._db.schema_version(OWNER) is None:
+            return []
         rows = await self._db.fetch_all(
             "SELECT * FROM schedules WHERE state IN (?, ?) ORDER BY id", (ACTIVE, PAUSED)
         )
