@@ -146,3 +146,55 @@ async def test_matrix_one_off_run_fires_once_in_its_room(
     elsewhere = await alice.history(other)
     assert not [e for e in elsewhere if bot_text(bot.user_id, r"Scheduled run|MATRIX-PING")(e)]
     assert daemon.process.poll() is None, daemon.stderr
+
+
+def _reaction(event_id: str, key: str) -> dict[str, Any]:
+    return {"m.relates_to": {"rel_type": "m.annotation", "event_id": event_id, "key": key}}
+
+
+async def test_matrix_agent_request_card_a_strangers_reaction_does_nothing_deny_drops_it(
+    gateway,
+    meet,
+    synapse: SynapseServer,
+    tmp_path: Path,
+    target_repo: Path,
+    fake_api: FakeAnthropic,
+) -> None:
+    alice, mallory = await meet("alice"), await meet("mallory")
+    bot = await synapse.register("bot")
+    room = await alice.create_room([bot.user_id, mallory.user_id], name="Team")
+    await mallory.join(room)
+    config = matrix_config(tmp_path, target_repo, fake_api, synapse, bot, [alice.user_id])
+    gateway("run", "--config", str(config))
+    await alice.wait_for(room, membership(bot.user_id, "join"))
+
+    request = {"when": "every day at 9:00", "prompt": "MATRIX-ASK nightly", "tz": "Asia/Tokyo"}
+    await alice.say(
+        room,
+        f"WRITE_FILE name=../outbox/schedule.json text={json.dumps(request)}",
+        mention=bot.user_id,
+    )
+    card = await alice.wait_for(room, bot_text(bot.user_id, r"The agent asks to schedule a run"))
+    assert "MATRIX-ASK nightly" in card["content"]["body"]
+    assert "Asia/Tokyo" in card["content"]["body"]
+    await alice.wait_for(
+        room,
+        lambda e: (
+            e.get("type") == "m.reaction"
+            and e.get("sender") == bot.user_id
+            and (e.get("content") or {}).get("m.relates_to", {}).get("event_id") == card["event_id"]
+        ),
+    )
+    # Mallory is in the room but neither allowed nor the asker: her ✅ creates nothing.
+    await mallory.send(room, "m.reaction", _reaction(card["event_id"], "✅"))
+    await alice.say(room, "!schedules")
+    await alice.wait_for(room, bot_text(bot.user_id, r"No schedules in this conversation"))
+
+    await alice.send(room, "m.reaction", _reaction(card["event_id"], "❌"))
+    await alice.wait_for(room, bot_edit(bot.user_id, card["event_id"], r"Denied by"))
+    await alice.say(room, "!status")  # answered after the reaction (intake keeps order)
+    await alice.wait_for(room, bot_text(bot.user_id, r"Nothing is running"))
+    history = await alice.history(room)
+    assert not [e for e in history if bot_text(bot.user_id, r"Scheduled #")(e)]
+    listed = [e for e in history if bot_text(bot.user_id, r"^Schedules in this")(e)]
+    assert not listed
