@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from gateway_bot.config.access import AccessSettings
 from gateway_bot.core.approval_cards import plain, preview
 from gateway_bot.core.channel import CardButtons, ChannelAdapter
+from gateway_bot.core.retries import call_channel
 from gateway_bot.core.schedule_commands import ScheduleCommands
 from gateway_bot.core.schedule_request_file import (
     REQUEST_FILE,
@@ -83,7 +84,9 @@ class ScheduleProposals:
 
     async def propose(self, task_id: str, message: InboundMessage, request: RequestFile) -> None:
         """Card the conversation of ``message`` (the task's) with the agent's request, or
-        tell it why the request cannot be used."""
+        tell it why the request cannot be used. The card's post is retried on transport
+        failures (``call_channel``); one that still fails leaves the proposal without a
+        card, logged (the agent or the user can ask again)."""
         adapter = self._adapters.get(message.channel)
         if adapter is None:
             return
@@ -112,11 +115,18 @@ class ScheduleProposals:
         buttons = isinstance(adapter, CardButtons)
         card = pending_card(proposal, message.sender_name, upcoming, buttons=buttons)
         log.info("task %s: the agent proposed schedule %s", task_id, proposal.code)
+        ref = TEXT_CARD_REF
         if isinstance(adapter, CardButtons):
-            ref = await adapter.send_card(context, card)
+            buttons_channel = adapter
+            ref = await call_channel(
+                f"posting schedule request card {proposal.code}",
+                lambda: buttons_channel.send_card(context, card),
+            )
         else:
-            await adapter.send_rejection(context, as_text(card))
-            ref = TEXT_CARD_REF
+            await call_channel(
+                f"posting schedule request card {proposal.code}",
+                lambda: adapter.send_rejection(context, as_text(card)),
+            )
         await self._store.set_card(proposal.code, ref)
 
     async def knows(self, code: str) -> bool:
