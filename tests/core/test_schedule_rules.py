@@ -153,6 +153,8 @@ def test_the_interval_of_a_rule() -> None:
         ("every day at 25:00 x", "25:00 is not a time of day"),
         ("at 2026-02-30 09:00 x", "'2026-02-30' is not a date"),
         ("every 7 minutes x", "Every N minutes needs N dividing 60"),
+        ("in 9999999 days x", "in 9999999 days is too far ahead"),
+        ("in 99999999999999999999999 hours x", "is too far ahead"),
         ("every day at 9", "What should run then?"),
         ("whenever you like x", "Usage: /schedule"),
         ("", "Usage: /schedule"),

@@ -148,7 +148,10 @@ def _phrase_rule(form: str, found: re.Match[str], timezone: str, tz: ZoneInfo, n
             raise ScheduleError("Every N hours needs N dividing 24 (1, 2, 3, 4, 6, 8, 12).")
         return Rule(CRON, f"0 */{count} * * *" if count > 1 else "0 * * * *", timezone)
     if form == "in":
-        at = dt.datetime.fromtimestamp(now + int(groups[0]) * _UNITS[groups[1].lower()], tz)
+        try:
+            at = dt.datetime.fromtimestamp(now + int(groups[0]) * _UNITS[groups[1].lower()], tz)
+        except (OverflowError, OSError, ValueError):
+            raise ScheduleError(f"in {groups[0]} {groups[1]}s is too far ahead.") from None
         return _once(at.replace(tzinfo=None, second=0, microsecond=0), timezone)
     try:
         day = dt.date.fromisoformat(groups[0])
