@@ -109,14 +109,16 @@ def gateway_env() -> dict[str, str]:
 class GatewayProcess:
     """The real ``gateway-bot`` CLI in a subprocess; stdout read line by line on a thread."""
 
-    def __init__(self, *args: str, cwd: Path | None = None) -> None:
+    def __init__(
+        self, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+    ) -> None:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "gateway_bot", *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env=gateway_env(),
+            env={**gateway_env(), **(env or {})},
             cwd=cwd,
         )
         self.lines: list[str] = []
@@ -225,8 +227,12 @@ def gateway() -> Iterator[Any]:
     """Start gateway-bot processes; all are killed at the end of the test."""
     started: list[GatewayProcess] = []
 
-    def start(*args: str, cwd: Path | None = None) -> GatewayProcess:
-        process = GatewayProcess(*args, cwd=cwd)
+    def start(
+        *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+    ) -> GatewayProcess:
+        """``env``: more variables for the process (a test hook such as the schedules'
+        clock, ``core/schedule_test_clock.py``)."""
+        process = GatewayProcess(*args, cwd=cwd, env=env)
         started.append(process)
         return process
 

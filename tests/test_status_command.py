@@ -154,3 +154,41 @@ def test_a_senders_escape_sequences_never_reach_the_terminal(
     [waiting] = shown["tasks"]["waiting"]
     assert waiting["sender"] == "Mal\x1b[31mlory", "JSON keeps the data, escaped by json"
     assert "\x1b" not in status(config_path, "--json").stdout
+
+
+def test_status_lists_schedules_with_rule_zone_next_run_and_paused(
+    gateway: Any, config_path: Path, fake_api: FakeAnthropic
+) -> None:
+    daemon = gateway("run", "--config", str(config_path))
+    daemon.send("/schedule TZ=Europe/Berlin every weekday at 9:00 check the nightly build")
+    daemon.expect(r"^agent> Scheduled #1: ")
+    daemon.send("/schedule in 2 hours look at the queue")
+    daemon.expect(r"^agent> Scheduled #2: once at ")
+    daemon.send("/pause 2")
+    daemon.expect(r"^agent> Paused schedule #2\.")
+    shown = wait_for_status(config_path, lambda s: len(s["schedules"]) == 2, "the schedules")
+    first, second = shown["schedules"]
+    assert first["id"] == 1
+    assert first["channel"] == "console"
+    assert first["rule"] == '"0 9 * * 1-5" (At 09:00 on Monday through Friday, Europe/Berlin)'
+    assert first["timezone"] == "Europe/Berlin"
+    assert first["paused"] is False
+    assert first["next_run"] > time.time()
+    assert first["prompt"] == "check the nightly build"
+    assert first["conversation_id"]
+    assert second["paused"] is True
+    assert second["next_run"] is None
+    assert second["rule"].startswith("once at ")
+    table = status(config_path)
+    assert table.returncode == 0
+    assert "Schedules (2)" in table.stdout
+    [row1] = [line for line in table.stdout.splitlines() if line.strip().startswith("#1 ")]
+    assert "Europe/Berlin" in row1
+    assert " 09:00 CE" in row1, "the next run in the schedule's zone"
+    assert "check the nightly build" in row1
+    [row2] = [line for line in table.stdout.splitlines() if line.strip().startswith("#2 ")]
+    assert "paused" in row2
+    daemon.process.send_signal(signal.SIGTERM)
+    assert daemon.wait() == 0, daemon.stderr
+    # Read-only beside no daemon: the schedules are still listed from the database.
+    assert [s["id"] for s in status_json(config_path)["schedules"]] == [1, 2]

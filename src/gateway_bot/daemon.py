@@ -13,6 +13,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from gateway_bot.agents.backend import AgentBackend
@@ -24,6 +25,7 @@ from gateway_bot.core.application import Application, DaemonLiveState
 from gateway_bot.core.channel import ChannelAdapter
 from gateway_bot.core.executor import AgentDefaults, TaskExecutor
 from gateway_bot.core.feed import ChangeFeed
+from gateway_bot.core.schedule_test_clock import schedule_test_clock
 from gateway_bot.core.service import GatewayService
 from gateway_bot.core.status_snapshot import SnapshotWriter, snapshot_path
 from gateway_bot.core.workspace_diff import WorkspaceReports
@@ -201,6 +203,7 @@ class Daemon:
             max_pending_per_conversation=config.execution.max_pending_per_conversation,
             workspace_reports=self.workspace_reports,
             schedules=SqliteSchedules(self.database),
+            **_schedule_clock(),
         )
         self.feed = ChangeFeed()
         """Every task state change, for in-process subscribers (the dashboard, next)."""
@@ -366,3 +369,12 @@ class Daemon:
                 await self.warm_runner.close()
             await self.sandbox.close()
             await self.store.close()
+
+
+def _schedule_clock() -> dict[str, Any]:
+    """The schedules' clock and sleep: the real ones, unless a test set its hook
+    (``core/schedule_test_clock.py``)."""
+    clock = schedule_test_clock(os.environ)
+    if clock is None:
+        return {}
+    return {"schedule_clock": clock.now, "schedule_sleep": clock.sleep}

@@ -1,5 +1,5 @@
 """``gateway-bot status``: channels with their health, live containers, running and waiting
-tasks, parked replies and pending approvals of a deployment, as a table or as JSON.
+tasks, parked replies, pending approvals and schedules of a deployment, as a table or as JSON.
 
 Tasks and approvals come from the state database, opened read-only (WAL lets it be read
 while the daemon writes). Channel health and containers live in the daemon's memory: they
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway_bot.core.application import Application, ChannelView, Overview
+from gateway_bot.core.schedule_rules import show_time
 from gateway_bot.core.status_snapshot import (
     Snapshot,
     daemon_alive,
@@ -30,6 +31,7 @@ from gateway_bot.core.status_snapshot import (
 )
 from gateway_bot.domain.records import ApprovalRecord, TaskRecord
 from gateway_bot.sandbox.base import SandboxContainer
+from gateway_bot.state.schedules_store import SqliteSchedules
 from gateway_bot.state.sqlite_store import SqliteStore
 
 EXIT_NO_STATE = 3
@@ -79,7 +81,8 @@ async def _overview(database: Path | None, snapshot: Snapshot | None) -> Overvie
     store = SqliteStore(database)
     await store.open_read_only()
     try:
-        return await Application(store, live).overview()
+        schedules = SqliteSchedules(store.database)
+        return await Application(store, live, schedules=schedules).overview()
     finally:
         await store.close()
 
@@ -117,6 +120,21 @@ def status_json(
             "finished": [_task_json(t) for t in overview.finished],
         },
         "approvals": [_approval_json(a) for a in overview.pending_approvals],
+        "schedules": [
+            {
+                "id": s.id,
+                "channel": s.channel,
+                "conversation_key": s.conversation_key,
+                "conversation_id": s.conversation_id,
+                "rule": s.rule,
+                "timezone": s.timezone,
+                "next_run": s.next_run,
+                "paused": s.paused,
+                "prompt": s.prompt,
+                "creator_id": s.creator_id,
+            }
+            for s in overview.schedules
+        ],
     }
 
 
@@ -199,7 +217,20 @@ def status_text(state_dir: Path, snapshot: Snapshot | None, note: str, overview:
             for a in overview.pending_approvals
         ],
     )  # fmt: skip
+    lines += _table(
+        "Schedules",
+        ["ID", "CHANNEL", "WHERE", "CONVERSATION", "RULE", "NEXT RUN", "PROMPT"],
+        [
+            [f"#{s.id}", s.channel, s.conversation_key, s.conversation_id or "-", s.rule,
+             "paused" if s.paused else _when(s.next_run, s.timezone), _preview(s.prompt)]
+            for s in overview.schedules
+        ],
+    )  # fmt: skip
     return "\n".join(lines)
+
+
+def _when(stamp: float | None, timezone: str) -> str:
+    return show_time(stamp, timezone) if stamp is not None else "none left"
 
 
 def _task_row(task: TaskRecord, now: float) -> list[str]:

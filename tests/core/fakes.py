@@ -25,6 +25,7 @@ from gateway_bot.core.channel import AttachmentDownloads, AuthenticationError, S
 from gateway_bot.core.executor import TaskResult
 from gateway_bot.core.inbox_files import InboxWriter
 from gateway_bot.core.prompts import build_prompt
+from gateway_bot.core.schedule_request_file import RequestFile
 from gateway_bot.domain.lifecycle import CompletionReason
 from gateway_bot.domain.messages import (
     Attachment,
@@ -262,6 +263,8 @@ class FakeAgent:
     running: set[str] = field(default_factory=set)
     peak: int = 0
     cancelled: list[str] = field(default_factory=list)
+    schedule_requests: list[RequestFile] = field(default_factory=list)
+    """What a run whose message says ``propose`` left in outbox/schedule.json, in order."""
     _gates: dict[str, asyncio.Event] = field(default_factory=dict)
 
     def gate(self, name: str) -> asyncio.Event:
@@ -306,4 +309,7 @@ class FakeAgent:
         text = f"Echo: {message.body}"
         if message.context:
             text += " [context: " + " | ".join(message.context) + "]"
-        return TaskResult(Reply(text=text), CompletionReason.SUCCESS)
+        request = None
+        if "propose" in message.body.split() and self.schedule_requests:
+            request = self.schedule_requests.pop(0)
+        return TaskResult(Reply(text=text), CompletionReason.SUCCESS, request)

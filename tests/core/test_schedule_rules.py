@@ -12,6 +12,7 @@ from gateway_bot.core.schedule_rules import (
     ScheduleError,
     next_runs,
     parse_request,
+    parse_when,
     shortest_gap_minutes,
     show_time,
 )
@@ -152,6 +153,8 @@ def test_the_interval_of_a_rule() -> None:
         ("every day at 25:00 x", "25:00 is not a time of day"),
         ("at 2026-02-30 09:00 x", "'2026-02-30' is not a date"),
         ("every 7 minutes x", "Every N minutes needs N dividing 60"),
+        ("in 9999999 days x", "in 9999999 days is too far ahead"),
+        ("in 99999999999999999999999 hours x", "is too far ahead"),
         ("every day at 9", "What should run then?"),
         ("whenever you like x", "Usage: /schedule"),
         ("", "Usage: /schedule"),
@@ -161,3 +164,16 @@ def test_what_cannot_be_used_says_why(typed: str, says: str) -> None:
     with pytest.raises(ScheduleError) as raised:
         parse_request(typed, "UTC", NOW)
     assert says in str(raised.value)
+
+
+def test_a_when_on_its_own_as_an_agent_request_gives_it() -> None:
+    assert parse_when("0 9 * * 1-5", "Europe/Berlin", NOW).expression == "0 9 * * 1-5"
+    assert parse_when('"30 2 * * *"', "UTC", NOW).expression == "30 2 * * *"
+    once = parse_when("tomorrow at 7:15", "Asia/Tokyo", NOW)
+    assert (once.kind, once.expression, once.timezone) == ("once", "2026-11-25 07:15", "Asia/Tokyo")
+    with pytest.raises(ScheduleError, match="Unexpected 'and more'"):
+        parse_when("every day at 9:00 and more", "UTC", NOW)
+    with pytest.raises(ScheduleError, match="Invalid cron rule"):
+        parse_when("every fortnight", "UTC", NOW)
+    with pytest.raises(ScheduleError, match="Unknown time zone"):
+        parse_when("in 2 hours", "../../etc/passwd", NOW)

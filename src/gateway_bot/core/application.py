@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 from gateway_bot.core.channel import ChannelAdapter
+from gateway_bot.core.schedules import rule_of
 from gateway_bot.core.service import GatewayService
 from gateway_bot.core.timeline import (
     ParseLine,
@@ -33,6 +34,7 @@ from gateway_bot.core.timeline import (
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState
 from gateway_bot.domain.records import ApprovalRecord, ConversationRecord, TaskRecord
 from gateway_bot.sandbox.base import Sandbox, SandboxContainer
+from gateway_bot.state.schedules_store import PAUSED, SqliteSchedules
 from gateway_bot.state.store import Store
 
 log = logging.getLogger(__name__)
@@ -94,6 +96,28 @@ class Overview:
     pending_approvals: tuple[ApprovalRecord, ...]
     finished: tuple[TaskRecord, ...] = ()
     """The newest ``RECENT`` completed tasks, newest first."""
+    schedules: tuple[ScheduleView, ...] = ()
+    """Every schedule, active or paused (``/schedule``, issue 17)."""
+
+
+@dataclass(frozen=True)
+class ScheduleView:
+    """A schedule as ``status`` and the dashboard show it."""
+
+    id: int
+    channel: str
+    conversation_key: str
+    """Where it posts (a Matrix room or thread, a Slack thread, an email thread)."""
+    conversation_id: str | None
+    """That place's active conversation now (None before its first message or after a
+    cleanup): runs go to it."""
+    rule: str
+    """The normalized rule, as ``/schedules`` shows it."""
+    timezone: str
+    next_run: float | None
+    paused: bool
+    prompt: str
+    creator_id: str
 
 
 @dataclass(frozen=True)
@@ -111,9 +135,14 @@ class Application:
         service: GatewayService | None = None,
         conversation_root: Callable[[str], Path] | None = None,
         parse_line: ParseLine | None = None,
+        schedules: SqliteSchedules | None = None,
     ) -> None:
         """``conversation_root`` and ``parse_line`` (the agent backend's stream parser)
-        let timelines show what the agent did; without them they show states only."""
+        let timelines show what the agent did; without them they show states only.
+        ``schedules``: where schedules are read (by default the live service's)."""
+        if schedules is None and service is not None and service.schedules is not None:
+            schedules = service.schedules.store
+        self._schedules = schedules
         self._store = store
         self._live = live
         self._service = service
@@ -138,6 +167,32 @@ class Application:
         return await self._store.list_tasks(
             states=states, conversation_id=conversation_id, limit=limit
         )
+
+    async def schedules(self) -> list[ScheduleView]:
+        """Every schedule not removed or finished, oldest first."""
+        if self._schedules is None:
+            return []
+        views = []
+        for schedule in await self._schedules.listed():
+            active = await self._store.active_conversation(
+                schedule.channel, schedule.conversation_key
+            )
+            paused = schedule.state == PAUSED
+            views.append(
+                ScheduleView(
+                    id=schedule.id,
+                    channel=schedule.channel,
+                    conversation_key=schedule.conversation_key,
+                    conversation_id=active.id if active is not None else None,
+                    rule=rule_of(schedule).describe(),
+                    timezone=schedule.timezone,
+                    next_run=None if paused else schedule.next_due,
+                    paused=paused,
+                    prompt=schedule.prompt,
+                    creator_id=schedule.creator_id,
+                )
+            )
+        return views
 
     async def pending_approvals(self) -> list[ApprovalRecord]:
         return await self._store.pending_approvals()
@@ -209,6 +264,7 @@ class Application:
             finished=tuple(
                 reversed(await self._store.list_tasks(states=[TaskState.COMPLETED], limit=RECENT))
             ),
+            schedules=tuple(await self.schedules()),
         )
 
     # -- controls (in the daemon only) -------------------------------------------------------

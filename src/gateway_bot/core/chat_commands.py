@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from gateway_bot.core.approvals import Gatekeeper
 from gateway_bot.core.commands import HELP_TEXT, Command, CommandName
 from gateway_bot.core.schedule_commands import SCHEDULE_COMMANDS, ScheduleCommands
+from gateway_bot.core.schedule_proposals import ScheduleProposals
 from gateway_bot.core.scheduler import RunningTask
 from gateway_bot.core.status import describe_status
 from gateway_bot.core.workspace_diff import WorkspaceReports
@@ -33,8 +34,10 @@ class ChatCommands:
         new_conversation: NewConversation,
         workspaces: WorkspaceReports | None = None,
         schedules: ScheduleCommands | None = None,
+        proposals: ScheduleProposals | None = None,
     ) -> None:
         self._schedules = schedules
+        self._proposals = proposals
         self._store = store
         self._gate = gate
         self._running = running
@@ -70,10 +73,16 @@ class ChatCommands:
             text = await self._set_model(conversation, command.argument)
         elif command.name in (CommandName.APPROVE, CommandName.DENY):
             choice = "allow" if command.name is CommandName.APPROVE else "deny"
-            decided = await self._gate.decide(
-                message.channel, message.sender_id, message.sender_name, command.argument, choice
-            )
-            text = decided or "Only an owner or admin of this bot can decide approvals."
+            decider = (message.channel, message.sender_id, message.sender_name)
+            if self._proposals is not None and await self._proposals.knows(command.argument):
+                decided = await self._proposals.decide(*decider, command.argument, choice)
+                text = decided or (
+                    "Only the person the agent was answering, or an owner, can decide this "
+                    "schedule request."
+                )
+            else:
+                decided = await self._gate.decide(*decider, command.argument, choice)
+                text = decided or "Only an owner or admin of this bot can decide approvals."
         elif command.name in SCHEDULE_COMMANDS:
             if self._schedules is None:
                 text = "Schedules are not available here."

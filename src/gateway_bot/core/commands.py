@@ -37,7 +37,8 @@ HELP_TEXT = (
     "Commands: /stop (cancel the running task), /status (running task and queue), "
     "/new (start a fresh conversation), /model NAME (model for a new session: now if none "
     "started yet, else from the next /new), /diff (the agent's changes not pushed yet), "
-    "/approve CODE and /deny CODE (owners and admins: decide an approval card), "
+    "/approve CODE and /deny CODE (owners and admins: decide an approval card; also the "
+    "person the agent answered: its schedule request), "
     "/revoke USER [everywhere | ROOM] (owners: take back an approval), "
     '/schedule [TZ=Zone] WHEN PROMPT (WHEN: a quoted cron rule "0 9 * * 1-5" or a phrase '
     "such as every weekday at 9:00, in 2 hours, tomorrow at 7:15), /schedules, "

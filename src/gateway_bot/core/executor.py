@@ -24,6 +24,7 @@ from gateway_bot.core.channel import AttachmentDownloads
 from gateway_bot.core.disk_quota import AGENT_WRITABLE, MB, DiskLimit, DiskUsage
 from gateway_bot.core.inbox_files import InboxWriter, candidate_names
 from gateway_bot.core.prompts import build_prompt, context_lost_prompt
+from gateway_bot.core.schedule_request_file import RequestFile, take_request_file
 from gateway_bot.core.workspaces import ConversationDirs, GitError, Workspaces
 from gateway_bot.domain.lifecycle import CompletionReason
 from gateway_bot.domain.messages import InboundMessage, Reply, Usage
@@ -49,6 +50,9 @@ class AgentDefaults:
 class TaskResult:
     reply: Reply
     reason: CompletionReason
+    schedule_request: RequestFile | None = None
+    """What the agent left in ``outbox/schedule.json`` (read and removed before the outbox
+    files are taken): a schedule to propose, or why it cannot be."""
 
 
 class TaskExecutor:
@@ -189,12 +193,15 @@ class TaskExecutor:
         text = result.text.strip() or "(The agent finished without a reply.)"
         limit = self._limits.reply_limit_chars
         await self._store.update_conversation(conversation.id, last_reply=text[:limit])
+        outbox = self._workspaces.dirs(conversation.id).outbox
+        schedule_request = await asyncio.to_thread(take_request_file, outbox)
         files = tuple(str(p) for p in await self._workspaces.take_outbox(conversation.id, task_id))
         if len(text) > limit:
             sent = self._workspaces.dirs(conversation.id).sent / task_id
             whole = await asyncio.to_thread(_write_reply_file, sent, text)
             text, files = _shortened(text, limit, whole.name), (*files, str(whole))
-        return TaskResult(Reply(text=text, files=files, usage=usage), CompletionReason.SUCCESS)
+        reply = Reply(text=text, files=files, usage=usage)
+        return TaskResult(reply, CompletionReason.SUCCESS, schedule_request)
 
 
 def _execution_context(

@@ -22,6 +22,9 @@ def build_prompt(
         f"[Message from {message.sender_name} <{message.sender_id}> via {message.channel}, "
         f"{when:%Y-%m-%d %H:%M} {timezone}]",
         f"[Put files you want to send back in {paths.outbox}/]",
+        f"[To propose a scheduled run here, write {paths.outbox}/schedule.json: "
+        '{"when": "every weekday at 9:00" or a cron rule or "in 2 hours", "prompt": "...", '
+        '"tz": "Europe/Berlin" (optional)}; it runs only if the user allows it]',
     ]
     if message.context:
         lines.append("[Earlier messages here that were not addressed to you, for context:]")

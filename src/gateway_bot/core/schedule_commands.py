@@ -14,6 +14,7 @@ from gateway_bot.config.access import AccessSettings
 from gateway_bot.core.commands import Command, CommandName
 from gateway_bot.core.schedule_rules import (
     USAGE,
+    Rule,
     ScheduleError,
     next_runs,
     parse_request,
@@ -41,6 +42,10 @@ class ScheduleCommands:
         self._store = runner.store
         self._access = access
         self._server_zone = server_zone
+
+    def clock(self) -> float:
+        """Now, as the schedule runner sees it (a test may move it)."""
+        return self._runner.clock()
 
     def zone_for(self, message: InboundMessage) -> str:
         """The room's zone, else ``access.timezone``, else the server's (UTC by default)."""
@@ -75,15 +80,18 @@ class ScheduleCommands:
         return f"Resumed schedule #{schedule.id}. {_next(upcoming, schedule.timezone)}"
 
     async def _schedule(self, message: InboundMessage, argument: str) -> str:
-        limits = self._access.schedules
-        now = self._runner.clock()
         try:
-            request = parse_request(argument, self.zone_for(message), now)
+            request = parse_request(argument, self.zone_for(message), self._runner.clock())
         except ScheduleError as exc:
             return f"Not scheduled: {exc}"
-        rule = request.rule
-        upcoming = next_runs(rule, now, 3)
-        if not upcoming:
+        return await self.create(message, request.rule, request.prompt)
+
+    async def refusal(self, origin: InboundMessage, rule: Rule) -> str | None:
+        """Why ``rule`` cannot be saved in ``origin``'s conversation now (no run left, too
+        frequent, the conversation full), or None."""
+        limits = self._access.schedules
+        now = self._runner.clock()
+        if not next_runs(rule, now, 1):
             return f"Not scheduled: {rule.describe()} is in the past."
         gap = shortest_gap_minutes(rule, now)
         if gap is not None and gap < limits.min_interval_minutes:
@@ -91,25 +99,40 @@ class ScheduleCommands:
                 f"Not scheduled: {rule.describe()} runs every {gap:g} minute(s); the shortest "
                 f"interval allowed is {limits.min_interval_minutes:g} minutes."
             )
+        existing = await self._store.in_conversation(origin.channel, origin.conversation_key)
+        if len(existing) >= limits.max_per_conversation:
+            return self._full()
+        return None
+
+    async def create(self, origin: InboundMessage, rule: Rule, prompt: str) -> str:
+        """Check everything, save, echo the rule and its next runs: for /schedule and for
+        an agent's proposal someone allowed (``core/schedule_proposals.py``)."""
+        if refused := await self.refusal(origin, rule):
+            return refused
+        upcoming = next_runs(rule, self._runner.clock(), 3)
         saved = await self._store.create(
-            message,
+            origin,
             rule.kind,
             rule.expression,
             rule.timezone,
-            request.prompt,
+            prompt,
             upcoming[0],
-            limits.max_per_conversation,
+            self._access.schedules.max_per_conversation,
         )
-        if saved is None:
-            return (
-                f"Not scheduled: this conversation already has {limits.max_per_conversation} "
-                "schedules (the most allowed). /schedules lists them; /unschedule ID removes one."
-            )
+        if saved is None:  # a schedule made meanwhile filled the conversation
+            return self._full()
         self._runner.wake()
         return (
-            f"Scheduled #{saved.id}: {rule.describe()}: {request.prompt}\n"
+            f"Scheduled #{saved.id}: {rule.describe()}: {prompt}\n"
             f"{_next(upcoming, rule.timezone)}\n"
             f"/pause {saved.id}, /resume {saved.id}, /unschedule {saved.id}."
+        )
+
+    def _full(self) -> str:
+        most = self._access.schedules.max_per_conversation
+        return (
+            f"Not scheduled: this conversation already has {most} schedules (the most "
+            "allowed). /schedules lists them; /unschedule ID removes one."
         )
 
     async def _list(self, message: InboundMessage) -> str:

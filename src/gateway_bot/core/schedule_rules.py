@@ -98,6 +98,19 @@ def parse_request(argument: str, default_zone: str, now: float) -> ScheduleReque
     return ScheduleRequest(rule, prompt)
 
 
+def parse_when(when: str, timezone: str, now: float) -> Rule:
+    """A WHEN on its own (an agent's request file): a phrase, or a cron rule quoted or not;
+    nothing may follow it. ScheduleError if unusable."""
+    tz = zone(timezone)
+    text = " ".join(when.split())
+    if not _QUOTED.match(text) and not any(p.match(text) for _, p in _PHRASES):
+        text = f'"{text}"'
+    rule, rest = _parse_when(text, timezone, tz, now)
+    if rest.strip():
+        raise ScheduleError(f"Unexpected {rest.strip()!r} after the time in {when!r}. {USAGE}")
+    return rule
+
+
 def _parse_when(text: str, timezone: str, tz: ZoneInfo, now: float) -> tuple[Rule, str]:
     if quoted := _QUOTED.match(text):
         expression = " ".join(quoted.group(2).split())
@@ -135,7 +148,10 @@ def _phrase_rule(form: str, found: re.Match[str], timezone: str, tz: ZoneInfo, n
             raise ScheduleError("Every N hours needs N dividing 24 (1, 2, 3, 4, 6, 8, 12).")
         return Rule(CRON, f"0 */{count} * * *" if count > 1 else "0 * * * *", timezone)
     if form == "in":
-        at = dt.datetime.fromtimestamp(now + int(groups[0]) * _UNITS[groups[1].lower()], tz)
+        try:
+            at = dt.datetime.fromtimestamp(now + int(groups[0]) * _UNITS[groups[1].lower()], tz)
+        except (OverflowError, OSError, ValueError):
+            raise ScheduleError(f"in {groups[0]} {groups[1]}s is too far ahead.") from None
         return _once(at.replace(tzinfo=None, second=0, microsecond=0), timezone)
     try:
         day = dt.date.fromisoformat(groups[0])

@@ -45,6 +45,7 @@ from gateway_bot.core.executor import TaskResult
 from gateway_bot.core.jobs import Jobs
 from gateway_bot.core.progress import ProgressReporter
 from gateway_bot.core.retries import DEFAULT_POLICY, RetryPolicy, call_channel
+from gateway_bot.core.schedule_request_file import RequestFile
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState
 from gateway_bot.domain.messages import InboundMessage, Reply
 from gateway_bot.domain.records import ConversationRecord, TaskRecord
@@ -56,6 +57,9 @@ log = logging.getLogger(__name__)
 STOPPED_TEXT = "Stopped. The task was cancelled with /stop."
 ACK_WAIT_S = 10.0
 """How long a task waits for its acknowledgement to go out before running without it."""
+
+
+OnScheduleRequest = Callable[[str, InboundMessage, RequestFile], Awaitable[None]]
 
 
 class Executes(Protocol):
@@ -130,6 +134,9 @@ class Scheduler:
         self._policy = policy
         self._lanes: dict[str, ConversationLane] = {}
         self._running: dict[str, RunningTask] = {}
+        self.on_schedule_request: OnScheduleRequest | None = None
+        """Given the agent's ``outbox/schedule.json`` after the reply (the service sets it
+        when schedules are on: ``core/schedule_proposals.py``)."""
 
     @property
     def running_tasks(self) -> Mapping[str, RunningTask]:
@@ -291,6 +298,11 @@ class Scheduler:
             task_id, message, result.reply, result.reason, reporter.finished(result.reply)
         )
         log.info("task %s done: %s", task_id, result.reason.value)
+        if result.schedule_request is not None and self.on_schedule_request is not None:
+            try:
+                await self.on_schedule_request(task_id, message, result.schedule_request)
+            except Exception:
+                log.exception("task %s: the agent's schedule request failed", task_id)
 
 
 def _reporter(task_id: str, adapter: ChannelAdapter, message: InboundMessage) -> ProgressReporter:

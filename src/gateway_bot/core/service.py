@@ -44,6 +44,7 @@ from gateway_bot.core.retries import (
     retrying,
 )
 from gateway_bot.core.schedule_commands import ScheduleCommands
+from gateway_bot.core.schedule_proposals import ScheduleProposals, parse_proposal_action
 from gateway_bot.core.scheduler import Executes, Scheduler
 from gateway_bot.core.schedules import Clock, ScheduleRunner, Sleep
 from gateway_bot.core.workspace_diff import WorkspaceReports
@@ -103,6 +104,7 @@ class GatewayService:
         )
         self.schedules: ScheduleRunner | None = None
         schedule_commands = None
+        proposals: ScheduleProposals | None = None
         if schedules is not None:
             self.schedules = ScheduleRunner(
                 schedules,
@@ -114,6 +116,10 @@ class GatewayService:
                 sleep=schedule_sleep,
             )
             schedule_commands = ScheduleCommands(self.schedules, access, timezone)
+            proposals = ScheduleProposals(
+                schedules.proposals, schedule_commands, access, self._adapters
+            )
+            self._scheduler.on_schedule_request = proposals.propose
         self._commands = ChatCommands(
             store,
             self._gate,
@@ -121,7 +127,9 @@ class GatewayService:
             self.start_new_conversation,
             workspace_reports,
             schedule_commands,
+            proposals,
         )
+        self._proposals = proposals
         self._intake_locks: dict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
         self._taking_in: set[str] = set()
         """Tasks with an intake job now (waiting for the lock, parsing or backing off)."""
@@ -414,8 +422,13 @@ class GatewayService:
 
     async def _apply_decision(self, task: TaskRecord, decision: Decision) -> None:
         parsed = parse_approval_action(decision.action_id)
+        proposed = parse_proposal_action(decision.action_id)
         reply = None
-        if parsed is not None:
+        if proposed is not None and self._proposals is not None:
+            reply = await self._proposals.decide(
+                decision.channel, decision.decider_id, decision.decider_name, *proposed
+            )
+        elif parsed is not None:
             reply = await self._gate.decide(
                 decision.channel, decision.decider_id, decision.decider_name, *parsed
             )

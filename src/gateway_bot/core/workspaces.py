@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from gateway_bot.core.schedule_request_file import REQUEST_FILE
+
 MAX_OUTBOX_FILE_BYTES = 1024 * 1024 * 1024
 """Outbox files larger than this stay where they are (no channel takes them anyway)."""
 MAX_OUTBOX_FILES = 20
@@ -121,7 +123,8 @@ class Workspaces:
         Moving them out at once means each file goes out with exactly one reply, and a reply
         re-sent after a crash still finds its files. Symlinks and special files are left
         behind: a link could point at a host file the agent must not exfiltrate. Channels
-        read only the copies in sent/, which the sandbox cannot see.
+        read only the copies in sent/, which the sandbox cannot see. ``schedule.json`` is
+        never taken: it is the agent's schedule request (``core/schedule_request_file.py``).
         """
         dirs = self.dirs(conversation_id)
         return await asyncio.to_thread(_move_regular_files, dirs.outbox, dirs.sent / task_id)
@@ -216,6 +219,8 @@ def _move_regular_files(source: Path, target: Path) -> list[Path]:
         for name in sorted(os.listdir(source_fd)):
             if len(copied) >= MAX_OUTBOX_FILES:
                 break
+            if name == REQUEST_FILE:
+                continue  # the agent's schedule request is read, never sent as a file
             try:
                 fd = os.open(name, _READ_FLAGS, dir_fd=source_fd)
             except OSError:

@@ -11,6 +11,7 @@ import aiohttp_jinja2
 from aiohttp import web
 
 from gateway_bot.core.application import Application
+from gateway_bot.core.schedule_rules import show_time
 from gateway_bot.dashboard.context import APPLICATION, CSRF, SETTINGS, SIGNER
 from gateway_bot.dashboard.sessions import COOKIE_NAME
 from gateway_bot.dashboard.views import find_conversation, task_rows, when
@@ -33,6 +34,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/channels", channels_page)
     app.router.add_get("/approvals", approvals_page)
     app.router.add_post("/approvals/{code}/decide", decide_approval)
+    app.router.add_get("/schedules", schedules_page)
 
 
 def _static(name: str, content_type: str) -> Any:
@@ -137,6 +139,12 @@ async def approvals_page(request: web.Request) -> web.Response:
     approvals = await _application(request).pending_approvals()
     operators = request.app[SETTINGS].operator
     return render(request, "approvals.html", approvals=approvals, operators=operators)
+
+
+async def schedules_page(request: web.Request) -> web.Response:
+    """Every schedule, active or paused, with its next run in its own zone (issue 17)."""
+    schedules = await _application(request).schedules()
+    return render(request, "schedules.html", schedules=schedules, show_time=show_time)
 
 
 # -- actions -----------------------------------------------------------------------------

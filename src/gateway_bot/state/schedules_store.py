@@ -20,6 +20,7 @@ import aiosqlite
 
 from gateway_bot.domain.messages import InboundMessage
 from gateway_bot.state.database import Database
+from gateway_bot.state.schedule_proposals_store import SqliteScheduleProposals
 
 OWNER = "schedules"
 
@@ -105,6 +106,8 @@ class SqliteSchedules:
     def __init__(self, database: Database) -> None:
         self._db = database
         database.add_pruner(OWNER, self.prune)
+        self.proposals = SqliteScheduleProposals(database)
+        """Schedules the agent proposed, waiting for a decision (their own owner)."""
 
     async def prune(self, before: float) -> int:
         """Retention: runs recorded before ``before`` go, except each schedule's latest
@@ -120,6 +123,7 @@ class SqliteSchedules:
     async def open(self) -> None:
         """Migrate (idempotent); the core's store has opened the database."""
         await self._db.migrate(OWNER, MIGRATIONS)
+        await self.proposals.open()
 
     async def create(
         self,
@@ -174,6 +178,16 @@ class SqliteSchedules:
             "SELECT * FROM schedules WHERE channel = ? AND conversation_key = ?"
             " AND state IN (?, ?) ORDER BY id",
             (channel, key, ACTIVE, PAUSED),
+        )
+        return [_schedule(row) for row in rows]
+
+    async def listed(self) -> list[ScheduleRecord]:
+        """Every schedule not removed or finished, for ``status`` and the dashboard. Reads
+        only (``status`` opens the database read-only): none before the first migration."""
+        if await self._db.schema_version(OWNER) is None:
+            return []
+        rows = await self._db.fetch_all(
+            "SELECT * FROM schedules WHERE state IN (?, ?) ORDER BY id", (ACTIVE, PAUSED)
         )
         return [_schedule(row) for row in rows]
 
