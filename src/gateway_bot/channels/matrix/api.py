@@ -20,10 +20,11 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, cast
-from urllib.parse import quote, urlencode, urlparse
+from urllib.parse import quote, urlencode
 
 import aiohttp
 from nio import (
@@ -76,6 +77,14 @@ class Login:
     user_id: str
     device_id: str
     access_token: str
+
+
+_MXC = re.compile(
+    r"mxc://((?:[A-Za-z0-9-]+\.)*[A-Za-z0-9-]+(?::[0-9]{1,5})?|\[[0-9A-Fa-f:.]+\](?::[0-9]{1,5})?)"
+    r"/([A-Za-z0-9_-]+)"
+)
+"""A content URI as the spec defines it: a server name and a media id of ``[A-Za-z0-9_-]``
+(anything else, dot segments included, is refused before a request is made)."""
 
 
 def _segment(value: str) -> str:
@@ -300,10 +309,10 @@ class MatrixApi:
     ) -> int:
         """Stream ``mxc`` to ``write``; FileTooLarge past ``max_bytes``, whatever size the
         sender claimed (the caller discards what was written)."""
-        parsed = urlparse(mxc)
-        if parsed.scheme != "mxc" or not parsed.netloc or not parsed.path.strip("/"):
-            raise MatrixError(400, "M_INVALID_PARAM", f"not an mxc:// URI: {mxc!r}")
-        path = f"{_MEDIA}/download/{_segment(parsed.netloc)}/{_segment(parsed.path.strip('/'))}"
+        match = _MXC.fullmatch(mxc)
+        if match is None:  # a sender's string: "mxc://../x" would leave the download path
+            raise MatrixError(400, "M_INVALID_PARAM", f"not an mxc:// URI: {mxc[:200]!r}")
+        path = f"{_MEDIA}/download/{_segment(match[1])}/{_segment(match[2])}"
         headers = {"Authorization": f"Bearer {self.client.access_token}"}
         size = 0
         try:
