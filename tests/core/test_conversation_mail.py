@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from gateway_bot.config.access import AccessSettings
 from gateway_bot.core.channel import MailRequest
@@ -263,3 +264,19 @@ async def test_a_restart_between_the_mail_reply_and_its_copy_in_chat_copies_it_o
     copies = [t for t in gw.chat.texts("dm", "reply") if "Continued by mail" in t]
     assert len(copies) == 1
     assert gw.mail.texts("dm", "reply") == ["Echo: go on"], "the mail is not sent again"
+
+
+def test_identities_refuse_typos_and_one_id_for_two_people() -> None:
+    with pytest.raises(ValidationError, match="e-mail"):
+        AccessSettings.model_validate({"identities": [{"matrix": "@a:hs", "e-mail": "a@x.org"}]})
+    with pytest.raises(ValidationError, match="the same email id is in more than one identity"):
+        AccessSettings.model_validate(
+            {"identities": [{"matrix": "@a:hs", "email": "A@x.org"}, {"email": "a@X.org"}]}
+        )
+    with pytest.raises(ValidationError, match="not an email address"):
+        AccessSettings.model_validate({"identities": [{"email": "alice at x.org"}]})
+    access = AccessSettings.model_validate({"identities": [{"slack": "U1", "email": "A@X.org"}]})
+    found = access.identity_of("email", "a@x.org")
+    assert found is not None
+    assert found.on("slack") == "U1"
+    assert access.identity_of("slack", "U2") is None

@@ -163,7 +163,7 @@ class AccessSettings(Section):
         for channel in _IDENTITY_CHANNELS:
             ids = [i.on(channel) for i in value if i.on(channel) is not None]
             if len(ids) != len(set(ids)):
-                raise ValueError(f"a {channel} id appears in more than one identity")
+                raise ValueError(f"the same {channel} id is in more than one identity")
         return value
 
     def identity_of(self, channel: str, sender_id: str) -> Identity | None:
