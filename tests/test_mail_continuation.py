@@ -232,3 +232,51 @@ async def test_forged_and_foreign_mail_into_the_thread_never_continues_the_conve
     assert smtp_catcher.to(CAROL) == []
     to_alice = [text_of(m) for m in smtp_catcher.to(ALICE)]
     assert len(to_alice) == 2, "the opening mail and the one answer; forgeries get nothing"
+
+
+async def test_killed_after_the_smtp_server_accepted_the_mail_it_is_not_mailed_twice(
+    gateway,
+    meet,
+    synapse: SynapseServer,
+    tmp_path: Path,
+    target_repo: Path,
+    fake_api: FakeAnthropic,
+    dovecot: Dovecot,
+    smtp_catcher: SmtpCatcher,
+    mailbox: str,
+) -> None:
+    alice = await meet("alice")
+    bot = await synapse.register("bot")
+    room = await alice.create_room([bot.user_id], name="Crash room")
+    access = {"identities": [{"matrix": alice.user_id, "email": ALICE}]}
+    config = _config(
+        tmp_path, target_repo, fake_api, dovecot, smtp_catcher, mailbox, synapse, bot,
+        [alice.user_id], access,
+    )  # fmt: skip
+    first = gateway("run", "--config", str(config))
+    _started.append(first)
+    await alice.wait_for(room, membership(bot.user_id, "join"))
+    await alice.say(room, "FIRST-ASK hello")
+    await alice.wait_for(room, bot_text(bot.user_id, r"Echo: .*FIRST-ASK"))
+
+    smtp_catcher.hold_after_accept = "Reply to this mail to continue it"
+    await alice.say(room, "!mail")
+    assert smtp_catcher.holding.wait(90), "the mail never reached the SMTP server"
+    first.kill()  # the server has the mail; the daemon never heard its 250
+    smtp_catcher.released.set()
+    second = gateway("run", "--config", str(config))
+    _started.append(second)
+
+    await alice.wait_for(room, bot_text(bot.user_id, r"Mailed the latest reply"))
+    [opening] = smtp_catcher.to(ALICE)
+    dovecot.deliver(
+        mailbox,
+        mail(f"Re: {opening['Subject']}", "AFTER-CRASH go on", to=mailbox,
+             in_reply_to=str(opening["Message-ID"])),
+    )  # fmt: skip
+    await alice.wait_for(room, bot_text(bot.user_id, r"Continued by mail: .*AFTER-CRASH"))
+    answers = [e for e in await alice.history(room) if bot_text(bot.user_id, "Mailed the")(e)]
+    assert len(answers) == 1, "the /mail command is answered once"
+    openings = [m for m in smtp_catcher.to(ALICE) if "continue it" in text_of(m)]
+    assert len(openings) == 1, "and mailed once"
+    assert "is not sent again" in second.stderr
