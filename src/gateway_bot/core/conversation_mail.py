@@ -158,12 +158,16 @@ class ConversationMailer:
         channel that stays down loses the copy, never the mail."""
         if message.continues_conversation is None:
             return
-        task = await self._store.get_task(task_id)
-        if task.conversation_id != message.continues_conversation:
+        try:
+            task = await self._store.get_task(task_id)
+            if task.conversation_id != message.continues_conversation:
+                return
+            conversation = await self._store.get_conversation(task.conversation_id)
+            adapter = self._adapters.get(conversation.channel)
+            context = await self._chat_context(conversation)
+        except Exception as exc:  # never keeps the mail task from completing
+            log.warning("task %s: the copy in chat was not sent (%r)", task_id, exc)
             return
-        conversation = await self._store.get_conversation(task.conversation_id)
-        adapter = self._adapters.get(conversation.channel)
-        context = await self._chat_context(conversation)
         if adapter is None or context is None:
             log.warning("task %s: no way back into %s's chat room", task_id, conversation.id)
             return
