@@ -149,7 +149,7 @@ async def test_mail_from_matrix_then_a_mail_reply_continues_the_same_conversatio
     copy = await alice.wait_for(room, bot_text(bot.user_id, r"Continued by mail"))
     body = content_of(copy)["body"]
     assert body.splitlines()[0] == (
-        f"✉️ Continued by mail: {ALICE} wrote “MAIL-FOLLOWUP which word was it?”"
+        "✉️ Continued by mail: Alice wrote “MAIL-FOLLOWUP which word was it?”"
     )
     assert "Echo: MAIL-FOLLOWUP which word was it?" in body
 
@@ -217,7 +217,9 @@ async def test_forged_and_foreign_mail_into_the_thread_never_continues_the_conve
     # Alice herself, authenticated: the one mail that continues the conversation.
     dovecot.deliver(mailbox, into_thread("ALICE-REAL go on", ALICE))
 
-    await alice.wait_for(room, bot_text(bot.user_id, r"Continued by mail: .*ALICE-REAL"))
+    copy = await alice.wait_for(room, bot_text(bot.user_id, r"Continued by mail: .*ALICE-REAL"))
+    assert content_of(copy)["body"].startswith(f"✉️ Continued by mail: {alice.user_id} wrote")
+    assert ALICE not in content_of(copy)["body"], "the address stays out of the room"
     bob_card = await alice.wait_for(owners, bot_text(bot.user_id, BOB))
     carol_card = await alice.wait_for(owners, bot_text(bot.user_id, CAROL))
     assert "BOB-IN" in content_of(bob_card)["body"]
@@ -259,7 +261,7 @@ async def test_killed_after_the_smtp_server_accepted_the_mail_it_is_not_mailed_t
     await alice.say(room, "FIRST-ASK hello")
     await alice.wait_for(room, bot_text(bot.user_id, r"Echo: .*FIRST-ASK"))
 
-    smtp_catcher.hold_after_accept = "Reply to this mail to continue it"
+    smtp_catcher.hold_after_accept = "] Conversation "  # in the subject: never re-encoded
     await alice.say(room, "!mail")
     assert smtp_catcher.holding.wait(90), "the mail never reached the SMTP server"
     first.kill()  # the server has the mail; the daemon never heard its 250

@@ -172,9 +172,11 @@ class ConversationMailer:
             log.warning("task %s: no way back into %s's chat room", task_id, conversation.id)
             return
         asked = next((line for line in message.body.splitlines() if line.strip()), "")
-        note = (
-            f"✉️ Continued by mail: {message.sender_id} wrote “{_one_line(asked, NOTE_QUOTE_CHARS)}”"
-        )
+        identity = self._access.identity_of(message.channel, message.sender_id)
+        # The room knows its people by name or chat id; their address stays out of it.
+        who = (identity.name or identity.on(conversation.channel)) if identity else None
+        quote = _one_line(asked, NOTE_QUOTE_CHARS)
+        note = f"✉️ Continued by mail: {who or 'the person who asked'} wrote “{quote}”"
         copy = dataclasses.replace(reply, text=f"{note}\n\n{reply.text}")
         chat = adapter
         try:
