@@ -1,5 +1,7 @@
 """Command line: ``chat`` (the console), ``run`` (the daemon), ``check`` (validate a config),
-``status`` (what a deployment is doing).
+``status`` (what a deployment is doing), ``install-service`` (a systemd user unit),
+``approvals`` / ``approve`` / ``deny`` (owners'
+decisions from the shell).
 
 Exit codes: 0 done, 2 the config or the set-up is wrong (nothing was started), 3 (``status``)
 no state at all for this config.
@@ -10,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +22,7 @@ from urllib.parse import urlsplit
 from podman.errors import PodmanError
 
 from gateway_bot.agents.backend import AgentBackend
+from gateway_bot.approvals_command import run_decision, run_list
 from gateway_bot.channels.factory import create_adapters
 from gateway_bot.check_sandbox import check_sandbox
 from gateway_bot.config.channels import ChannelsSettings, ConsoleChannelSettings
@@ -39,11 +43,21 @@ from gateway_bot.daemon import (
     check_agent_setup,
     model_api_on_loopback,
 )
+from gateway_bot.logs import configure_logging
 from gateway_bot.matrix_commands import bootstrap_cross_signing, describe_e2ee
 from gateway_bot.sandbox.base import Sandbox, SandboxUnavailable
 from gateway_bot.sandbox.factory import create_sandbox
 from gateway_bot.sandbox.podman import commands as image_commands
 from gateway_bot.sandbox.podman.service import PodmanCommandError
+from gateway_bot.service_unit import (
+    DEFAULT_NAME,
+    UnitSettings,
+    default_unit_dir,
+    install_unit,
+    instructions,
+    this_program,
+    valid_unit_name,
+)
 from gateway_bot.state.database import Database
 from gateway_bot.status_command import run_status
 
@@ -72,6 +86,31 @@ def main(argv: list[str] | None = None) -> int:
     )
     status.add_argument("--config", type=Path, help="server config (default: built-in)")
     status.add_argument("--json", action="store_true", help="machine-readable, stable keys")
+    approvals = commands.add_parser("approvals", help="list approvals waiting for an owner")
+    approvals.add_argument("--config", type=Path, help="server config (default: built-in)")
+    approvals.add_argument("--json", action="store_true", help="machine-readable")
+    for verb, what in (("approve", "allow"), ("deny", "deny")):
+        decide = commands.add_parser(
+            verb, help=f"{what} a pending approval as an owner (the daemon must be running)"
+        )
+        decide.add_argument("code", help="the approval's code (gateway-bot approvals)")
+        decide.add_argument(
+            "--as", dest="owner", required=True, help="the owner or admin identity deciding"
+        )
+        decide.add_argument("--config", type=Path, help="server config (default: built-in)")
+    install = commands.add_parser(
+        "install-service", help="write a systemd user unit that runs the daemon for a config"
+    )
+    install.add_argument("--config", type=Path, required=True)
+    install.add_argument(
+        "--env-file",
+        type=Path,
+        help="the unit's EnvironmentFile, for secrets (default: .env beside the config)",
+    )
+    install.add_argument("--name", default=DEFAULT_NAME, help="unit name (default: %(default)s)")
+    install.add_argument(
+        "--unit-dir", type=Path, help="where to write it (default: ~/.config/systemd/user)"
+    )
     image = commands.add_parser("image", help="build the sandbox images ahead of time")
     image_commands = image.add_subparsers(dest="image_command", required=True)
     build = image_commands.add_parser("build", help="build the agent and proxy images")
@@ -95,11 +134,13 @@ def main(argv: list[str] | None = None) -> int:
         return _check(args.config, canary=args.sandbox)
     if args.command == "image":
         return _image(args)
+    if args.command == "install-service":
+        return _install_service(args)
     if args.command == "matrix":
         matrix_config = _load(args.config)
         return EXIT_CONFIG if matrix_config is None else bootstrap_cross_signing(matrix_config)
-    if args.command == "status":
-        # Not _built_in_config: status only reads, it must not make the sample repo.
+    if args.command in ("status", "approvals", "approve", "deny"):
+        # Not _built_in_config: these only read or ask the daemon, never make the sample repo.
         status_config = (
             _load(args.config)
             if args.config
@@ -107,6 +148,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         if status_config is None:
             return EXIT_CONFIG
+        if args.command == "approvals":
+            return run_list(status_config.state_dir, as_json=args.json)
+        if args.command in ("approve", "deny"):
+            choice = "allow" if args.command == "approve" else "deny"
+            return run_decision(status_config.state_dir, args.code, choice, args.owner)
         return run_status(status_config.state_dir, as_json=args.json)
     config = _load(args.config) if args.config else _built_in_config()
     if config is None:
@@ -119,11 +165,8 @@ def main(argv: list[str] | None = None) -> int:
         config.channels = ChannelsSettings(
             console=ConsoleChannelSettings(enabled=True, conversation=name)
         )
-    logging.basicConfig(
-        level=logging.WARNING if args.command == "chat" else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    level = logging.getLevelNamesMapping()[config.logging.level]
+    configure_logging(config.logging.format, logging.WARNING if args.command == "chat" else level)
     config_dir = args.config.parent if args.config else None
     agent_env = agent_environment(config, config_dir)
     problem = check_agent_setup(config, agent_env)
@@ -151,6 +194,8 @@ async def _serve(config: ServerConfig, agent_env: dict[str, str], *, chat: bool,
         print("No channel is enabled in the config: nothing to listen to.", file=sys.stderr)
         return EXIT_CONFIG
     daemon = Daemon(config, adapters, agent_env, database)
+    if not chat:
+        daemon.serve_control()
     holder.append(daemon)
     try:
         await daemon.open()
@@ -256,6 +301,26 @@ def _image(args: argparse.Namespace) -> int:
     except (SandboxUnavailable, PodmanCommandError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    return 0
+
+
+def _install_service(args: argparse.Namespace) -> int:
+    config = _load(args.config)
+    if config is None:
+        return EXIT_CONFIG
+    if not valid_unit_name(args.name):
+        print(f"{args.name!r} is not a unit name: letters, digits, . _ -", file=sys.stderr)
+        return EXIT_CONFIG
+    config_path = args.config.resolve()
+    settings = UnitSettings(
+        config=config_path,
+        environment_file=(args.env_file or config_path.parent / ".env").resolve(),
+        program=this_program(),
+        path_variable=os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        shutdown_timeout_s=config.execution.shutdown_timeout_seconds,
+    )
+    unit = install_unit(settings, args.unit_dir or default_unit_dir(), args.name)
+    print(instructions(unit, args.name))
     return 0
 
 

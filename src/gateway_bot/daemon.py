@@ -19,6 +19,7 @@ from gateway_bot.agents.backend import AgentBackend
 from gateway_bot.agents.base import WarmRunner, WarmSettings
 from gateway_bot.agents.registry import backend_named
 from gateway_bot.config.server import ServerConfig, environment_with_dotenv
+from gateway_bot.control_socket import ControlServer
 from gateway_bot.core.application import Application, DaemonLiveState
 from gateway_bot.core.channel import ChannelAdapter
 from gateway_bot.core.executor import AgentDefaults, TaskExecutor
@@ -27,6 +28,7 @@ from gateway_bot.core.service import GatewayService
 from gateway_bot.core.status_snapshot import SnapshotWriter, snapshot_path
 from gateway_bot.core.workspace_diff import WorkspaceReports
 from gateway_bot.core.workspaces import Workspaces
+from gateway_bot.dashboard.metrics import TaskDurations
 from gateway_bot.dashboard.server import DashboardServer
 from gateway_bot.domain.lifecycle import TaskState
 from gateway_bot.sandbox.base import Sandbox
@@ -215,11 +217,16 @@ class Daemon:
             snapshot_path(config.state_dir), live, self.sandbox.name
         )
         dashboard = config.dashboard
-        self.dashboard = (
-            DashboardServer(self.application, self.feed, dashboard, config.state_dir)
-            if dashboard is not None and dashboard.enabled
-            else None
-        )
+        self.dashboard: DashboardServer | None = None
+        if dashboard is not None and dashboard.enabled:
+            durations = TaskDurations()  # /metrics' histogram: only the dashboard serves it
+            self.store.on_transition(durations.observe_transition)
+            self.dashboard = DashboardServer(
+                self.application, self.feed, dashboard, config.state_dir, durations
+            )
+        self.control: ControlServer | None = None
+        """``gateway-bot approve|deny`` asks the daemon through it (``run``, not ``chat``:
+        set by ``serve_control``)."""
         self.stop_requested = asyncio.Event()
         self.end_of_input = asyncio.Event()
 
@@ -299,6 +306,21 @@ class Daemon:
         except (OSError, ValueError) as exc:
             log.error("the dashboard is not served: %s", exc)
 
+    def serve_control(self) -> None:
+        """Answer ``gateway-bot approve|deny`` once running (``run`` asks for it; ``chat``,
+        a console the user already sits at, does not)."""
+        self.control = ControlServer(self.application, self.config.state_dir)
+
+    async def _start_control(self) -> None:
+        """Without its control socket the daemon still serves chat; only shell decisions
+        (``gateway-bot approve``) are unavailable, and the log says why."""
+        if self.control is None:
+            return
+        try:
+            await self.control.start()
+        except OSError as exc:
+            log.error("the control socket is not served (no shell approvals): %s", exc)
+
     async def run(self) -> None:
         """Serve until SIGTERM/SIGINT or end of input; then shut down gracefully.
 
@@ -312,6 +334,7 @@ class Daemon:
             await self.service.start()
             self.status_snapshot.start()
             await self._start_dashboard()
+            await self._start_control()
             self._garbage_collector = asyncio.create_task(self._collect_garbage_forever())
             self._pruner = asyncio.create_task(self._prune_forever())
             stop = asyncio.create_task(self.stop_requested.wait())
@@ -333,6 +356,8 @@ class Daemon:
             if self._pruner is not None:
                 self._pruner.cancel()
                 await asyncio.gather(self._pruner, return_exceptions=True)
+            if self.control is not None:
+                await self.control.stop()
             await self.status_snapshot.stop()
             if self.dashboard is not None:
                 await self.dashboard.stop()

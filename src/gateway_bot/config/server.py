@@ -119,6 +119,13 @@ class DashboardSettings(Section):
     session_hours: PositiveFloat = Field(
         default=12.0, description="How long a login lasts before the token is asked again."
     )
+    metrics_token: str | None = Field(
+        default=None,
+        min_length=16,
+        repr=False,
+        description="A bearer token that reads /metrics without a login (use !env; 16+ "
+        "characters). Without it only loopback scrapers (and logged-in browsers) read it.",
+    )
 
     @model_validator(mode="after")
     def _exposed_only_safely(self) -> DashboardSettings:
@@ -143,6 +150,17 @@ def _loopback_host(host: str) -> bool:
         return False
 
 
+class LoggingSettings(Section):
+    """The daemon's log on stderr (``gateway_bot/logs.py``)."""
+
+    format: Literal["console", "json"] = Field(
+        default="console",
+        description="console: one readable line each; json: one JSON object per line. "
+        "Both carry task_id and conversation_id while a task runs.",
+    )
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+
 class ServerConfig(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="GATEWAY_BOT_", env_nested_delimiter="__", extra="forbid"
@@ -161,6 +179,7 @@ class ServerConfig(BaseSettings):
     channels: ChannelsSettings = Field(default_factory=ChannelsSettings)
     access: AccessSettings = Field(default_factory=AccessSettings)
     dashboard: DashboardSettings | None = None
+    logging: LoggingSettings = Field(default_factory=LoggingSettings)
 
     _yaml_data: ClassVar[dict[str, Any]] = {}
 

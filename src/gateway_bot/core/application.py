@@ -30,7 +30,7 @@ from gateway_bot.core.timeline import (
     read_log_tail,
     state_entries,
 )
-from gateway_bot.domain.lifecycle import TaskState
+from gateway_bot.domain.lifecycle import CompletionReason, TaskState
 from gateway_bot.domain.records import ApprovalRecord, ConversationRecord, TaskRecord
 from gateway_bot.sandbox.base import Sandbox, SandboxContainer
 from gateway_bot.state.store import Store
@@ -141,6 +141,14 @@ class Application:
 
     async def pending_approvals(self) -> list[ApprovalRecord]:
         return await self._store.pending_approvals()
+
+    async def approval(self, code: str) -> ApprovalRecord | None:
+        """The approval ``code``, pending or decided; None when there is none."""
+        return await self._store.approvals.get(code)
+
+    async def task_counts(self) -> dict[tuple[TaskState, CompletionReason | None], int]:
+        """Tasks per state and completion reason (the metrics' gauges)."""
+        return await self._store.count_tasks()
 
     def channels(self) -> list[ChannelView]:
         return self._live.channels()

@@ -31,6 +31,8 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol
 
+import structlog
+
 from gateway_bot.agents.base import OnEvent
 from gateway_bot.core.channel import (
     AttachmentDownloads,
@@ -237,6 +239,14 @@ class Scheduler:
             lane.drainer = None
 
     async def _execute(self, lane: ConversationLane, task_id: str) -> None:
+        # Every line logged while the task runs (here, in the executor's job, in the agent
+        # runner) carries the ids; the binding ends with this call.
+        with structlog.contextvars.bound_contextvars(
+            task_id=task_id, conversation_id=lane.conversation_id
+        ):
+            await self._run_task(lane, task_id)
+
+    async def _run_task(self, lane: ConversationLane, task_id: str) -> None:
         task = await self._store.get_task(task_id)
         if task.state is not TaskState.PENDING:
             log.warning("task %s is %s, not pending: not run", task_id, task.state.value)
@@ -244,6 +254,7 @@ class Scheduler:
         task = await self._store.transition(task_id, TaskState.EXECUTING)
         message = task.parsed
         assert message is not None
+        log.info("task %s running (%s, from %s)", task_id, task.channel, message.sender_id)
         adapter = self._adapters[task.channel]
         conversation = await self._store.get_conversation(lane.conversation_id)
         reporter = _reporter(task_id, adapter, message)
@@ -279,6 +290,7 @@ class Scheduler:
         await self._replies.store_and_send(
             task_id, message, result.reply, result.reason, reporter.finished(result.reply)
         )
+        log.info("task %s done: %s", task_id, result.reason.value)
 
 
 def _reporter(task_id: str, adapter: ChannelAdapter, message: InboundMessage) -> ProgressReporter:

@@ -8,7 +8,9 @@ token. A request whose ``Origin`` names another site, or that the browser marks
 ``Sec-Fetch-Site: cross-site``, is refused before anything else, cookie or not, for actions
 and the live stream alike (a cross-site page must not drive or read the dashboard through
 the operator's browser). The client's address is never consulted, so ``X-Forwarded-For``
-claims gain nothing, with or without ``behind_proxy``.
+claims gain nothing, with or without ``behind_proxy``. The one exception is ``/metrics``
+(``dashboard/metrics.py``): a loopback socket peer or the metrics token reads it without a
+session.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from aiohttp import web
 from gateway_bot.config.server import DashboardSettings
 from gateway_bot.core.application import Application
 from gateway_bot.core.feed import ChangeFeed, Subscription
-from gateway_bot.dashboard import live, pages
+from gateway_bot.dashboard import live, metrics, pages
 from gateway_bot.dashboard.context import (
     APPLICATION,
     CSRF,
@@ -37,6 +39,7 @@ from gateway_bot.dashboard.context import (
     SIGNER,
     STREAMS,
 )
+from gateway_bot.dashboard.metrics import DURATIONS, METRICS_PATH, TaskDurations
 from gateway_bot.dashboard.sessions import COOKIE_NAME, SessionSigner, load_or_make_key
 
 log = logging.getLogger(__name__)
@@ -57,9 +60,15 @@ SECURITY_HEADERS = {
 
 
 def build_app(
-    application: Application, feed: ChangeFeed, settings: DashboardSettings, key: bytes
+    application: Application,
+    feed: ChangeFeed,
+    settings: DashboardSettings,
+    key: bytes,
+    durations: TaskDurations | None = None,
 ) -> web.Application:
     app = web.Application(middlewares=[_guard])
+    if durations is not None:
+        app[DURATIONS] = durations
     app[APPLICATION] = application
     app[FEED] = feed
     app[SETTINGS] = settings
@@ -74,6 +83,7 @@ def build_app(
     app.on_response_prepare.append(_add_security_headers)
     pages.add_routes(app)
     app.router.add_get("/events", live.events)
+    app.router.add_get(METRICS_PATH, metrics.metrics)
     return app
 
 
@@ -91,9 +101,20 @@ async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         raise web.HTTPForbidden(text="Cross-site request refused.")
     if request.path in PUBLIC_PATHS:
         return await handler(request)
+    scraping = request.path == METRICS_PATH
+    if scraping and metrics.metrics_readable(
+        metrics.request_peer(request), request.headers.get("Authorization"), request.app[SETTINGS]
+    ):
+        return await handler(request)
     signer = request.app[SIGNER]
     session = signer.verify(request.cookies.get(COOKIE_NAME))
     if session is None:
+        if scraping:
+            raise web.HTTPUnauthorized(
+                text="Metrics need the metrics token (Authorization: Bearer), a loopback "
+                "scraper, or a login.",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
         if acting:
             raise web.HTTPUnauthorized(text="Log in first.")
         raise web.HTTPFound("/login")
@@ -129,8 +150,10 @@ class DashboardServer:
         feed: ChangeFeed,
         settings: DashboardSettings,
         state_dir: Path,
+        durations: TaskDurations | None = None,
     ) -> None:
         self._application = application
+        self._durations = durations
         self._feed = feed
         self._settings = settings
         self._key_dir = state_dir / "dashboard"
@@ -141,7 +164,7 @@ class DashboardServer:
     async def start(self) -> str:
         """Listen; returns the URL. Raises OSError when the address cannot be bound."""
         key = await asyncio.to_thread(load_or_make_key, self._key_dir)
-        app = build_app(self._application, self._feed, self._settings, key)
+        app = build_app(self._application, self._feed, self._settings, key, self._durations)
         self._streams = app[STREAMS]
         runner = web.AppRunner(app, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
         await runner.setup()

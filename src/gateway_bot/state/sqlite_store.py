@@ -259,6 +259,15 @@ class SqliteStore:
         ) as cursor:
             return [_approval_from_row(row) for row in await cursor.fetchall()]
 
+    async def count_tasks(self) -> dict[tuple[TaskState, CompletionReason | None], int]:
+        async with self.db.execute(
+            "SELECT state, completion_reason, COUNT(*) FROM tasks GROUP BY state, completion_reason"
+        ) as cursor:
+            return {
+                (TaskState(state), CompletionReason(reason) if reason else None): count
+                for state, reason, count in await cursor.fetchall()
+            }
+
     async def save_parsed(self, task_id: str, parsed: InboundMessage) -> None:
         await self._database.write(
             "UPDATE tasks SET parsed_json = ? WHERE id = ?",

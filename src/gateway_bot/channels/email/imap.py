@@ -27,6 +27,10 @@ IDLE_RENEW_S = 25.0
 a mail that landed between the last search and the IDLE command can go unannounced (seen
 in tests after a restart: a minute of silence), so it waits at most this long."""
 TICK_S = 1.0
+READ_TIMEOUT_S = 60.0
+"""How long a command may wait for the server's answer."""
+LOGOUT_WAIT_S = 3.0
+"""How long LOGOUT may wait when a session ends (see ``close``)."""
 
 
 class MailboxSession:
@@ -51,7 +55,7 @@ class MailboxSession:
             port=settings.imap_port,
             ssl=settings.imap_tls == "tls",
             ssl_context=context if settings.imap_tls == "tls" else None,
-            timeout=60,
+            timeout=READ_TIMEOUT_S,
         )
         self._client = client
         if settings.imap_tls == "starttls":
@@ -131,18 +135,31 @@ class MailboxSession:
         if client is None:
             return
         with contextlib.suppress(Exception):
+            # A session dropped mid-IDLE never answers LOGOUT (the server waits for DONE):
+            # a short wait, not the read timeout, before the socket is shut.
+            client.socket().settimeout(LOGOUT_WAIT_S)
             client.logout()
         with contextlib.suppress(Exception):
             client.shutdown()
 
 
 def _closed_by_peer(sock: socket.socket) -> bool:
+    """Has the server closed the connection? Asked without waiting: on a socket with a
+    timeout (imapclient gives it its read timeout back after every ``idle_check``) Python
+    polls for the whole timeout before ``recv`` even with MSG_DONTWAIT, and a quiet but
+    live connection then looked closed after a minute, followed by a minute-long LOGOUT
+    into the IDLE. So the socket is made non-blocking for the peek, and a timeout is no
+    verdict."""
+    timeout = sock.gettimeout()
+    sock.setblocking(False)
     try:
-        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
-    except (BlockingIOError, InterruptedError):
+        return sock.recv(1, socket.MSG_PEEK) == b""
+    except (BlockingIOError, InterruptedError, TimeoutError):
         return False
     except OSError:
         return True
+    finally:
+        sock.settimeout(timeout)
 
 
 def _is_news(response: tuple[object, ...]) -> bool:

@@ -1,0 +1,206 @@
+"""Prometheus metrics at ``/metrics`` on the dashboard's server.
+
+Who may read them without the dashboard's login: a scraper presenting
+``dashboard.metrics_token`` as a bearer token, or one connecting from loopback. "From
+loopback" is the socket's real peer address, never a header: ``X-Forwarded-For`` is not
+read at all. Behind a proxy (``behind_proxy: true``) every request reaches us from the
+proxy, usually over loopback, so there the loopback exemption is off and only the token (or
+a login) reads them: a proxy that forwards the internet must not make the internet local.
+
+What they say is read when scraped (tasks per state and reason, queue depth, containers,
+channel health, pending approvals: the same answers ``gateway-bot status`` gives), except
+the task duration histogram, which this process observes as tasks finish running (the
+store's transition hook) and which therefore starts empty at each start of the daemon.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import logging
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gateway_bot.config.server import DashboardSettings
+from gateway_bot.core.application import Application
+from gateway_bot.dashboard.context import APPLICATION
+from gateway_bot.domain.lifecycle import TaskState
+from gateway_bot.domain.messages import ChannelHealth
+from gateway_bot.domain.records import TaskRecord
+
+log = logging.getLogger(__name__)
+
+METRICS_PATH = "/metrics"
+PREFIX = "gateway_bot"
+QUEUED_STATES = (TaskState.QUEUED, TaskState.PENDING)
+"""Accepted and waiting for a slot (a task held for an approval is AUTHENTICATING and
+counted by the approvals gauge instead)."""
+DURATION_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
+
+
+class TaskDurations:
+    """How long tasks ran (started to leaving EXECUTING), by how they ended. The daemon
+    registers ``observe_transition`` with ``Store.on_transition``."""
+
+    def __init__(self) -> None:
+        self.histogram = Histogram(
+            f"{PREFIX}_task_duration_seconds",
+            "Time a task's agent run took, from start to its end (this daemon's runs).",
+            ["reason"],
+            buckets=DURATION_BUCKETS,
+            registry=None,
+        )
+
+    def observe_transition(self, task: TaskRecord, previous: TaskState | None) -> None:
+        if previous is not TaskState.EXECUTING or task.started_at is None:
+            return
+        if task.state is TaskState.COMPLETED:
+            reason = task.completion_reason.value if task.completion_reason else "unknown"
+        elif task.state is TaskState.UNDELIVERED:
+            reason = "undelivered"
+        else:  # back to PENDING: requeued (a restart), it will run again
+            return
+        ended = task.completed_at or time.time()
+        self.histogram.labels(reason=reason).observe(max(0.0, ended - task.started_at))
+
+
+def metrics_readable(
+    peer: str | None, authorization: str | None, settings: DashboardSettings
+) -> bool:
+    """May a request from socket peer ``peer`` with this ``Authorization`` header read the
+    metrics without a login? (The rule in the module docstring.)"""
+    token = settings.metrics_token
+    if token is not None and authorization is not None:
+        scheme, _, offered = authorization.partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(
+            offered.strip().encode(), token.encode()
+        ):
+            return True
+    if settings.behind_proxy:
+        return False
+    return peer is not None and _is_loopback(peer)
+
+
+def request_peer(request: web.Request) -> str | None:
+    """The TCP peer's address as the socket reports it (not ``request.remote``, which
+    middlewares may rewrite from headers)."""
+    transport = request.transport
+    peername = transport.get_extra_info("peername") if transport is not None else None
+    if isinstance(peername, tuple) and peername and isinstance(peername[0], str):
+        return peername[0]
+    return None
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        address = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback
+    return address.is_loopback
+
+
+class _Families(Collector):
+    """One scrape's families, computed beforehand (the store is async, ``collect`` not)."""
+
+    def __init__(self, families: Iterable[Metric]) -> None:
+        self._families = list(families)
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._families)
+
+
+async def scrape(application: Application, durations: TaskDurations | None) -> bytes:
+    families = [*await _task_families(application), *await _live_families(application)]
+    if durations is not None:
+        families += list(durations.histogram.collect())
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families(families))
+    return generate_latest(registry)
+
+
+async def _task_families(application: Application) -> list[Metric]:
+    counts = await application.task_counts()
+    tasks = GaugeMetricFamily(
+        f"{PREFIX}_tasks",
+        "Tasks in the state database by state and, once completed, by reason.",
+        labels=["state", "reason"],
+    )
+    by_state: Counter[TaskState] = Counter()
+    for (state, reason), count in sorted(counts.items(), key=lambda kv: _order(kv[0])):
+        by_state[state] += count
+        if state is TaskState.COMPLETED:
+            tasks.add_metric([state.value, reason.value if reason else ""], count)
+    for state in TaskState:
+        if state is not TaskState.COMPLETED:
+            tasks.add_metric([state.value, ""], by_state[state])
+    queue = GaugeMetricFamily(
+        f"{PREFIX}_queue_depth",
+        "Tasks accepted and waiting to run (queued or pending).",
+        value=sum(by_state[state] for state in QUEUED_STATES),
+    )
+    return [tasks, queue]
+
+
+def _order(key: tuple[TaskState, object]) -> tuple[str, str]:
+    state, reason = key
+    return state.value, str(getattr(reason, "value", ""))
+
+
+async def _live_families(application: Application) -> list[Metric]:
+    health = GaugeMetricFamily(
+        f"{PREFIX}_channel_health",
+        "1 for each channel's current health, 0 for the others.",
+        labels=["channel", "health"],
+    )
+    up = GaugeMetricFamily(
+        f"{PREFIX}_channel_up", "1 when the channel is connected.", labels=["channel"]
+    )
+    channels = application.channels()
+    for channel in channels:
+        for value in ChannelHealth:
+            health.add_metric([channel.name, value.value], float(channel.health == value.value))
+        up.add_metric([channel.name], float(channel.health == ChannelHealth.CONNECTED.value))
+    approvals = GaugeMetricFamily(
+        f"{PREFIX}_approvals_pending",
+        "Approvals waiting for an owner's decision, by channel.",
+        labels=["channel"],
+    )
+    pending = Counter(a.channel for a in await application.pending_approvals())
+    for name in sorted({c.name for c in channels} | set(pending)):
+        approvals.add_metric([name], pending[name])
+    containers = GaugeMetricFamily(
+        f"{PREFIX}_containers",
+        "The sandbox's conversation containers by state.",
+        labels=["state"],
+    )
+    listed = GaugeMetricFamily(
+        f"{PREFIX}_containers_listed",
+        "1 when the sandbox answered the container listing (else the containers gauge is missing).",
+    )
+    try:
+        by_state = Counter(c.state for c in await application.containers())
+    except Exception as exc:  # the sandbox's trouble must not hide the other metrics
+        log.warning("listing containers for /metrics failed: %s", exc)
+        listed.add_metric([], 0)
+        return [health, up, approvals, listed]
+    for state, count in sorted(by_state.items()):
+        containers.add_metric([state], count)
+    listed.add_metric([], 1)
+    return [health, up, approvals, containers, listed]
+
+
+DURATIONS = web.AppKey("task_durations", TaskDurations)
+"""app[DURATIONS]: the daemon's ``TaskDurations``, when it observes them."""
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = await scrape(request.app[APPLICATION], request.app.get(DURATIONS))
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
