@@ -97,6 +97,44 @@ class ScheduleLimits(Section):
     )
 
 
+class Identity(Section):
+    """One person's accounts on several channels, as the owner vouches for them: what lets
+    ``/mail`` continue a chat conversation by mail (the reply must come, DMARC-authenticated,
+    from ``email`` of the identity that asked)."""
+
+    name: str = Field(default="", description="Who this is (for logs and answers).")
+    matrix: str | None = Field(default=None, description="Matrix user id (@alice:example.org).")
+    slack: str | None = Field(default=None, description="Slack user id (U0123ABCD).")
+    console: str | None = Field(default=None, description="Console sender (console:USER).")
+    email: str | None = Field(default=None, description="Email address (alice@example.org).")
+
+    @field_validator("email")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        local, at, domain = value.strip().rpartition("@")
+        if not at or not local or "." not in domain or any(c.isspace() for c in value.strip()):
+            raise ValueError(f"not an email address: {value!r}")
+        return f"{local}@{domain}".lower()
+
+    def on(self, channel: str) -> str | None:
+        """This person's id on ``channel`` (a channel's name), None when not mapped there."""
+        found = getattr(self, channel, None) if channel in _IDENTITY_CHANNELS else None
+        return found if isinstance(found, str) else None
+
+    def is_on(self, channel: str, sender_id: str) -> bool:
+        """``sender_id`` (as the channel authenticated it) is this person on ``channel``.
+        Email addresses compare case-insensitively (the channel lowercases its senders)."""
+        mine = self.on(channel)
+        if mine is None:
+            return False
+        return mine == sender_id.lower() if channel == "email" else mine == sender_id
+
+
+_IDENTITY_CHANNELS = ("matrix", "slack", "console", "email")
+
+
 class AccessSettings(Section):
     owners: dict[str, list[str]] = Field(
         default_factory=dict, description="Per channel: identities that own this deployment."
@@ -113,6 +151,24 @@ class AccessSettings(Section):
         default=None, description="IANA zone of /schedule where a room sets none; unset: UTC."
     )
     schedules: ScheduleLimits = Field(default_factory=ScheduleLimits)
+    identities: list[Identity] = Field(
+        default_factory=list,
+        description="People and their ids per channel: /mail sends a chat conversation's "
+        "latest reply to the sender's email and a reply to it continues the conversation.",
+    )
+
+    @field_validator("identities")
+    @classmethod
+    def _one_person_per_id(cls, value: list[Identity]) -> list[Identity]:
+        for channel in _IDENTITY_CHANNELS:
+            ids = [i.on(channel) for i in value if i.on(channel) is not None]
+            if len(ids) != len(set(ids)):
+                raise ValueError(f"the same {channel} id is in more than one identity")
+        return value
+
+    def identity_of(self, channel: str, sender_id: str) -> Identity | None:
+        """The mapped person who is ``sender_id`` on ``channel``; None for everyone else."""
+        return next((i for i in self.identities if i.is_on(channel, sender_id)), None)
 
     @field_validator("timezone")
     @classmethod

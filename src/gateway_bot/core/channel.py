@@ -17,11 +17,15 @@ falls back from when it is missing:
   to owners; they end as rejected.
 - ``AttachmentDownloads``: files sent with a message, into the conversation's inbox.
   Without it: no file is fetched and the agent's prompt says which were attached.
+- ``ConversationMail``: a mail thread opened for a conversation of another channel (``/mail``,
+  ``core/conversation_mail.py``), whose authenticated replies continue that conversation.
+  Without any: ``/mail`` says no channel can send mail.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from gateway_bot.core.inbox_files import InboxWriter
@@ -179,3 +183,37 @@ class NoAttachmentDownloads:
 def attachment_downloads(adapter: ChannelAdapter) -> AttachmentDownloads:
     """The channel's own downloads, or the fallback that fetches nothing."""
     return adapter if isinstance(adapter, AttachmentDownloads) else NoAttachmentDownloads()
+
+
+@dataclass(frozen=True)
+class MailRequest:
+    """What ``/mail`` asks a mail channel to send: a chat conversation's latest reply, to the
+    asking person's mapped address, opening a thread that belongs to that conversation."""
+
+    conversation_id: str
+    """The chat conversation the thread continues (and its ``[ID:...]`` tag)."""
+    address: str
+    """The asking identity's email address: the only sender whose replies continue it."""
+    subject: str
+    text: str
+    """Markdown: a line of introduction and the reply."""
+    files: tuple[str, ...]
+    """Host paths (the reply's files, in its task's ``sent/``)."""
+    send_key: str
+    """Names this send for exactly-once: the same key after a crash never mails twice."""
+
+
+@runtime_checkable
+class ConversationMail(Protocol):
+    """A channel that can continue another channel's conversation by mail.
+
+    Its part of the bargain: a mail it parses that answers such a thread, from the address
+    the thread was opened for and authenticated (DMARC), carries
+    ``InboundMessage.continues_conversation``; anyone else's mail into that thread does
+    not, and is a new sender there. The core checks the claim again against
+    ``access.identities`` before the message joins the conversation."""
+
+    async def mail_conversation(self, request: MailRequest) -> str:
+        """Send once per ``request.send_key`` (an intent recorded before SMTP, as a reply's);
+        return the subject it went out with."""
+        ...

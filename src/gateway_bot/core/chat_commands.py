@@ -1,5 +1,5 @@
 """The shared chat commands' effects: /stop, /status, /new, /model, /diff, /approve, /deny,
-/revoke, /help.
+/revoke, /mail, /help.
 
 Parsing lives in ``commands.py``; this module acts on the scheduler's running tasks, the
 gate (``approvals.py``) and the store, and returns the text to answer with.
@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from gateway_bot.core.approvals import Gatekeeper
 from gateway_bot.core.commands import HELP_TEXT, Command, CommandName
+from gateway_bot.core.conversation_mail import ConversationMailer
 from gateway_bot.core.schedule_commands import SCHEDULE_COMMANDS, ScheduleCommands
 from gateway_bot.core.schedule_proposals import ScheduleProposals
 from gateway_bot.core.scheduler import RunningTask
@@ -35,9 +36,11 @@ class ChatCommands:
         workspaces: WorkspaceReports | None = None,
         schedules: ScheduleCommands | None = None,
         proposals: ScheduleProposals | None = None,
+        mail: ConversationMailer | None = None,
     ) -> None:
         self._schedules = schedules
         self._proposals = proposals
+        self._mail = mail
         self._store = store
         self._gate = gate
         self._running = running
@@ -56,6 +59,10 @@ class ChatCommands:
             if self._workspaces is None:
                 return Reply(text="/diff is not available here.")
             return await self._workspaces.diff(conversation.id, task_id)
+        if command.name is CommandName.MAIL:
+            if self._mail is None:
+                return Reply(text="/mail is not available here.")
+            return Reply(text=await self._mail.command(conversation, message, task_id))
         return Reply(text=await self.answer(conversation, message, command))
 
     async def answer(

@@ -1,7 +1,8 @@
 """Chat commands shared by every channel: /stop, /status, /new, /model NAME, /diff, /help,
 /approve CODE and /deny CODE (owners and admins: how a channel without buttons decides an
-approval card), /revoke (owners only), and /schedule, /schedules, /unschedule, /pause,
-/resume (``schedule_commands.py``). Their effects are ``chat_commands.py``'s.
+approval card), /revoke (owners only), /mail (``conversation_mail.py``), and /schedule,
+/schedules, /unschedule, /pause, /resume (``schedule_commands.py``). Their effects are
+``chat_commands.py``'s.
 
 ``!`` works as a prefix too, for clients that swallow ``/``. A message that starts with the
 prefix and a known word is a command; an unknown word gets a clear error listing the known
@@ -31,6 +32,7 @@ class CommandName(enum.Enum):
     UNSCHEDULE = "unschedule"
     PAUSE = "pause"
     RESUME = "resume"
+    MAIL = "mail"
 
 
 HELP_TEXT = (
@@ -42,7 +44,8 @@ HELP_TEXT = (
     "/revoke USER [everywhere | ROOM] (owners: take back an approval), "
     '/schedule [TZ=Zone] WHEN PROMPT (WHEN: a quoted cron rule "0 9 * * 1-5" or a phrase '
     "such as every weekday at 9:00, in 2 hours, tomorrow at 7:15), /schedules, "
-    "/unschedule ID, /pause ID, /resume ID, /help. "
+    "/unschedule ID, /pause ID, /resume ID, "
+    "/mail (send the latest reply to your address; a reply to it continues here), /help. "
     "`!` works instead of `/`."
 )
 

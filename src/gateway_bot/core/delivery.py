@@ -9,12 +9,16 @@ sweep, every start) sends the stored reply again. It is never recomputed.
 Once the reply is out, a channel with a ``ProgressDisplay`` gets the closing update
 (``Progress.outcome``) with the finished steps, one attempt: a display left on "Working…"
 is cosmetic, and must not hold up the task's completion.
+
+``after_delivery`` (``conversation_mail.ConversationMailer.copy_to_chat``) runs once the
+reply is out and before the task completes, also when a restart finds a delivered reply
+whose task did not complete: it must be idempotent per task and must not raise.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 from gateway_bot.core.channel import ChannelAdapter, ProgressDisplay
 from gateway_bot.core.jobs import Jobs
@@ -26,6 +30,8 @@ from gateway_bot.state.store import Store
 
 log = logging.getLogger(__name__)
 
+AfterDelivery = Callable[[str, InboundMessage, Reply], Awaitable[None]]
+
 
 class ReplyDelivery:
     def __init__(
@@ -34,11 +40,13 @@ class ReplyDelivery:
         adapters: Mapping[str, ChannelAdapter],
         jobs: Jobs,
         policy: RetryPolicy = DEFAULT_POLICY,
+        after_delivery: AfterDelivery | None = None,
     ) -> None:
         self._store = store
         self._adapters = adapters
         self._jobs = jobs
         self._policy = policy
+        self._after_delivery = after_delivery
         self._sending: set[str] = set()
         """Parked tasks being sent again now: the next sweep leaves them alone."""
 
@@ -48,6 +56,8 @@ class ReplyDelivery:
         assert task.reply is not None
         reason = _reason_of(task.reply)
         if task.reply_delivered:
+            if self._after_delivery is not None:
+                await self._after_delivery(task.id, task.parsed, task.reply)
             await self._store.transition(task.id, TaskState.COMPLETED, reason=reason)
             return
         # The daemon that ran it took the steps with it; a display this task never had
@@ -120,6 +130,8 @@ class ReplyDelivery:
             await self._park(task_id, exc)
             return
         await self._store.mark_reply_delivered(task_id)
+        if self._after_delivery is not None:
+            await self._after_delivery(task_id, message, reply)
         if closing is not None and isinstance(adapter, ProgressDisplay):
             try:
                 await adapter.send_progress(message.channel_context, closing)

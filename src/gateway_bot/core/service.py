@@ -34,6 +34,7 @@ from gateway_bot.core.commands import (
     UnknownCommand,
     parse_command,
 )
+from gateway_bot.core.conversation_mail import ConversationMailer
 from gateway_bot.core.delivery import ReplyDelivery
 from gateway_bot.core.engagement import engages, is_blank
 from gateway_bot.core.jobs import Jobs
@@ -91,7 +92,10 @@ class GatewayService:
             store, access, self._adapters, self._release_held, timezone, retry_policy=retry_policy
         )
         self._sweeper: asyncio.Task[None] | None = None
-        self._replies = ReplyDelivery(store, self._adapters, self._jobs, retry_policy)
+        self._mail = ConversationMailer(store, self._adapters, access, retry_policy)
+        self._replies = ReplyDelivery(
+            store, self._adapters, self._jobs, retry_policy, self._mail.copy_to_chat
+        )
         self._scheduler = Scheduler(
             store,
             self._adapters,
@@ -128,6 +132,7 @@ class GatewayService:
             workspace_reports,
             schedule_commands,
             proposals,
+            self._mail,
         )
         self._proposals = proposals
         self._intake_locks: dict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
@@ -341,6 +346,7 @@ class GatewayService:
         held and carded, so strangers talking among themselves are never quoted to an
         owner, and their words never become context. Commands run at once for senders the
         gate trusts; a stranger's command (a /stop, a /new) is dropped unanswered."""
+        message = await self._mail.vetted(message)
         trusted = await self._gate.trusts(message)
         try:
             command = parse_command(message.body)
@@ -444,7 +450,9 @@ class GatewayService:
         await self._scheduler.queue(task, message, conversation.id)
 
     async def _conversation_for(self, message: InboundMessage) -> ConversationRecord:
-        existing = await self._store.active_conversation(message.channel, message.conversation_key)
+        existing = await self._mail.conversation_of(message) or (
+            await self._store.active_conversation(message.channel, message.conversation_key)
+        )
         if existing is not None:
             return existing
         return await self._store.create_conversation(

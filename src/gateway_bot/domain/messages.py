@@ -84,6 +84,11 @@ class InboundMessage:
     """The bot was mentioned (by name, MXID, <@U...>)."""
     context: tuple[str, ...] = ()
     """Earlier messages that did not engage the bot, set by the core (accumulate mode)."""
+    continues_conversation: str | None = None
+    """Set by a mail channel (``core/channel.ConversationMail``) on a reply to mail that
+    ``/mail`` sent from a chat conversation, when its authenticated sender is the address it
+    went to: that conversation's id. The core checks the claim against
+    ``access.identities`` (``core/conversation_mail.py``) before honouring it."""
 
     def to_json(self) -> JsonDict:
         return asdict(self)

@@ -14,9 +14,15 @@ dialled; ``sending`` just before DATA; ``sent`` after the server's 250. A call t
 ``sent`` does nothing; one that finds ``sending`` (the daemon died while the server may
 have accepted the mail) logs it and sends nothing rather than a second reply.
 
-Capabilities: the required core plus ``AttachmentDownloads``. No progress display (mail
-cannot be edited) and no card buttons: approval cards for email senders go to the
-configured approval destination in chat.
+Capabilities: the required core plus ``AttachmentDownloads`` and ``ConversationMail``. No
+progress display (mail cannot be edited) and no card buttons: approval cards for email
+senders go to the configured approval destination in chat.
+
+``ConversationMail`` (``/mail`` in a chat conversation): the thread's key is the chat
+conversation's id (its ``[ID:...]`` tag), linked to the asking identity's address
+(``email_chat_links``) before the mail is sent once under the command's send key. A mail
+in that thread whose authenticated sender is a linked address carries
+``continues_conversation``; anyone else's is a new sender in the thread, as in any other.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from gateway_bot.channels.email.oauth import TokenSource
 from gateway_bot.channels.email.smtp import SmtpError, open_transaction
 from gateway_bot.channels.email.store import EmailStore
 from gateway_bot.config.channels import EmailChannelSettings
-from gateway_bot.core.channel import AuthenticationError
+from gateway_bot.core.channel import AuthenticationError, MailRequest
 from gateway_bot.core.inbox_files import InboxError, InboxWriter, safe_filename, size_text
 from gateway_bot.domain.messages import (
     Attachment,
@@ -111,6 +117,7 @@ class EmailAdapter:
         )
         await self._store.remember_thread(own_id, thread)
         owner = await self._store.claim_thread(thread, sender.address)
+        continues = await self._store.chat_conversation(thread, sender.address)
         subject = mime.base_subject(str(message.get("Subject") or ""))
         references = list(reversed(mime.references_newest_first(message)))
         references = [ref for ref in references if ref != own_id] + [own_id]
@@ -150,8 +157,12 @@ class EmailAdapter:
             channel_context=context,
             attachments=attachments,
             model_hint=mime.model_hint(mime.recipients_of(message), self._settings.address),
-            sender_allowed=owner == sender.address
-            and is_allowed(sender.address, self._settings.allowed_senders),
+            sender_allowed=continues is not None
+            or (
+                owner == sender.address
+                and is_allowed(sender.address, self._settings.allowed_senders)
+            ),
+            continues_conversation=continues,
             room=thread,
             room_title=f"mail thread {subject!r} of {owner}",
             is_direct=True,
@@ -233,6 +244,32 @@ class EmailAdapter:
                 log.warning("could not tell %s about its files", message.sender_id, exc_info=True)
         return saved
 
+    # -- a chat conversation continued by mail ---------------------------------------
+
+    async def mail_conversation(self, request: MailRequest) -> str:
+        """Open the thread of a chat conversation for ``request.address`` and mail it the
+        latest reply, once per send key. The link is written first: a reply can only come
+        after the mail, and a link whose mail failed admits nobody the owner did not map."""
+        await self._listener.open_store()
+        thread = request.conversation_id
+        if not (thread.isascii() and thread.isalnum() and 6 <= len(thread) <= 32):
+            raise ValueError(f"{thread!r} cannot be a mail thread's tag")
+        await self._store.link_chat(thread, request.address, request.conversation_id)
+        await self._store.claim_thread(thread, request.address.lower())
+        files, problems = await asyncio.to_thread(
+            compose.read_files, request.files, self._settings.max_attachment_bytes
+        )
+        text = request.text + ("\n\n" + " ".join(problems) if problems else "")
+        subject = mime.base_subject(request.subject) or "(no subject)"
+        context: JsonDict = {
+            "to": request.address,
+            "subject": subject,
+            "thread": thread,
+            "opens_thread": True,
+        }
+        await self._send_once(request.send_key, context, text, "", tuple(files))
+        return compose.opening_subject(thread, subject)
+
     # -- outbound ----------------------------------------------------------------------
 
     async def send_reply(self, context: JsonDict, task_id: str, reply: Reply) -> None:
@@ -307,6 +344,7 @@ class EmailAdapter:
             thread=str(context["thread"]),
             in_reply_to=str(context.get("in_reply_to") or ""),
             references=tuple(str(ref) for ref in context.get("references") or ()),
+            opens_thread=bool(context.get("opens_thread")),
         )
 
 

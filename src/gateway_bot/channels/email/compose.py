@@ -66,6 +66,8 @@ class Outgoing:
     thread: str
     in_reply_to: str
     references: tuple[str, ...]
+    opens_thread: bool = False
+    """The first mail of a thread (``/mail``): its subject is not a reply's."""
 
 
 def new_message_id(thread: str, domain: str) -> str:
@@ -74,6 +76,10 @@ def new_message_id(thread: str, domain: str) -> str:
 
 def reply_subject(thread: str, subject: str) -> str:
     return f"Re: [ID:{thread}] {subject}"
+
+
+def opening_subject(thread: str, subject: str) -> str:
+    return f"[ID:{thread}] {subject}"
 
 
 def build_mail(
@@ -86,7 +92,8 @@ def build_mail(
     mail = EmailMessage()
     mail["From"] = outgoing.sender
     mail["To"] = outgoing.recipient
-    mail["Subject"] = reply_subject(outgoing.thread, outgoing.subject)
+    subject = opening_subject if outgoing.opens_thread else reply_subject
+    mail["Subject"] = subject(outgoing.thread, outgoing.subject)
     mail["Message-ID"] = message_id
     mail["Date"] = formatdate(localtime=False)
     if outgoing.in_reply_to:

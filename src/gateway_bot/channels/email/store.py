@@ -10,6 +10,8 @@
 - ``email_threads``: Message-IDs (the users' and ours) to the thread key they belong to;
   ``email_thread_owners``: the first sender of each thread (others are new senders there).
 - ``email_seen``: the first mail's key per (sender, Message-ID): a second copy is dropped.
+- ``email_chat_links``: threads ``/mail`` opened for a chat conversation, per address: a
+  mail in such a thread from that address continues the chat conversation.
 - ``email_sends``: send intents. A reply's Message-ID is recorded before SMTP is dialled,
   ``sending`` just before the data goes out, ``sent`` after the server accepted it. An
   intent found ``sending`` after a crash may have been delivered: it is never sent again.
@@ -66,6 +68,16 @@ EMAIL_MIGRATIONS: tuple[str, ...] = (
         message_key TEXT NOT NULL,
         seen_at REAL NOT NULL,
         PRIMARY KEY (sender, message_id)
+    );
+    """,
+    # 3: threads opened by /mail for a chat conversation, and for whom (issue 13).
+    """
+    CREATE TABLE email_chat_links (
+        thread TEXT NOT NULL,
+        address TEXT NOT NULL,
+        conversation_id TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (thread, address)
     );
     """,
 )
@@ -189,6 +201,23 @@ class EmailStore:
         found = await self.thread_owner(thread)
         assert found is not None
         return found
+
+    async def link_chat(self, thread: str, address: str, conversation_id: str) -> None:
+        """``thread`` continues ``conversation_id`` for mail from ``address`` (the first
+        link of a thread and address stands)."""
+        await self._db.write(
+            "INSERT INTO email_chat_links (thread, address, conversation_id, created_at)"
+            " VALUES (?, ?, ?, ?) ON CONFLICT (thread, address) DO NOTHING",
+            (thread, address.lower(), conversation_id, time.time()),
+        )
+
+    async def chat_conversation(self, thread: str, address: str) -> str | None:
+        """The chat conversation mail from ``address`` in ``thread`` continues, if any."""
+        row = await self._db.fetch_one(
+            "SELECT conversation_id FROM email_chat_links WHERE thread=? AND address=?",
+            (thread, address.lower()),
+        )
+        return str(row[0]) if row else None
 
     # -- send intents --------------------------------------------------------------------
 
