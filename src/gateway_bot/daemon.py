@@ -199,6 +199,11 @@ class Daemon:
             max_pending_per_conversation=config.execution.max_pending_per_conversation,
             workspace_reports=self.workspace_reports,
             schedules=SqliteSchedules(self.database),
+            conversation_link=(
+                config.dashboard.conversation_url
+                if config.dashboard and config.dashboard.enabled
+                else None
+            ),
         )
         self.feed = ChangeFeed()
         """Every task state change, for in-process subscribers (the dashboard, next)."""

@@ -119,6 +119,19 @@ class DashboardSettings(Section):
     session_hours: PositiveFloat = Field(
         default=12.0, description="How long a login lasts before the token is asked again."
     )
+    public_url: str | None = Field(
+        default=None,
+        pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$",
+        description="The dashboard's address as people reach it (e.g. "
+        "https://bot.example.org/dash): acknowledgements in chat then link to the "
+        "conversation's page there.",
+    )
+
+    def conversation_url(self, conversation_id: str) -> str | None:
+        """The conversation's page at ``public_url``; None without one."""
+        if self.public_url is None:
+            return None
+        return f"{self.public_url.rstrip('/')}/conversations/{conversation_id}"
 
     @model_validator(mode="after")
     def _exposed_only_safely(self) -> DashboardSettings:
