@@ -170,10 +170,30 @@ class PodmanSandbox:
         they carry our labels, and an operator should see them)."""
         return [
             SandboxContainer(
-                name=info["Names"][0], context_id=info["Labels"][LABEL_CONTEXT], state=info["State"]
+                name=info["Names"][0],
+                context_id=info["Labels"][LABEL_CONTEXT],
+                state=info["State"],
+                created_at=_epoch(info.get("Created")),
             )
             for info in await self._podman.our_containers()
         ]
+
+    async def container_memory(self, name: str) -> int | None:
+        """From podman's stats (one sample, not a stream); None when it is not running."""
+
+        def call(client: Any) -> Any:
+            return client.containers.get(name).stats(stream=False, decode=True)
+
+        try:
+            stats = await self.service.api(call)
+        except (NotFound, PodmanError) as exc:
+            log.debug("no stats for %s: %s", name, exc)
+            return None
+        samples = stats.get("Stats") if isinstance(stats, dict) else None
+        if not samples or not isinstance(samples[0], dict):
+            return None
+        usage = samples[0].get("MemUsage")
+        return usage if isinstance(usage, int) and usage > 0 else None
 
     async def reach_host_loopback(self, url: str, *, start: bool = True) -> str:
         """Loopback in a container is the container: a relay in this process listens on the
@@ -413,6 +433,10 @@ class PodmanSandbox:
         contexts = [n[LABEL_CONTEXT] for n in labelled if n.get(LABEL_ROLE) == "network"]
         networks = [await spec.ensure_network(self.service, self.deployment, c) for c in contexts]
         return [(n.name, n.proxy_address) for n in networks]
+
+
+def _epoch(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and value > 0 else None
 
 
 def _link(link: Path, target: Path) -> None:
