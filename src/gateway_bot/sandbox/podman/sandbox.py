@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import hashlib
 import logging
 import re
@@ -436,7 +437,20 @@ class PodmanSandbox:
 
 
 def _epoch(value: object) -> float | None:
-    return float(value) if isinstance(value, int | float) and value > 0 else None
+    """Podman's REST list says ``Created`` as RFC 3339 with nanoseconds, its CLI as seconds."""
+    if isinstance(value, int | float):
+        return float(value) if value > 0 else None
+    if not isinstance(value, str):
+        return None
+    found = re.fullmatch(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)", value)
+    if found is None:
+        return None
+    fraction = (found.group(2) or "")[:7]
+    zone = "+00:00" if found.group(3) == "Z" else found.group(3)
+    try:
+        return datetime.datetime.fromisoformat(found.group(1) + fraction + zone).timestamp()
+    except ValueError:
+        return None
 
 
 def _link(link: Path, target: Path) -> None:
