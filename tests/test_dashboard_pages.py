@@ -8,6 +8,7 @@ where the log should be must not be followed."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
@@ -61,6 +62,12 @@ class PagesDashboard(Dashboard):
 
 @pytest.fixture
 async def dashboard(tmp_path: Path) -> AsyncIterator[PagesDashboard]:
+    async with serve(tmp_path, DashboardSettings(token=TOKEN, operator={"fake": "owner"})) as made:
+        yield made
+
+
+@contextlib.asynccontextmanager
+async def serve(tmp_path: Path, settings: DashboardSettings) -> AsyncIterator[PagesDashboard]:
     world = World(tmp_path)
     feed = ChangeFeed()
     world.store.on_transition(feed.publish_transition)
@@ -74,7 +81,6 @@ async def dashboard(tmp_path: Path) -> AsyncIterator[PagesDashboard]:
         conversation_root=lambda conversation_id: tmp_path / "conversations" / conversation_id,
         parse_line=parse_stream_line,
     )
-    settings = DashboardSettings(token=TOKEN, operator={"fake": "owner"})
     key = load_or_make_key(tmp_path / "dashboard")
     server = TestServer(build_app(application, feed, settings, key))
     await server.start_server()
@@ -85,6 +91,22 @@ async def dashboard(tmp_path: Path) -> AsyncIterator[PagesDashboard]:
     await server.close()
     feed.close()
     await world.close()
+
+
+async def test_behind_a_proxy_a_forwarded_loopback_address_still_needs_the_login(
+    tmp_path: Path,
+) -> None:
+    """``behind_proxy`` marks the cookie Secure; it makes no client address trusted."""
+    settings = DashboardSettings(token=TOKEN, behind_proxy=True, host="0.0.0.0")
+    async with serve(tmp_path, settings) as dashboard:
+        for header in ("X-Forwarded-For", "X-Real-IP", "Forwarded"):
+            value = "for=127.0.0.1" if header == "Forwarded" else "127.0.0.1"
+            page = await dashboard.get("/tasks", headers={header: value})
+            assert (page.status, page.headers.get("Location")) == (302, "/login"), header
+            events = await dashboard.get("/events", headers={header: value})
+            assert events.status == 401, header
+        login = await dashboard.post("/login", {"token": TOKEN})
+        assert "Secure" in login.headers["Set-Cookie"]
 
 
 async def a_conversation(dashboard: PagesDashboard) -> str:
