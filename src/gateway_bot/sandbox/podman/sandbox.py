@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import hashlib
 import logging
 import re
@@ -35,7 +34,7 @@ from gateway_bot.sandbox.base import (
 )
 from gateway_bot.sandbox.child import spawn_fed
 from gateway_bot.sandbox.podman import containers as spec
-from gateway_bot.sandbox.podman.container_calls import ContainerCalls
+from gateway_bot.sandbox.podman.container_calls import ContainerCalls, created_at
 from gateway_bot.sandbox.podman.exec_env import ExecEnvError, ExecEnvFiles
 from gateway_bot.sandbox.podman.images import ImageBuilder
 from gateway_bot.sandbox.podman.model_relay import ModelRelay, loopback_target
@@ -174,27 +173,13 @@ class PodmanSandbox:
                 name=info["Names"][0],
                 context_id=info["Labels"][LABEL_CONTEXT],
                 state=info["State"],
-                created_at=_epoch(info.get("Created")),
+                created_at=created_at(info),
             )
             for info in await self._podman.our_containers()
         ]
 
     async def container_memory(self, name: str) -> int | None:
-        """From podman's stats (one sample, not a stream); None when it is not running."""
-
-        def call(client: Any) -> Any:
-            return client.containers.get(name).stats(stream=False, decode=True)
-
-        try:
-            stats = await self.service.api(call)
-        except (NotFound, PodmanError) as exc:
-            log.debug("no stats for %s: %s", name, exc)
-            return None
-        samples = stats.get("Stats") if isinstance(stats, dict) else None
-        if not samples or not isinstance(samples[0], dict):
-            return None
-        usage = samples[0].get("MemUsage")
-        return usage if isinstance(usage, int) and usage > 0 else None
+        return await self._podman.memory(name)
 
     async def reach_host_loopback(self, url: str, *, start: bool = True) -> str:
         """Loopback in a container is the container: a relay in this process listens on the
@@ -434,23 +419,6 @@ class PodmanSandbox:
         contexts = [n[LABEL_CONTEXT] for n in labelled if n.get(LABEL_ROLE) == "network"]
         networks = [await spec.ensure_network(self.service, self.deployment, c) for c in contexts]
         return [(n.name, n.proxy_address) for n in networks]
-
-
-def _epoch(value: object) -> float | None:
-    """Podman's REST list says ``Created`` as RFC 3339 with nanoseconds, its CLI as seconds."""
-    if isinstance(value, int | float):
-        return float(value) if value > 0 else None
-    if not isinstance(value, str):
-        return None
-    found = re.fullmatch(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)", value)
-    if found is None:
-        return None
-    fraction = (found.group(2) or "")[:7]
-    zone = "+00:00" if found.group(3) == "Z" else found.group(3)
-    try:
-        return datetime.datetime.fromisoformat(found.group(1) + fraction + zone).timestamp()
-    except ValueError:
-        return None
 
 
 def _link(link: Path, target: Path) -> None:
