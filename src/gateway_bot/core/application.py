@@ -203,6 +203,8 @@ class Application:
         (``core/network_log.py``: read no-follow, bounded)."""
         if self._conversation_root is None:
             return NetworkLog((), "The network log is read only where the conversations are.")
+        if not (conversation_id.isascii() and conversation_id.isalnum()):  # ids are hex
+            return NetworkLog((), "No such conversation.")
         root = self._conversation_root(conversation_id)
         return await asyncio.to_thread(read_network_log, root)
 
