@@ -45,6 +45,7 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 WAIT_MS = 60_000
+expect.set_options(timeout=WAIT_MS)  # a loaded machine; a missing thing still fails
 
 
 @pytest.fixture

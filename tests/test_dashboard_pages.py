@@ -8,6 +8,7 @@ where the log should be must not be followed."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import re
@@ -30,6 +31,7 @@ from gateway_bot.domain.messages import RawMessage
 from gateway_bot.domain.records import TaskRecord
 from gateway_bot.sandbox.base import SandboxContainer
 from tests.core.conftest import World
+from tests.test_dashboard_run import next_event
 from tests.test_dashboard_security import TOKEN, Dashboard
 
 EVIL_URL = 'http://evil.example/<script>alert("net")</script>"><img src=x onerror=alert(2)>'
@@ -107,6 +109,27 @@ async def test_behind_a_proxy_a_forwarded_loopback_address_still_needs_the_login
             assert events.status == 401, header
         login = await dashboard.post("/login", {"token": TOKEN})
         assert "Secure" in login.headers["Set-Cookie"]
+
+
+async def test_a_change_before_the_live_stream_connects_still_reaches_the_page(
+    dashboard: PagesDashboard,
+) -> None:
+    """The page is rendered, the task completes, then the browser opens the stream: the
+    stream's first table already shows the completion (no later change would bring it)."""
+    world = dashboard.world
+    held = await world.say("hold:job a job")
+    await world.until(lambda: world.agent.running, "the task to run")
+    task_id = await world.task_id(held)
+    await dashboard.log_in()
+    page = await (await dashboard.get("/tasks")).text()
+    assert re.search(rf'data-task="{task_id}">.*?<td class="state">executing</td>', page, re.S)
+    world.agent.release("job")
+    await world.completed(held)
+    async with dashboard.client.get(dashboard.url("/events")) as stream:
+        assert await next_event(stream) == ("hello", "{}")
+        kind, rows = await asyncio.wait_for(next_event(stream), 60)  # none: the bug
+    assert kind == "tasks"
+    assert re.search(rf'data-task="{task_id}">.*?<td class="state">success</td>', rows, re.S)
 
 
 async def a_conversation(dashboard: PagesDashboard) -> str:

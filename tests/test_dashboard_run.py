@@ -101,6 +101,7 @@ async def test_an_operator_stops_a_running_task_from_the_dashboard(
         # A live stream left open does not hold the daemon's shutdown.
         async with browser.get(base + "events") as stream:
             assert (await next_event(stream))[0] == "hello"
+            assert (await next_event(stream))[0] == "tasks", "the table as it is on connecting"
             fake_api.release()
             daemon.process.send_signal(signal.SIGTERM)
             assert await stream.content.read() == b"", "the stream ends with the daemon"
