@@ -101,6 +101,7 @@ async def test_an_operator_stops_a_running_task_from_the_dashboard(
         # A live stream left open does not hold the daemon's shutdown.
         async with browser.get(base + "events") as stream:
             assert (await next_event(stream))[0] == "hello"
+            assert (await next_event(stream))[0] == "tasks", "the table as it is on connecting"
             fake_api.release()
             daemon.process.send_signal(signal.SIGTERM)
             assert await stream.content.read() == b"", "the stream ends with the daemon"
@@ -123,3 +124,36 @@ def test_a_taken_port_leaves_chat_working_and_says_why(
         logged(daemon, rf"the dashboard is not served: .*{port}")
         daemon.process.send_signal(signal.SIGTERM)
         assert daemon.wait() == 0, daemon.stderr
+
+
+async def test_the_acknowledgement_links_to_the_conversations_page(
+    gateway: Any, tmp_path: Path, target_repo: Path, fake_api: FakeAnthropic
+) -> None:
+    """With ``dashboard.public_url`` set, "Working on it" ends with the conversation's page
+    there, and that page (on the dashboard actually served) is the conversation of the
+    message."""
+    public = "https://bot.example.test/gw/"
+    config = write_config(
+        tmp_path,
+        target_repo,
+        fake_api,
+        dashboard={"port": 0, "token": TOKEN, "public_url": public},
+    )
+    daemon = gateway("run", "--config", str(config))
+    base = dashboard_url(daemon)
+    daemon.send("hello there")
+    ack = re.fullmatch(
+        r"… Working on it… https://bot\.example\.test/gw/conversations/([0-9a-f]+) "
+        r"\(task ([0-9a-f]{12})\)",
+        daemon.expect(r"^… Working on it"),
+    )
+    assert ack is not None, daemon.lines
+    daemon.expect(r"^agent> Echo: hello there$")
+    conversation_id, task_id = ack.group(1), ack.group(2)
+    async with ClientSession(cookie_jar=CookieJar(unsafe=True)) as browser:
+        await browser.post(base + "login", data={"token": TOKEN})
+        page = await browser.get(base + f"conversations/{conversation_id}")
+        assert page.status == 200
+        assert f"Task <code>{task_id}</code>" in await page.text()
+    daemon.process.send_signal(signal.SIGTERM)
+    assert daemon.wait() == 0, daemon.stderr

@@ -33,7 +33,15 @@ from tests.conftest import gateway_env
 from tests.core.conftest import World
 
 TOKEN = "correct-horse-battery-staple"
-PAGES = ["/", "/tasks", "/conversations", "/conversations/abcd1234", "/channels", "/approvals"]
+PAGES = [
+    "/",
+    "/tasks",
+    "/conversations",
+    "/conversations/abcd1234",
+    "/channels",
+    "/approvals",
+    "/charts",
+]
 EVIL_BODY = '<script>alert("owned")</script><img src=x onerror=alert(1)>'
 EVIL_NAME = "<b>Mallory</b>"
 

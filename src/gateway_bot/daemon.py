@@ -204,6 +204,11 @@ class Daemon:
             workspace_reports=self.workspace_reports,
             schedules=SqliteSchedules(self.database),
             **_schedule_clock(),
+            conversation_link=(
+                config.dashboard.conversation_url
+                if config.dashboard and config.dashboard.enabled
+                else None
+            ),
         )
         self.feed = ChangeFeed()
         """Every task state change, for in-process subscribers (the dashboard, next)."""

@@ -269,3 +269,19 @@ async def test_controls_need_the_daemon(world: World, tmp_path: Path) -> None:
         await reader.stop_task(await world.task_id(task))
     with pytest.raises(NotInThisProcess):
         await reader.decide_approval("0" * 12, "allow", channel="fake", decider_id="owner")
+
+
+async def test_a_network_log_is_read_only_inside_a_conversations_directory(
+    world: World, tmp_path: Path
+) -> None:
+    app = application(world, tmp_path)
+    line = json.dumps({"method": "GET", "url": "https://outside.example/", "allowed": True})
+    (tmp_path / "network.log").write_text(line + "\n")
+    walked = await app.network_log("..")
+    assert walked.requests == ()
+    assert walked.note == "No such conversation."
+    (tmp_path / "conversations" / "abcd1234").mkdir(parents=True)
+    (tmp_path / "conversations" / "abcd1234" / "network.log").write_text(line + "\n")
+    [request] = (await app.network_log("abcd1234")).requests
+    assert (request.method, request.url) == ("GET", "https://outside.example/")
+    assert request.allowed is True

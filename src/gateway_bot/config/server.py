@@ -126,6 +126,19 @@ class DashboardSettings(Section):
         description="A bearer token that reads /metrics without a login (use !env; 16+ "
         "characters). Without it only loopback scrapers (and logged-in browsers) read it.",
     )
+    public_url: str | None = Field(
+        default=None,
+        pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$",
+        description="The dashboard's address as people reach it (e.g. "
+        "https://bot.example.org/dash): acknowledgements in chat then link to the "
+        "conversation's page there.",
+    )
+
+    def conversation_url(self, conversation_id: str) -> str | None:
+        """The conversation's page at ``public_url``; None without one."""
+        if self.public_url is None:
+            return None
+        return f"{self.public_url.rstrip('/')}/conversations/{conversation_id}"
 
     @model_validator(mode="after")
     def _exposed_only_safely(self) -> DashboardSettings:

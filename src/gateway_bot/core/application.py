@@ -18,9 +18,10 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from gateway_bot.core.channel import ChannelAdapter
+from gateway_bot.core.network_log import NetworkLog, read_network_log
 from gateway_bot.core.schedules import rule_of
 from gateway_bot.core.service import GatewayService
 from gateway_bot.core.timeline import (
@@ -33,7 +34,7 @@ from gateway_bot.core.timeline import (
 )
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState
 from gateway_bot.domain.records import ApprovalRecord, ConversationRecord, TaskRecord
-from gateway_bot.sandbox.base import Sandbox, SandboxContainer
+from gateway_bot.sandbox.base import MeasuresContainers, Sandbox, SandboxContainer
 from gateway_bot.state.schedules_store import PAUSED, SqliteSchedules
 from gateway_bot.state.store import Store
 
@@ -80,6 +81,31 @@ class DaemonLiveState:
 
     async def containers(self) -> list[SandboxContainer]:
         return await self._sandbox.list_containers()
+
+    async def container_memory(self, name: str) -> int | None:
+        if isinstance(self._sandbox, MeasuresContainers):
+            return await self._sandbox.container_memory(name)
+        return None
+
+
+@runtime_checkable
+class MeasuresLiveContainers(Protocol):
+    """A live state that can measure a container (the daemon's; not a status snapshot)."""
+
+    async def container_memory(self, name: str) -> int | None: ...
+
+
+@dataclass(frozen=True)
+class ContainerView:
+    """A conversation's container as the dashboard shows it."""
+
+    name: str
+    status: str
+    """"running" (a task of the conversation runs in it), "idle" (up, waiting for the next
+    task) or "stopped"."""
+    runtime_state: str
+    created_at: float | None
+    memory_bytes: int | None
 
 
 @dataclass(frozen=True)
@@ -210,6 +236,40 @@ class Application:
 
     async def containers(self) -> list[SandboxContainer]:
         return await self._live.containers()
+
+    async def conversation_containers(self, conversation_id: str) -> list[ContainerView]:
+        """The conversation's containers (normally one): running / idle / stopped, when it
+        was made, and what memory it uses now (when the sandbox can say). Raises what the
+        sandbox raises when it cannot list them."""
+        mine = [c for c in await self._live.containers() if c.context_id == conversation_id]
+        if not mine:
+            return []
+        busy = bool(
+            await self._store.list_tasks(
+                states=[TaskState.EXECUTING], conversation_id=conversation_id, limit=1
+            )
+        )
+        views = []
+        for container in mine:
+            up = container.state == "running"
+            memory = None
+            if up and isinstance(self._live, MeasuresLiveContainers):
+                memory = await self._live.container_memory(container.name)
+            status = ("running" if busy else "idle") if up else "stopped"
+            views.append(
+                ContainerView(container.name, status, container.state, container.created_at, memory)
+            )
+        return views
+
+    async def network_log(self, conversation_id: str) -> NetworkLog:
+        """The requests the conversation's sandbox allowed and blocked, newest last
+        (``core/network_log.py``: read no-follow, bounded)."""
+        if self._conversation_root is None:
+            return NetworkLog((), "The network log is read only where the conversations are.")
+        if not (conversation_id.isascii() and conversation_id.isalnum()):  # ids are hex
+            return NetworkLog((), "No such conversation.")
+        root = self._conversation_root(conversation_id)
+        return await asyncio.to_thread(read_network_log, root)
 
     async def task_timeline(self, task_id: str) -> TaskTimeline:
         """Raises KeyError for an unknown task."""

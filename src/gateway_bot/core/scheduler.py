@@ -123,9 +123,13 @@ class Scheduler:
         max_concurrent: int,
         max_pending: int,
         policy: RetryPolicy = DEFAULT_POLICY,
+        conversation_link: Callable[[str], str | None] | None = None,
     ) -> None:
+        """``conversation_link``: a conversation id's page on the dashboard (or None), which
+        the acknowledgement then ends with."""
         self._store = store
         self._adapters = adapters
+        self._conversation_link = conversation_link
         self._executor = executor
         self._replies = replies
         self._jobs = jobs
@@ -186,6 +190,9 @@ class Scheduler:
             return
         display = adapter
         ack = f"Queued behind {ahead} task(s)." if ahead else "Working on it…"
+        link = self._conversation_link(conversation_id) if self._conversation_link else None
+        if link:
+            ack = f"{ack} {link}"
         acknowledged = self._tell(
             f"{message.channel}: acknowledging task {task.id}",
             lambda: display.send_acknowledgement(context, task.id, ack),

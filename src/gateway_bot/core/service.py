@@ -23,7 +23,7 @@ import collections
 import dataclasses
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from gateway_bot.config.access import AccessSettings, IgnoredMessages
 from gateway_bot.core.approval_cards import parse_approval_action
@@ -79,6 +79,7 @@ class GatewayService:
         schedules: SqliteSchedules | None = None,
         schedule_clock: Clock = time.time,
         schedule_sleep: Sleep = asyncio.sleep,
+        conversation_link: Callable[[str], str | None] | None = None,
     ) -> None:
         """``schedules``: the store of /schedule (issue 17); without it the schedule
         commands answer that they are not available. Clock and sleep: for tests."""
@@ -105,6 +106,7 @@ class GatewayService:
             max_concurrent=max_concurrent_tasks,
             max_pending=max_pending_per_conversation,
             policy=retry_policy,
+            conversation_link=conversation_link,
         )
         self.schedules: ScheduleRunner | None = None
         schedule_commands = None

@@ -6,6 +6,10 @@ The rows are rendered here, by the same template and autoescaping as the page, s
 browser only ever inserts server-escaped HTML. A burst of changes is answered with one
 table; a ``Missed`` marker from the feed (this stream fell behind) just re-renders it, since
 the table is re-read from the application API anyway.
+
+On connecting, the stream first sends the table as it is then: a change between the page's
+rendering and the stream's subscription would otherwise never reach that page (a task shown
+"executing" after it completed, found by the browser tests).
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ async def events(request: web.Request) -> web.StreamResponse:
     try:
         async with sse_response(request) as stream:
             await stream.send("{}", event="hello")
+            await stream.send(await _rows_html(request), event="tasks")
             forwarding = asyncio.create_task(_forward(request, stream, subscription))
             gone = asyncio.create_task(stream.wait())
             await asyncio.wait({forwarding, gone}, return_when=asyncio.FIRST_COMPLETED)
@@ -70,8 +75,11 @@ async def _forward(
         for change in burst:
             if isinstance(change, TaskChange):
                 await stream.send(change_json(change), event="change")
-        rows = await task_rows(request.app[APPLICATION])
-        html = aiohttp_jinja2.render_string(
-            "task_rows.html", request, {"rows": rows, "csrf": request[CSRF]}
-        )
-        await stream.send(html, event="tasks")
+        await stream.send(await _rows_html(request), event="tasks")
+
+
+async def _rows_html(request: web.Request) -> str:
+    rows = await task_rows(request.app[APPLICATION])
+    return aiohttp_jinja2.render_string(
+        "task_rows.html", request, {"rows": rows, "csrf": request[CSRF]}
+    )

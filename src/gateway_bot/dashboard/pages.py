@@ -4,6 +4,7 @@ application API says; actions go through the same API the chat commands use (sto
 
 from __future__ import annotations
 
+import time
 from importlib import resources
 from typing import Any
 
@@ -12,10 +13,13 @@ from aiohttp import web
 
 from gateway_bot.core.application import Application
 from gateway_bot.core.schedule_rules import show_time
+from gateway_bot.dashboard import charts
 from gateway_bot.dashboard.context import APPLICATION, CSRF, SETTINGS, SIGNER
 from gateway_bot.dashboard.sessions import COOKIE_NAME
-from gateway_bot.dashboard.views import find_conversation, task_rows, when
+from gateway_bot.dashboard.views import age, find_conversation, size, task_rows, when
 
+CHART_TASKS = 20_000
+"""The charts are drawn from the newest this many tasks."""
 CONVERSATION_TIMELINES = 10
 """A conversation's page shows the timelines of its newest this many tasks."""
 
@@ -35,6 +39,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/approvals", approvals_page)
     app.router.add_post("/approvals/{code}/decide", decide_approval)
     app.router.add_get("/schedules", schedules_page)
+    app.router.add_get("/charts", charts_page)
 
 
 def _static(name: str, content_type: str) -> Any:
@@ -116,9 +121,10 @@ async def conversation_page(request: web.Request) -> web.Response:
     timelines = [await application.task_timeline(row.id) for row in rows[:CONVERSATION_TIMELINES]]
     containers_error = ""
     try:
-        containers = [c for c in await application.containers() if c.context_id == conversation_id]
+        containers = await application.conversation_containers(conversation_id)
     except Exception as exc:  # the sandbox's trouble must not hide the conversation
         containers, containers_error = [], f"{type(exc).__name__}: {exc}"
+    network = await application.network_log(conversation_id)
     return render(
         request,
         "conversation.html",
@@ -127,6 +133,9 @@ async def conversation_page(request: web.Request) -> web.Response:
         timelines=timelines,
         containers=containers,
         containers_error=containers_error,
+        network=network,
+        age=age,
+        size=size,
     )
 
 
@@ -145,6 +154,14 @@ async def schedules_page(request: web.Request) -> web.Response:
     """Every schedule, active or paused, with its next run in its own zone (issue 17)."""
     schedules = await _application(request).schedules()
     return render(request, "schedules.html", schedules=schedules, show_time=show_time)
+
+
+async def charts_page(request: web.Request) -> web.Response:
+    tasks = await _application(request).tasks(limit=CHART_TASKS)
+    durations, cost, queue = charts.charts(tasks, time.time())
+    return render(
+        request, "charts.html", bars=[durations, cost], queue=queue, task_count=len(tasks)
+    )
 
 
 # -- actions -----------------------------------------------------------------------------

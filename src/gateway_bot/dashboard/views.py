@@ -80,7 +80,26 @@ async def find_conversation(
 def _duration(task: TaskRecord, now: float) -> str:
     if task.started_at is None:
         return ""
-    seconds = max(0.0, (task.completed_at or now) - task.started_at)
+    return span(max(0.0, (task.completed_at or now) - task.started_at))
+
+
+def age(since: float | None) -> str:
+    """How long ago ``since`` was ("" when unknown)."""
+    return "" if since is None else span(max(0.0, time.time() - since))
+
+
+def size(count: int | None) -> str:
+    if count is None:
+        return ""
+    value = float(count)
+    for unit in ("B", "KiB", "MiB"):
+        if value < 1024:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.2f} GiB"
+
+
+def span(seconds: float) -> str:
     if seconds < 60:
         return f"{seconds:.0f}s"
     if seconds < 3600:

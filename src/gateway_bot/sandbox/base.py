@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from gateway_bot.sandbox.egress.rules import EgressRule
 
@@ -87,6 +87,19 @@ class SandboxContainer:
     context_id: str
     state: str
     """As the runtime says it: "running", "exited", ..."""
+    created_at: float | None = None
+    """Seconds since the epoch, when the runtime says."""
+
+
+@runtime_checkable
+class MeasuresContainers(Protocol):
+    """A sandbox that can say what one of its containers uses (the dashboard's conversation
+    page asks; ``list_containers`` stays cheap for the status snapshot's every few seconds)."""
+
+    async def container_memory(self, name: str) -> int | None:
+        """Bytes of memory the running container ``name`` uses now; None when it is not
+        running or the runtime does not say."""
+        ...
 
 
 class SandboxProcess(Protocol):

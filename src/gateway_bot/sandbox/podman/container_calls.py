@@ -1,12 +1,14 @@
 """The podman calls the sandbox makes about its own containers, each with the error
 handling the sandbox wants: inspect (None when gone), list this deployment's agent
 containers, a call whose failure is one clear SandboxUnavailable with a hint, a quiet exec,
-and ending stray processes from the host."""
+ending stray processes from the host, and a container's memory and creation time."""
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
+import re
 from typing import Any
 
 from podman.errors import NotFound, PodmanError
@@ -40,6 +42,24 @@ class ContainerCalls:
         found = await self._service.api(lambda c: c.containers.list(all=True, filters=filters))
         infos = [dict(container.attrs) for container in found]
         return [info for info in infos if (info.get("Labels") or {}).get(LABEL_ROLE) == "agent"]
+
+    async def memory(self, name: str) -> int | None:
+        """Bytes in use now, from podman's stats (one sample, not a stream); None when the
+        container is not running or podman does not say."""
+
+        def call(client: Any) -> Any:
+            return client.containers.get(name).stats(stream=False, decode=True)
+
+        try:
+            stats = await self._service.api(call)
+        except PodmanError as exc:
+            log.debug("no stats for %s: %s", name, exc)
+            return None
+        samples = stats.get("Stats") if isinstance(stats, dict) else None
+        if not samples or not isinstance(samples[0], dict):
+            return None
+        usage = samples[0].get("MemUsage")
+        return usage if isinstance(usage, int) and usage > 0 else None
 
     async def remove(self, name: str) -> None:
         await self._service.remove_container(name)
@@ -77,3 +97,21 @@ def with_hint(exc: BaseException) -> str:
     elif "crun" in text or "cgroup" in text:
         text += " (hint: set sandbox.podman.runtime: runc)"
     return text
+
+
+def created_at(info: dict[str, Any]) -> float | None:
+    """Podman's REST list says ``Created`` as RFC 3339 with nanoseconds, its CLI as seconds."""
+    value = info.get("Created")
+    if isinstance(value, int | float):
+        return float(value) if value > 0 else None
+    if not isinstance(value, str):
+        return None
+    found = re.fullmatch(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)", value)
+    if found is None:
+        return None
+    fraction = (found.group(2) or "")[:7]
+    zone = "+00:00" if found.group(3) == "Z" else found.group(3)
+    try:
+        return datetime.datetime.fromisoformat(found.group(1) + fraction + zone).timestamp()
+    except ValueError:
+        return None

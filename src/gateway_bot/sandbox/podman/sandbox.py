@@ -34,7 +34,7 @@ from gateway_bot.sandbox.base import (
 )
 from gateway_bot.sandbox.child import spawn_fed
 from gateway_bot.sandbox.podman import containers as spec
-from gateway_bot.sandbox.podman.container_calls import ContainerCalls
+from gateway_bot.sandbox.podman.container_calls import ContainerCalls, created_at
 from gateway_bot.sandbox.podman.exec_env import ExecEnvError, ExecEnvFiles
 from gateway_bot.sandbox.podman.images import ImageBuilder
 from gateway_bot.sandbox.podman.model_relay import ModelRelay, loopback_target
@@ -170,10 +170,16 @@ class PodmanSandbox:
         they carry our labels, and an operator should see them)."""
         return [
             SandboxContainer(
-                name=info["Names"][0], context_id=info["Labels"][LABEL_CONTEXT], state=info["State"]
+                name=info["Names"][0],
+                context_id=info["Labels"][LABEL_CONTEXT],
+                state=info["State"],
+                created_at=created_at(info),
             )
             for info in await self._podman.our_containers()
         ]
+
+    async def container_memory(self, name: str) -> int | None:
+        return await self._podman.memory(name)
 
     async def reach_host_loopback(self, url: str, *, start: bool = True) -> str:
         """Loopback in a container is the container: a relay in this process listens on the
