@@ -1,4 +1,5 @@
-"""Chat commands shared by every channel: /stop, /status, /new, /model NAME, /diff, /help,
+"""Chat commands shared by every channel: /stop, /status, /new, /model NAME, /agent NAME,
+/diff, /help,
 /approve CODE and /deny CODE (owners and admins: how a channel without buttons decides an
 approval card), /revoke (owners only), and /schedule, /schedules, /unschedule, /pause,
 /resume (``schedule_commands.py``). Their effects are ``chat_commands.py``'s.
@@ -21,6 +22,7 @@ class CommandName(enum.Enum):
     STATUS = "status"
     NEW = "new"
     MODEL = "model"
+    AGENT = "agent"
     HELP = "help"
     APPROVE = "approve"
     DENY = "deny"
@@ -36,7 +38,8 @@ class CommandName(enum.Enum):
 HELP_TEXT = (
     "Commands: /stop (cancel the running task), /status (running task and queue), "
     "/new (start a fresh conversation), /model NAME (model for a new session: now if none "
-    "started yet, else from the next /new), /diff (the agent's changes not pushed yet), "
+    "started yet, else from the next /new), /agent NAME (agent CLI for a new session, "
+    "likewise), /diff (the agent's changes not pushed yet), "
     "/approve CODE and /deny CODE (owners and admins: decide an approval card), "
     "/revoke USER [everywhere | ROOM] (owners: take back an approval), "
     '/schedule [TZ=Zone] WHEN PROMPT (WHEN: a quoted cron rule "0 9 * * 1-5" or a phrase '
