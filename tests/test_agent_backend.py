@@ -135,3 +135,17 @@ def test_geminis_key_stays_with_the_proxy_for_its_model_api_only() -> None:
     )
     assert problem is not None
     assert problem.message.startswith("No model credentials for Gemini")
+
+
+def test_codex_goes_into_the_image_as_its_native_binary_when_enabled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The npm ``codex`` is a node shim; the image gets the static binary it starts."""
+    monkeypatch.setenv("OPENAI_API_KEY", "openai-key")
+    config = build_server_config({"repo": {"url": "/tmp/x"}, "agent": {"backend": "codex"}}, "test")
+    assert agent_environment(config, None) == {"OPENAI_API_KEY": "openai-key"}
+    files = agent_image_files(config)
+    assert set(files) == {"codex"}
+    assert files["codex"].is_file()
+    assert files["codex"].read_bytes()[:4] == b"\x7fELF"
+    assert check_agent_setup(config, {"OPENAI_API_KEY": "k"}) is None

@@ -23,8 +23,13 @@ async def write_home_file(home: Path, relative: str, text: str) -> None:
     await asyncio.to_thread(_write, home, relative, text)
 
 
-def _write(home: Path, relative: str, text: str) -> None:
-    *directories, name = relative.split("/")
+async def make_home_dir(home: Path, relative: str) -> None:
+    """Make the directory ``home/relative`` (a CLI that insists its home exists), never
+    through a link the agent left there."""
+    await asyncio.to_thread(_make_dirs, home, relative.split("/"))
+
+
+def _open_dirs(home: Path, directories: list[str]) -> int:
     fd = os.open(home, _DIR_FLAGS)
     try:
         for directory in directories:
@@ -33,6 +38,20 @@ def _write(home: Path, relative: str, text: str) -> None:
             child = os.open(directory, _DIR_FLAGS, dir_fd=fd)  # a link here: ELOOP
             os.close(fd)
             fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _make_dirs(home: Path, directories: list[str]) -> None:
+    os.close(_open_dirs(home, directories))
+
+
+def _write(home: Path, relative: str, text: str) -> None:
+    *directories, name = relative.split("/")
+    fd = _open_dirs(home, directories)
+    try:
         temporary = f".{name}.{secrets.token_hex(6)}"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         out = os.open(temporary, flags, 0o644, dir_fd=fd)

@@ -1,7 +1,8 @@
 """The agents factory: ``agent.backend`` in the server config -> its descriptor.
 
 The only module that lists every backend, as ``channels/factory.py`` is for channels and
-``sandbox/factory.py`` for sandboxes. Claude Code is the default; Gemini CLI beside it.
+``sandbox/factory.py`` for sandboxes. Claude Code is the default; Gemini CLI and Codex
+beside it.
 """
 
 from __future__ import annotations
@@ -9,14 +10,18 @@ from __future__ import annotations
 from gateway_bot.agents.backend import AgentBackend
 from gateway_bot.agents.base import AgentEvent
 from gateway_bot.agents.claude_code import CLAUDE_CODE
+from gateway_bot.agents.codex_cli import CODEX
 from gateway_bot.agents.gemini_cli import GEMINI_CLI
 
-BACKENDS: dict[str, AgentBackend] = {backend.name: backend for backend in (CLAUDE_CODE, GEMINI_CLI)}
+BACKENDS: dict[str, AgentBackend] = {
+    backend.name: backend for backend in (CLAUDE_CODE, GEMINI_CLI, CODEX)
+}
 DEFAULT_BACKEND = CLAUDE_CODE.name
 _OLDER_SPELLINGS = {"claude_code": CLAUDE_CODE.name}
-_PARSE_ORDER = (GEMINI_CLI, CLAUDE_CODE)
-"""Gemini CLI's parser claims only its own lines (they carry a timestamp); Claude Code's
-would read a Gemini ``result`` line as its own, so it goes last."""
+_PARSE_ORDER = (CODEX, GEMINI_CLI, CLAUDE_CODE)
+"""Codex's line types are dotted and Gemini CLI's lines carry a timestamp, so their
+parsers claim only their own lines; Claude Code's would read a Gemini ``result`` line as
+its own, so it goes last."""
 
 
 def canonical_name(name: str) -> str:

@@ -32,6 +32,9 @@ REFUSED_ENV = frozenset(
         "GOOGLE_GEMINI_BASE_URL",
         "GEMINI_CLI_HOME",
         "GEMINI_CLI_SYSTEM_SETTINGS_PATH",
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+        "CODEX_HOME",
     }
 )
 """Variables a repo may not set for the agent: the search path and the loader's (``LD_*``)

@@ -38,7 +38,7 @@ class RepoSettings(Section):
     )
 
 
-BackendName = Literal["claude-code", "claude_code", "gemini-cli"]
+BackendName = Literal["claude-code", "claude_code", "gemini-cli", "codex"]
 """The agent CLIs of ``agents/registry.py`` (claude_code: the older spelling)."""
 
 
