@@ -84,6 +84,15 @@ class FakeGemini(LoopbackServer):
             if p.get("text") and not p.get("thought")
         ]
 
+    @staticmethod
+    def tool_names(request: JSON) -> set[str]:
+        """The function declarations the CLI offered the model."""
+        return {
+            str(declaration.get("name"))
+            for tool in request.get("tools", [])
+            for declaration in tool.get("functionDeclarations", [])
+        }
+
     def reset(self) -> None:
         with self._lock:
             self.requests.clear()

@@ -149,3 +149,26 @@ def test_codex_goes_into_the_image_as_its_native_binary_when_enabled(
     assert files["codex"].is_file()
     assert files["codex"].read_bytes()[:4] == b"\x7fELF"
     assert check_agent_setup(config, {"OPENAI_API_KEY": "k"}) is None
+
+
+def test_check_names_each_enabled_cli_and_says_what_it_cannot_do(tmp_path: Path) -> None:
+    config = tmp_path / "gateway-bot.yaml"
+    config.write_text(
+        "repo: {url: /tmp/x}\n"
+        "sandbox: {kind: none}\n"
+        "agent:\n"
+        "  enabled: [gemini-cli, codex]\n"
+        "  env: {ANTHROPIC_API_KEY: a, GEMINI_API_KEY: g, OPENAI_API_KEY: o}\n"
+    )
+    result = run_cli("check", "--config", str(config))
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert any(line.startswith("agent gemini-cli: /") for line in lines), lines
+    assert any(line.startswith("agent codex: /") for line in lines), lines
+    assert "note: gemini-cli cannot: report cost (it reports tokens only); keep a warm " in (
+        result.stdout
+    )
+    codex = next(line for line in lines if line.startswith("note: codex cannot: "))
+    assert "leave out request_user_input" in codex
+    assert not any(line.startswith("note: claude-code") for line in lines)
+    assert "warning" not in result.stdout

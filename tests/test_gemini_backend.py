@@ -62,6 +62,9 @@ def test_gemini_answers_shows_its_tool_call_and_resumes_with_the_history(
     assert any("the first question" in text for text in history), history
     assert "the second question" in history[-1]
     assert "Echo: the first question" in fake_gemini.model_texts(last)
+    offered = fake_gemini.tool_names(last)
+    assert "run_shell_command" in offered
+    assert not {"ask_user", "enter_plan_mode", "exit_plan_mode"} & offered, "interactive-only"
     assert {seen.get("x-goog-api-key") for _, seen in fake_gemini.credentials_seen} == {
         "gemini-test-key"
     }
