@@ -54,3 +54,30 @@ def test_codex_answers_shows_its_tool_call_and_resumes_with_the_history(
     assert "the second question" in history[-1]
     assert "Echo: the first question" in fake_openai.assistant_texts(last)
     assert {seen for _, seen in fake_openai.credentials_seen} == {"Bearer openai-test-key"}
+
+
+def test_a_lost_codex_session_is_retried_fresh_with_the_last_reply(
+    gateway, tmp_path: Path, target_repo: Path, fake_api: FakeAnthropic, fake_openai: FakeOpenAI
+) -> None:
+    agent = {
+        "backend": "codex",
+        "env": {"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": f"{fake_openai.base_url}/v1"},
+    }
+    config = write_config(tmp_path, target_repo, fake_api, agent=agent)
+    chat = gateway("chat", "--config", str(config))
+    chat.send("the first question")
+    chat.expect(r"^agent> Echo: the first question$")
+    codex_homes = list((tmp_path / "state").glob("conversations/*/home/.codex"))
+    assert len(codex_homes) == 1
+    for rollout in codex_homes[0].rglob("rollout-*"):
+        rollout.unlink()
+    for database in codex_homes[0].glob("*.sqlite*"):
+        database.unlink()
+    chat.send("the second question")
+    chat.expect(r"^agent> Echo: ")
+    chat.expect(r"^the second question$")
+    chat.finish()
+    assert chat.count(r"^error> ") == 0
+    retry = " ".join(fake_openai.user_texts(fake_openai.requests[-1]))
+    assert "could not be resumed" in retry
+    assert "Echo: the first question" in retry, "the retry carries the last reply"

@@ -123,3 +123,26 @@ def test_a_repo_chooses_gemini_when_the_server_offers_it(
     chat.finish()
     assert fake_gemini.requests
     assert not fake_api.requests
+
+
+def test_a_lost_gemini_session_is_retried_fresh_with_the_last_reply(
+    gateway, tmp_path: Path, target_repo: Path, fake_api: FakeAnthropic, fake_gemini: FakeGemini
+) -> None:
+    config = write_config(
+        tmp_path, target_repo, fake_api, agent=_agent(fake_api, fake_gemini, backend="gemini-cli")
+    )
+    chat = gateway("chat", "--config", str(config))
+    chat.send("the first question")
+    chat.expect(r"^agent> Echo: the first question$", timeout=120)
+    sessions = list((tmp_path / "state").glob("conversations/*/home/.gemini/tmp/*/chats/*"))
+    assert sessions, "Gemini CLI keeps its session in the agent home"
+    for session in sessions:
+        session.unlink()
+    chat.send("the second question")
+    chat.expect(r"^agent> Echo: ", timeout=120)
+    chat.expect(r"^the second question$", timeout=120)
+    chat.finish()
+    assert chat.count(r"^error> ") == 0
+    retry = " ".join(fake_gemini.user_texts(fake_gemini.requests[-1]))
+    assert "could not be resumed" in retry
+    assert "Echo: the first question" in retry, "the retry carries the last reply"
