@@ -76,6 +76,11 @@ def test_agent_command_switches_a_new_conversation_to_gemini(
     agent = _agent(fake_api, fake_gemini, enabled=["gemini-cli"])
     config = write_config(tmp_path, target_repo, fake_api, agent=agent)
     chat = gateway("chat", "--config", str(config))
+    chat.send("/agent")
+    chat.expect(
+        r"Usage: /agent NAME \(offered: claude-code, gemini-cli\)\. "
+        r"This conversation uses claude-code\."
+    )
     chat.send("/agent codex")
     chat.expect(r"No agent 'codex' here\. Offered: claude-code, gemini-cli\.")
     chat.send("asked of claude")
@@ -86,6 +91,8 @@ def test_agent_command_switches_a_new_conversation_to_gemini(
     chat.expect(r"Started a new conversation")
     chat.send("asked of gemini")
     chat.expect(r"^agent> Echo: asked of gemini$", timeout=120)
+    chat.send("/agent")
+    chat.expect(r"This conversation uses gemini-cli\.")
     chat.finish()
     assert [fake_api.user_texts(r)[-1] for r in fake_api.requests][-1].endswith("asked of claude")
     assert fake_gemini.requests, "the new conversation's session is Gemini CLI's"
