@@ -249,7 +249,6 @@ class Daemon:
             self.sandbox,
             self.agents,
             AgentDefaults(
-                model=config.agent.model,
                 timeout_s=config.agent.timeout_seconds,
                 env=self.agent_env,
                 timezone=config.timezone,

@@ -38,7 +38,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class AgentDefaults:
-    model: str | None
+    """What applies to every agent CLI (each CLI's own default model is in ``AgentSet``)."""
+
     timeout_s: float
     env: Mapping[str, str]
     timezone: str
