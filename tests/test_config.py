@@ -107,3 +107,25 @@ def test_an_https_loopback_model_endpoint_with_the_podman_sandbox_is_refused_up_
     assert result.returncode == 2
     assert "https://127.0.0.1:9 is on this host's loopback" in result.stderr
     assert "use http:// there" in result.stderr
+
+
+def test_a_repo_may_not_redirect_gemini_or_codex_to_its_own_endpoint_or_home() -> None:
+    """The attack: a repo pointing the CLI at a server of its choosing (which would receive
+    the prompts and, without the proxy, the key) or at a home with its own settings."""
+    text = "container_env:\n" + "".join(
+        f"  {name}: x\n"
+        for name in (
+            "GOOGLE_GEMINI_BASE_URL",
+            "GEMINI_API_KEY",
+            "GEMINI_CLI_HOME",
+            "OPENAI_BASE_URL",
+            "OPENAI_API_KEY",
+            "CODEX_HOME",
+        )
+    )
+    with pytest.raises(ConfigError) as caught:
+        parse_repo_config(text)
+    problems = " ".join(caught.value.problems)
+    for name in ("GOOGLE_GEMINI_BASE_URL", "GEMINI_CLI_HOME", "OPENAI_BASE_URL", "CODEX_HOME"):
+        assert f"{name} may not be set by the repo" in problems
+    assert parse_repo_config("agent: codex\n").agent == "codex"

@@ -41,6 +41,7 @@ from gateway_bot.daemon import (
     agent_image_files,
     agent_program,
     check_agent_setup,
+    describe_backends,
     model_api_on_loopback,
 )
 from gateway_bot.logs import configure_logging
@@ -245,6 +246,8 @@ def _check(path: Path, *, canary: bool = False) -> int:
         f"channels: {', '.join(channels) or 'none'})"
     )
     print(f"agent: {agent_program(config) or agent_command(config)[0] + ' (not found)'}")
+    for line in describe_backends(config):
+        print(line)
     if problem is not None:
         print(f"warning: {problem.message}")
     sandbox = create_sandbox(config.sandbox, config.state_dir)

@@ -17,8 +17,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from gateway_bot.agents.backend import AgentBackend
-from gateway_bot.agents.base import WarmRunner, WarmSettings
-from gateway_bot.agents.registry import backend_named
+from gateway_bot.agents.base import AgentRunner, WarmRunner, WarmSettings
+from gateway_bot.agents.enabled import AgentSet, EnabledAgent
+from gateway_bot.agents.registry import backend_named, canonical_name, parse_any_line
 from gateway_bot.config.server import ServerConfig, environment_with_dotenv
 from gateway_bot.control_socket import ControlServer
 from gateway_bot.core.application import Application, DaemonLiveState
@@ -56,33 +57,57 @@ def agent_backend(config: ServerConfig) -> AgentBackend:
     return backend_named(config.agent.backend)
 
 
+def enabled_backends(config: ServerConfig) -> dict[str, AgentBackend]:
+    """``agent.backend`` first, then ``agent.enabled``: the agent CLIs this server offers."""
+    names = [canonical_name(config.agent.backend)]
+    names += [n for n in map(canonical_name, config.agent.enabled) if n not in names]
+    return {name: backend_named(name) for name in names}
+
+
 def agent_environment(config: ServerConfig, config_dir: Path | None) -> dict[str, str]:
-    """The backend's model variables from the environment (over ``.env``), then
-    ``agent.env``: the agent never inherits the whole environment."""
+    """The enabled backends' model variables from the environment (over ``.env``), then
+    ``agent.env``: the agent never inherits the whole environment (and each CLI gets only
+    its own backend's, ``AgentSet.env_for``)."""
     environ = environment_with_dotenv(config_dir) if config_dir else dict(os.environ)
-    names = agent_backend(config).env_names
+    names = [n for backend in enabled_backends(config).values() for n in backend.env_names]
     env = {name: environ[name] for name in names if environ.get(name)}
     env.update(config.agent.env)
     return env
 
 
-def agent_command(config: ServerConfig) -> list[str]:
-    """``agent.command`` as configured, or the backend's own."""
-    return list(config.agent.command or agent_backend(config).default_command)
+def _own_settings(config: ServerConfig, name: str) -> tuple[list[str] | None, str | None]:
+    """(command, model) configured for backend ``name``: ``agent.backends.NAME``, else
+    for the default backend ``agent.command`` / ``agent.model``."""
+    own = next((s for key, s in config.agent.backends.items() if canonical_name(key) == name), None)
+    command = own.command if own and own.command else None
+    model = own.model if own and own.model else None
+    if name == canonical_name(config.agent.backend):
+        command = command or config.agent.command
+        model = model or config.agent.model
+    return command, model
 
 
-def resolve_agent_command(config: ServerConfig) -> list[str]:
+def agent_command(config: ServerConfig, name: str | None = None) -> list[str]:
+    """The backend's configured command, or its own default (the default backend's when
+    ``name`` is None)."""
+    backend = backend_named(name) if name else agent_backend(config)
+    command, _ = _own_settings(config, backend.name)
+    return list(command or backend.default_command)
+
+
+def resolve_agent_command(config: ServerConfig, name: str | None = None) -> list[str]:
     """The agent command with its program found on this host (PATH first, else where
     set-up pins the backend's CLI); other names and paths are left as they are."""
-    return agent_backend(config).locate_command(agent_command(config))
+    backend = backend_named(name) if name else agent_backend(config)
+    return backend.locate_command(agent_command(config, backend.name))
 
 
-def _runner_command(config: ServerConfig) -> list[str]:
+def _runner_command(config: ServerConfig, name: str | None = None) -> list[str]:
     """In a container the command runs as named (the image has the agent on its PATH);
     on the host it is resolved like ``check`` resolves it."""
     if config.sandbox.kind == "none":
-        return resolve_agent_command(config)
-    return agent_command(config)
+        return resolve_agent_command(config, name)
+    return agent_command(config, name)
 
 
 def _warm_runner(
@@ -103,18 +128,27 @@ def _warm_runner(
     return runner
 
 
-def agent_program(config: ServerConfig) -> str | None:
+def agent_program(config: ServerConfig, name: str | None = None) -> str | None:
     """The agent binary that will run (absolute), or None when there is none."""
-    return shutil.which(resolve_agent_command(config)[0])
+    return shutil.which(resolve_agent_command(config, name)[0])
 
 
 def check_agent_setup(config: ServerConfig, agent_env: Mapping[str, str]) -> SetupProblem | None:
-    """Catch the set-up mistakes that would otherwise fail deep inside the agent."""
-    backend = agent_backend(config)
-    if agent_program(config) is None:
-        return SetupProblem(
-            f"The agent command {agent_command(config)[0]!r} was not found: {backend.install_hint}."
-        )
+    """Catch the set-up mistakes that would otherwise fail deep inside an agent: every
+    enabled backend must be able to run (a user may choose any of them)."""
+    for name in enabled_backends(config):
+        if (problem := _check_backend(config, name, agent_env)) is not None:
+            return problem
+    return None
+
+
+def _check_backend(
+    config: ServerConfig, name: str, agent_env: Mapping[str, str]
+) -> SetupProblem | None:
+    backend = backend_named(name)
+    if agent_program(config, name) is None:
+        command = agent_command(config, name)[0]
+        return SetupProblem(f"The agent command {command!r} was not found: {backend.install_hint}.")
     if (missing := backend.credentials_problem(agent_env)) is not None:
         return SetupProblem(missing)
     try:
@@ -146,10 +180,45 @@ def _is_loopback(host: str) -> bool:
 
 
 def agent_image_files(config: ServerConfig) -> dict[str, Path]:
-    """The backend's files for the sandbox image's build context: the container runs the
-    same pinned agent as the host. None when the program is missing (``check`` says so)."""
-    found = agent_program(config)
-    return agent_backend(config).image_files(Path(found)) if found else {}
+    """The enabled backends' files for the sandbox image's build context: the container
+    runs the same pinned agents as the host, and only the enabled ones. A missing program
+    adds nothing (``check`` says so)."""
+    files: dict[str, Path] = {}
+    for name, backend in enabled_backends(config).items():
+        if found := agent_program(config, name):
+            files.update(backend.image_files(Path(found)))
+    return files
+
+
+def describe_backends(config: ServerConfig) -> list[str]:
+    """``check``'s lines on the backends beyond the default one, and one line per enabled
+    backend on what its CLI cannot do here."""
+    lines = []
+    default = canonical_name(config.agent.backend)
+    for name, backend in enabled_backends(config).items():
+        if name != default:
+            found = agent_program(config, name)
+            lines.append(
+                f"agent {name}: {found or agent_command(config, name)[0] + ' (not found)'}"
+            )
+        if backend.limitations:
+            lines.append(f"note: {name} cannot: {'; '.join(backend.limitations)}")
+    return lines
+
+
+def agent_set(config: ServerConfig, sandbox: Sandbox) -> tuple[AgentSet, WarmRunner | None]:
+    """Each enabled backend with its runner (the default one warm when configured)."""
+    default = canonical_name(config.agent.backend)
+    agents: dict[str, EnabledAgent] = {}
+    warm: WarmRunner | None = None
+    for name, backend in enabled_backends(config).items():
+        _, model = _own_settings(config, name)
+        runner: AgentRunner | None = None
+        if name == default:
+            runner = warm = _warm_runner(backend, config, sandbox)
+        runner = runner or backend.make_runner(_runner_command(config, name))
+        agents[name] = EnabledAgent(backend, runner, model)
+    return AgentSet(default, agents), warm
 
 
 class Daemon:
@@ -175,17 +244,15 @@ class Daemon:
         self.workspace_reports = WorkspaceReports(self.workspaces, self.sandbox)
         self._garbage_collector: asyncio.Task[None] | None = None
         self._pruner: asyncio.Task[None] | None = None
-        self.warm_runner = _warm_runner(self.backend, config, self.sandbox)
-        """Keeps each active conversation's agent process between turns; None: every turn
-        starts the agent afresh."""
+        self.agents, self.warm_runner = agent_set(config, self.sandbox)
+        """``warm_runner`` keeps each active conversation's agent process between turns
+        (the default backend's, when it can); None: every turn starts the agent afresh."""
         executor = TaskExecutor(
             self.store,
             self.workspaces,
             self.sandbox,
-            self.backend,
-            self.warm_runner or self.backend.make_runner(_runner_command(config)),
+            self.agents,
             AgentDefaults(
-                model=config.agent.model,
                 timeout_s=config.agent.timeout_seconds,
                 env=self.agent_env,
                 timezone=config.timezone,
@@ -209,6 +276,7 @@ class Daemon:
                 if config.dashboard and config.dashboard.enabled
                 else None
             ),
+            agent_names=self.agents.names(),
         )
         self.feed = ChangeFeed()
         """Every task state change, for in-process subscribers (the dashboard, next)."""
@@ -219,7 +287,7 @@ class Daemon:
             live,
             service=self.service,
             conversation_root=lambda conversation_id: self.workspaces.dirs(conversation_id).root,
-            parse_line=self.backend.parse_stream_line,
+            parse_line=parse_any_line,
         )
         self.status_snapshot = SnapshotWriter(
             snapshot_path(config.state_dir), live, self.sandbox.name
@@ -243,9 +311,11 @@ class Daemon:
         await self.store.open()
         await self.sandbox.check()
         await self.sandbox.open(self._conversation_exists)
-        if (local_api := model_api_on_loopback(self.backend, self.agent_env)) is not None:
-            reached = await self.sandbox.reach_host_loopback(local_api)
-            self.agent_env[self.backend.base_url_env] = reached
+        for agent in self.agents.agents.values():
+            backend = agent.backend
+            if (local_api := model_api_on_loopback(backend, self.agent_env)) is not None:
+                reached = await self.sandbox.reach_host_loopback(local_api)
+                self.agent_env[backend.base_url_env] = reached
 
     async def _conversation_exists(self, conversation_id: str) -> bool:
         try:

@@ -56,6 +56,8 @@ class AgentBackend:
     program. The default Containerfile copies them onto the image's PATH."""
     install_hint: str
     """How to get the program when it is missing: the end of the sentence ``check`` prints."""
+    limitations: tuple[str, ...] = ()
+    """What this CLI cannot do that others here can (``check`` prints them in one line)."""
     make_warm_runner: Callable[[Sequence[str], WarmSettings], WarmRunner] | None = None
     """The runner that keeps one agent process per conversation between turns; None when
     the backend's CLI cannot take turn after turn on its stdin."""

@@ -70,7 +70,7 @@ def summarize_tool_use(tool: str, tool_input: Any) -> str:
         value = next((v for v in tool_input.values() if isinstance(v, str)), "")
     if not value:
         return tool
-    text = _path_tail(str(value)) if key and key.endswith("path") else _one_line(str(value))
+    text = path_tail(str(value)) if key and key.endswith("path") else one_line(str(value))
     return f"{tool}: {text}"
 
 
@@ -99,7 +99,7 @@ def _tool_result_block(block: Any) -> AgentEvent | None:
     content = block.get("content")
     if isinstance(content, list):
         content = " ".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
-    return ToolResultEvent(is_error=bool(block.get("is_error")), summary=_one_line(str(content)))
+    return ToolResultEvent(is_error=bool(block.get("is_error")), summary=one_line(str(content)))
 
 
 def _result(data: dict[str, Any]) -> ResultEvent:
@@ -118,11 +118,11 @@ def _result(data: dict[str, Any]) -> ResultEvent:
     )
 
 
-def _path_tail(path: str) -> str:
+def path_tail(path: str) -> str:
     """Long paths keep their end: the file name is what a reader needs."""
     return path if len(path) <= _SUMMARY_LIMIT else "…" + path[-(_SUMMARY_LIMIT - 1) :]
 
 
-def _one_line(text: str) -> str:
+def one_line(text: str) -> str:
     first = " ".join(text.split())
     return first if len(first) <= _SUMMARY_LIMIT else first[: _SUMMARY_LIMIT - 1] + "…"

@@ -28,6 +28,13 @@ REFUSED_ENV = frozenset(
         "ANTHROPIC_BASE_URL",
         "CLAUDE_CODE_OAUTH_TOKEN",
         "CLAUDE_CONFIG_DIR",
+        "GEMINI_API_KEY",
+        "GOOGLE_GEMINI_BASE_URL",
+        "GEMINI_CLI_HOME",
+        "GEMINI_CLI_SYSTEM_SETTINGS_PATH",
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+        "CODEX_HOME",
     }
 )
 """Variables a repo may not set for the agent: the search path and the loader's (``LD_*``)
@@ -38,6 +45,10 @@ class RepoConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
     model: str | None = None
+    agent: str | None = Field(
+        default=None,
+        description="The agent CLI for this repo's new sessions: one the server enables.",
+    )
     timeout_seconds: PositiveFloat | None = None
     container_env: dict[str, str | SecretRef] = Field(default_factory=dict)
 

@@ -38,10 +38,35 @@ class RepoSettings(Section):
     )
 
 
+BackendName = Literal["claude-code", "claude_code", "gemini-cli", "codex"]
+"""The agent CLIs of ``agents/registry.py`` (claude_code: the older spelling)."""
+
+
+class BackendSettings(Section):
+    """One agent CLI's own settings (``agent.backends.NAME``)."""
+
+    command: list[str] | None = Field(
+        default=None, min_length=1, description="Its argv; unset: the backend's own."
+    )
+    model: str | None = Field(
+        default=None, description="Its model when nothing else names one (/model, repo)."
+    )
+
+
 class AgentSettings(Section):
-    backend: Literal["claude-code", "claude_code"] = Field(
+    backend: BackendName = Field(
         default="claude-code",
         description="The agent CLI (agents/registry.py); claude_code is the older spelling.",
+    )
+    enabled: list[BackendName] = Field(
+        default_factory=list,
+        description="Further agent CLIs a repo (.gateway/config.yaml agent:) or a "
+        "conversation (/agent NAME) may choose; `backend` is always enabled.",
+    )
+    backends: dict[BackendName, BackendSettings] = Field(
+        default_factory=dict,
+        description="Per agent CLI: its command and default model (agent.command and "
+        "agent.model are the default backend's).",
     )
     command: list[str] | None = Field(
         default=None, min_length=1, description="The agent's argv; unset: the backend's own."

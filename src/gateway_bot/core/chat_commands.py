@@ -8,7 +8,7 @@ gate (``approvals.py``) and the store, and returns the text to answer with.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from gateway_bot.core.approvals import Gatekeeper
 from gateway_bot.core.commands import HELP_TEXT, Command, CommandName
@@ -37,10 +37,13 @@ class ChatCommands:
         schedules: ScheduleCommands | None = None,
         proposals: ScheduleProposals | None = None,
         mail: ConversationMailer | None = None,
+        agent_names: Sequence[str] = (),
     ) -> None:
+        """``agent_names``: the agent CLIs /agent may choose, the default first."""
         self._schedules = schedules
         self._proposals = proposals
         self._mail = mail
+        self._agent_names = list(agent_names)
         self._store = store
         self._gate = gate
         self._running = running
@@ -78,6 +81,8 @@ class ChatCommands:
             text = f"Started a new conversation ({created.id}). The next message starts afresh."
         elif command.name is CommandName.MODEL:
             text = await self._set_model(conversation, command.argument)
+        elif command.name is CommandName.AGENT:
+            text = await self._set_agent(conversation, command.argument)
         elif command.name in (CommandName.APPROVE, CommandName.DENY):
             choice = "allow" if command.name is CommandName.APPROVE else "deny"
             decider = (message.channel, message.sender_id, message.sender_name)
@@ -128,6 +133,25 @@ class ChatCommands:
         if self._workspaces is not None:
             text += f"\n{self._workspaces.location(conversation.id)}"
         return text
+
+    async def _set_agent(self, conversation: ConversationRecord, name: str) -> str:
+        """Like /model: the agent CLI of the next new session (a session stays with the
+        CLI that made it: another cannot resume it)."""
+        offered = ", ".join(self._agent_names) or "none"
+        if not name:
+            current = (
+                conversation.agent_backend
+                if conversation.agent_session_id
+                else conversation.next_agent
+            )
+            current = current or (self._agent_names[0] if self._agent_names else "the default")
+            return f"Usage: /agent NAME (offered: {offered}). This conversation uses {current}."
+        if name not in self._agent_names:
+            return f"No agent {name!r} here. Offered: {offered}."
+        await self._store.update_conversation(conversation.id, next_agent=name)
+        if conversation.agent_session_id is None:
+            return f"Agent set to {name}."
+        return f"Agent {name} will be used from the next new session (/new)."
 
     async def _set_model(self, conversation: ConversationRecord, name: str) -> str:
         if not name:

@@ -1,4 +1,5 @@
-"""Chat commands shared by every channel: /stop, /status, /new, /model NAME, /diff, /help,
+"""Chat commands shared by every channel: /stop, /status, /new, /model NAME, /agent NAME,
+/diff, /help,
 /approve CODE and /deny CODE (owners and admins: how a channel without buttons decides an
 approval card), /revoke (owners only), /mail (``conversation_mail.py``), and /schedule,
 /schedules, /unschedule, /pause, /resume (``schedule_commands.py``). Their effects are
@@ -22,6 +23,7 @@ class CommandName(enum.Enum):
     STATUS = "status"
     NEW = "new"
     MODEL = "model"
+    AGENT = "agent"
     HELP = "help"
     APPROVE = "approve"
     DENY = "deny"
@@ -38,7 +40,8 @@ class CommandName(enum.Enum):
 HELP_TEXT = (
     "Commands: /stop (cancel the running task), /status (running task and queue), "
     "/new (start a fresh conversation), /model NAME (model for a new session: now if none "
-    "started yet, else from the next /new), /diff (the agent's changes not pushed yet), "
+    "started yet, else from the next /new), /agent NAME (agent CLI for a new session, "
+    "likewise), /diff (the agent's changes not pushed yet), "
     "/approve CODE and /deny CODE (owners and admins: decide an approval card; also the "
     "person the agent answered: its schedule request), "
     "/revoke USER [everywhere | ROOM] (owners: take back an approval), "

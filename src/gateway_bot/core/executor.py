@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from gateway_bot.agents.backend import AgentBackend
-from gateway_bot.agents.base import AgentOutcome, AgentRequest, AgentRunner, OnEvent
+from gateway_bot.agents.base import AgentOutcome, AgentRequest, OnEvent
+from gateway_bot.agents.enabled import AgentSet
 from gateway_bot.agents.event_log import EventLog
-from gateway_bot.config.repo import REPO_CONFIG_PATH, parse_repo_config
+from gateway_bot.config.repo import REPO_CONFIG_PATH, RepoConfig, parse_repo_config
 from gateway_bot.config.server import ExecutionSettings
 from gateway_bot.config.yaml_tags import ConfigError
 from gateway_bot.core.channel import AttachmentDownloads
@@ -39,7 +39,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class AgentDefaults:
-    model: str | None
+    """What applies to every agent CLI (each CLI's own default model is in ``AgentSet``)."""
+
     timeout_s: float
     env: Mapping[str, str]
     timezone: str
@@ -61,19 +62,18 @@ class TaskExecutor:
         store: Store,
         workspaces: Workspaces,
         sandbox: Sandbox,
-        backend: AgentBackend,
-        runner: AgentRunner,
+        agents: AgentSet,
         defaults: AgentDefaults,
         limits: ExecutionSettings | None = None,
     ) -> None:
-        """``backend`` says which model API the allowlist opens and which credentials the
-        sandbox's egress proxy holds, read from ``defaults.env`` at each task (the daemon
-        may point that env at a relay after start-up); ``runner`` runs its CLI."""
+        """``agents``: the agent CLIs on offer. The chosen one's backend says which model
+        API the allowlist opens and which credentials the sandbox's egress proxy holds,
+        read from ``defaults.env`` at each task (the daemon may point that env at a relay
+        after start-up); its runner runs the CLI."""
         self._store = store
         self._workspaces = workspaces
         self._sandbox = sandbox
-        self._backend = backend
-        self._runner = runner
+        self._agents = agents
         self._defaults = defaults
         self._limits = limits or ExecutionSettings()
 
@@ -91,10 +91,13 @@ class TaskExecutor:
             dirs = await self._workspaces.prepare(conversation.id)
             repo_text = await self._workspaces.read_default_branch_file(REPO_CONFIG_PATH)
             repo_config = parse_repo_config(repo_text)
+            agent_name, conversation = await self._choose_agent(conversation, repo_config)
+            agent = self._agents.agents[agent_name]
+            agent_env = self._agents.env_for(agent_name, self._defaults.env)
             container_env = repo_config.resolved_env(self._defaults.secrets)
             allowlist = parse_allowlist(
                 await self._workspaces.read_default_branch_file(ALLOWLIST_PATH),
-                self._backend.model_api_rules(self._defaults.env),
+                agent.backend.model_api_rules(agent_env),
             )
             containerfile = await self._workspaces.read_default_branch_file(REPO_CONTAINERFILE_PATH)
         except ConfigError as exc:
@@ -116,7 +119,7 @@ class TaskExecutor:
             return _failure(disk.explain(usage, stopped=False), CompletionReason.REJECTED)
         context = _execution_context(conversation.id, dirs, container_env, allowlist, containerfile)
         # The model credentials stay out of a filtering sandbox: the proxy adds them.
-        credentials = self._backend.injected_credentials(self._defaults.env)
+        credentials = agent.backend.injected_credentials(agent_env)
         context = replace(context, credentials=credentials)
         saved = (
             await adapter.save_attachments(message, InboxWriter(dirs.root))
@@ -127,21 +130,14 @@ class TaskExecutor:
         model = (
             conversation.model
             if conversation.agent_session_id
-            else (
-                message.model_hint
-                or conversation.next_model
-                or repo_config.model
-                or self._defaults.model
-            )
+            else (message.model_hint or conversation.next_model or repo_config.model or agent.model)
         )
         timeout_s = repo_config.timeout_seconds or self._defaults.timeout_s
         event_log = EventLog(dirs.events, int(self._limits.events_log_limit_mb * MB))
 
-        request = AgentRequest(
-            prompt, conversation.agent_session_id, model, timeout_s, dict(self._defaults.env)
-        )
+        request = AgentRequest(prompt, conversation.agent_session_id, model, timeout_s, agent_env)
         outcome = await disk.run_within(
-            self._runner.run(request, self._sandbox, context, event_log, on_event)
+            agent.runner.run(request, self._sandbox, context, event_log, on_event)
         )
         if isinstance(outcome, AgentOutcome) and outcome.unresumable:
             log.warning(
@@ -151,22 +147,56 @@ class TaskExecutor:
             )
             await self._store.update_conversation(conversation.id, clear_session=True)
             retry_prompt = context_lost_prompt(prompt, conversation.last_reply)
-            request = AgentRequest(retry_prompt, None, model, timeout_s, dict(self._defaults.env))
+            request = AgentRequest(retry_prompt, None, model, timeout_s, agent_env)
             outcome = await disk.run_within(
-                self._runner.run(request, self._sandbox, context, event_log, on_event)
+                agent.runner.run(request, self._sandbox, context, event_log, on_event)
             )
         if isinstance(outcome, DiskUsage):
             text = disk.explain(outcome, stopped=True)
             return TaskResult(
                 Reply(text=text, is_error=True, stopped=True), CompletionReason.CANCELLED
             )
-        return await self._conclude(task_id, conversation, model, outcome, started)
+        return await self._conclude(task_id, conversation, model, agent_name, outcome, started)
+
+    async def _choose_agent(
+        self, conversation: ConversationRecord, repo_config: RepoConfig
+    ) -> tuple[str, ConversationRecord]:
+        """The agent CLI for this task: a session keeps its own; a new session takes
+        /agent's choice, else the repo's, else the server's default. A repo naming one the
+        server does not offer is a repo config problem (the file is the repo's, not the
+        operator's). A session whose agent is no longer offered is dropped (a fresh session
+        with the default, the history lost) rather than handed to another CLI."""
+        if conversation.agent_session_id:
+            stored = conversation.agent_backend or self._agents.default
+            if self._agents.get(stored) is not None:
+                return stored, conversation
+            log.warning(
+                "conversation %s: its session's agent %s is no longer enabled; starting afresh",
+                conversation.id,
+                stored,
+            )
+            conversation = await self._store.update_conversation(
+                conversation.id, clear_session=True
+            )
+        if self._agents.get(conversation.next_agent) is not None:
+            assert conversation.next_agent is not None
+            return conversation.next_agent, conversation
+        if repo_config.agent is not None:
+            if self._agents.get(repo_config.agent) is None:
+                offered = ", ".join(self._agents.names())
+                raise ConfigError(
+                    REPO_CONFIG_PATH,
+                    [f"agent: {repo_config.agent!r} is not offered here (offered: {offered})"],
+                )
+            return repo_config.agent, conversation
+        return self._agents.default, conversation
 
     async def _conclude(
         self,
         task_id: str,
         conversation: ConversationRecord,
         model: str | None,
+        agent_name: str,
         outcome: AgentOutcome,
         started: float,
     ) -> TaskResult:
@@ -180,7 +210,10 @@ class TaskExecutor:
         )
         if outcome.session_id and not outcome.timed_out:
             await self._store.update_conversation(
-                conversation.id, agent_session_id=outcome.session_id, model=model
+                conversation.id,
+                agent_session_id=outcome.session_id,
+                model=model,
+                agent_backend=agent_name,
             )
         if not outcome.succeeded or result is None:
             reason = (

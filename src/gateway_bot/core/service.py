@@ -23,7 +23,7 @@ import collections
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from gateway_bot.config.access import AccessSettings, IgnoredMessages
 from gateway_bot.core.approval_cards import parse_approval_action
@@ -80,6 +80,7 @@ class GatewayService:
         schedule_clock: Clock = time.time,
         schedule_sleep: Sleep = asyncio.sleep,
         conversation_link: Callable[[str], str | None] | None = None,
+        agent_names: Sequence[str] = (),
     ) -> None:
         """``schedules``: the store of /schedule (issue 17); without it the schedule
         commands answer that they are not available. Clock and sleep: for tests."""
@@ -135,6 +136,7 @@ class GatewayService:
             schedule_commands,
             proposals,
             self._mail,
+            agent_names,
         )
         self._proposals = proposals
         self._intake_locks: dict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
@@ -466,7 +468,10 @@ class GatewayService:
         The model chosen with /model carries over."""
         previous = await self._store.active_conversation(channel, key)
         model = previous.next_model if previous else None
+        agent = previous.next_agent if previous else None
         created = await self._store.create_conversation(channel, key, None)
-        if model:
-            created = await self._store.update_conversation(created.id, next_model=model)
+        if model or agent:
+            created = await self._store.update_conversation(
+                created.id, next_model=model, next_agent=agent
+            )
         return created

@@ -24,6 +24,10 @@ class ConversationRecord:
     active: bool
     created_at: float
     updated_at: float
+    agent_backend: str | None = None
+    """The agent CLI the session belongs to; None: the server's default backend."""
+    next_agent: str | None = None
+    """Set by /agent: the agent CLI of the next new agent session."""
 
 
 @dataclass(frozen=True)

@@ -128,4 +128,10 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE tasks ADD COLUMN payload_pruned_at DOUBLE PRECISION;
     CREATE INDEX tasks_completed ON tasks(completed_at);
     """,
+    # 7: which agent CLI a conversation's session belongs to (NULL: the server's default
+    # backend, as before), and the one /agent chose for its next new session.
+    """
+    ALTER TABLE conversations ADD COLUMN agent_backend TEXT;
+    ALTER TABLE conversations ADD COLUMN next_agent TEXT;
+    """,
 )

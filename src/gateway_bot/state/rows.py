@@ -57,4 +57,6 @@ def conversation_from_row(row: aiosqlite.Row) -> ConversationRecord:
         active=bool(row["active"]),
         created_at=row["created_at"],
         updated_at=row["updated_at"],
+        agent_backend=row["agent_backend"],
+        next_agent=row["next_agent"],
     )

@@ -360,6 +360,8 @@ class SqliteStore:
         clear_session: bool = False,
         last_reply: str | None = None,
         next_model: str | None = None,
+        agent_backend: str | None = None,
+        next_agent: str | None = None,
     ) -> ConversationRecord:
         sets = ["updated_at = ?"]
         values: list[Any] = [time.time()]
@@ -368,6 +370,8 @@ class SqliteStore:
             ("agent_session_id", agent_session_id),
             ("last_reply", last_reply),
             ("next_model", next_model),
+            ("agent_backend", agent_backend),
+            ("next_agent", next_agent),
         ):
             if value is not None:
                 sets.append(f"{column} = ?")

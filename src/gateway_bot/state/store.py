@@ -199,4 +199,6 @@ class Store(Protocol):
         clear_session: bool = False,
         last_reply: str | None = None,
         next_model: str | None = None,
+        agent_backend: str | None = None,
+        next_agent: str | None = None,
     ) -> ConversationRecord: ...
