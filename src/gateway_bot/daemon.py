@@ -183,6 +183,7 @@ class Daemon:
             AgentDefaults(
                 model=config.agent.model,
                 timeout_s=config.agent.timeout_seconds,
+                stall_s=config.agent.stall_seconds,
                 env=self.agent_env,
                 timezone=config.timezone,
                 secrets=config.secrets,

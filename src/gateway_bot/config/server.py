@@ -52,6 +52,12 @@ class AgentSettings(Section):
         default_factory=dict,
         description="Extra environment for the agent (model endpoint, API key...).",
     )
+    stall_seconds: PositiveFloat = Field(
+        default=600.0,
+        description="A run that says nothing this long (once started; longer while a tool "
+        "call with its own longer time limit runs) is stopped as stuck, and the user told "
+        "its last step. timeout_seconds stays the ceiling.",
+    )
     max_warm_sessions: int = Field(
         default=0,
         ge=0,
