@@ -59,12 +59,12 @@ class AgentSettings(Section):
         "its last step. timeout_seconds stays the ceiling.",
     )
     max_warm_sessions: int = Field(
-        default=0,
+        default=4,
         ge=0,
         description="Agent processes kept between turns (one per active conversation, later "
-        "turns skip the CLI's start-up); the least recently used is ended first. 0 (the "
-        "default, for now): none; while one is kept, what the agent left running in the "
-        "background is not ended after each turn.",
+        "turns skip the CLI's start-up); the least recently used is ended first. What the "
+        "agent left running in the background still ends after each turn. 0: none (every "
+        "turn starts the CLI afresh).",
     )
 
 
