@@ -111,3 +111,29 @@ def test_background_processes_end_after_each_turn_while_the_warm_process_stays(
     assert warm_pids(sandbox, container["name"]) == first, "served by the same process"
     chat.close_input()
     assert chat.wait() == 0
+
+
+def test_a_daemon_killed_mid_turn_with_a_warm_session_answers_once_after_restart(
+    gateway, sandbox: SandboxSetup, fake_api: FakeAnthropic
+) -> None:
+    config = with_warm_sessions(sandbox.config())
+    first = gateway("chat", "--config", str(config))
+    first.send("remember the word kumquat")
+    first.expect(r"^agent> Echo: remember the word kumquat$")
+    _, container = sandbox.only_container()
+    (before,) = warm_pids(sandbox, container["name"])
+    fake_api.hold("CRASH")
+    first.send("CRASH in the second turn")
+    assert fake_api.wait_for_held(60), "the warm agent never asked the model"
+    first.kill()
+    fake_api.release()
+
+    second = gateway("chat", "--config", str(config))
+    second.expect(r"^agent> Echo: CRASH in the second turn$")
+    assert before not in warm_pids(sandbox, container["name"]), "the orphan was ended"
+    second.send("what was the word?")
+    second.expect(r"^agent> Echo: what was the word\?$")
+    assert "remember the word kumquat" in " ".join(fake_api.user_texts(fake_api.requests[-1]))
+    second.close_input()
+    assert second.wait() == 0
+    assert first.count(r"^agent> Echo: CRASH") + second.count(r"^agent> Echo: CRASH") == 1
