@@ -43,12 +43,14 @@ def kill_all_but_init(init_pid: int, keep_exec: str | None = None) -> int:
 
 
 def _exec_root(pid: int, cgroup: str, namespace: str) -> bool:
-    """Started by ``podman exec``: its parent is outside the container."""
+    """Started by ``podman exec``: its parent is outside the container. A parent that
+    cannot be read (gone meanwhile) does not make it one; nor does a parent whose leader
+    thread has exited (shown as a zombie while its other threads run: still inside)."""
     try:
         parent = parent_of(pid)
+        return not _inside(parent, cgroup, namespace)
     except (OSError, IndexError, ValueError):
         return False
-    return not _belongs(parent, cgroup, namespace)
 
 
 def _marked(pid: int, mark: bytes) -> bool:
@@ -64,14 +66,18 @@ def _pids() -> list[int]:
 
 
 def _belongs(pid: int, cgroup: str, namespace: str) -> bool:
+    """A live process of the container (a zombie is dead already: nothing to kill)."""
     try:
-        if is_zombie(pid):
-            return False
-        if os.readlink(f"/proc/{pid}/ns/pid") == namespace:
-            return True
-        return _read(f"/proc/{pid}/cgroup") == cgroup
+        return not is_zombie(pid) and _inside(pid, cgroup, namespace)
     except (OSError, IndexError):
         return False
+
+
+def _inside(pid: int, cgroup: str, namespace: str) -> bool:
+    """In the container's PID namespace or cgroup. Raises OSError when ``pid`` is gone."""
+    if os.readlink(f"/proc/{pid}/ns/pid") == namespace:
+        return True
+    return _read(f"/proc/{pid}/cgroup") == cgroup
 
 
 def _read(path: str) -> str:
