@@ -19,7 +19,8 @@ if [ "$#" -gt 0 ]; then
 fi
 shopt -s nullglob
 first=(tests/core tests/test_matrix_*.py tests/test_email_*.py tests/test_security_email.py
-       tests/test_approval*.py tests/test_slack_*.py tests/test_gemini_backend.py)
+       tests/test_approval*.py tests/test_slack_*.py tests/test_gemini_backend.py
+       tests/test_warm_session_leaks.py)
 second=()
 for file in tests/test_*.py; do
   case " ${first[*]} " in *" $file "*) ;; *) second+=("$file") ;; esac

@@ -17,13 +17,14 @@ module serves ``POST /v1/messages`` on 127.0.0.1 with a deterministic script:
   ``printf`` into the relative name, which lands in the same place because Bash runs in cwd;
 * a prompt containing ``RUN_BASH <command>`` (to the end of that line) gets a ``Bash``
   tool call running exactly that command, so a test can make the agent do what an
-  attacker's agent would (start strays, fill the disk);
+  attacker's agent would (start strays, fill the disk); ``RUN_BASH timeout=<ms> <command>``
+  also declares the call's own time limit, as the model may;
 * requests without ``tools`` are the CLI's side requests (titles, topics, other models):
   they get ``ok`` at once (JSON with ``"ok"`` values when ``output_config.format`` asks
   for a schema, as the title request does) and go to ``side_requests``, not ``requests``;
   so does the CLI's auto-compaction request, which gets a summary listing the prompts.
 
-``fail_next`` and ``hold`` apply to main requests only. Usage is about 4 body bytes per
+``fail_next``, ``hold`` and ``stall`` apply to main requests only. Usage is about 4 body bytes per
 input token (~19k tokens for the CLI's ~76 KB first request: about $0.1 at Opus prices),
 so ``result.total_cost_usd`` is non-zero and plausible.
 
@@ -49,7 +50,7 @@ _REMINDER = "<system-reminder>"
 _CWD_RE = re.compile(r"^ - Primary working directory: (.+)$", re.MULTILINE)
 _HEADER_RE = re.compile(r"^\[.*\]$")
 _WRITE_RE = re.compile(r"WRITE_FILE name=(\S+) text=(.*)", re.DOTALL)
-_BASH_RE = re.compile(r"RUN_BASH (.+)")
+_BASH_RE = re.compile(r"RUN_BASH (?:timeout=(\d+) )?(.+)")
 # Auto-compaction (after a 400 "prompt is too long") is a tools-carrying request whose
 # newest user text orders a summary: it is the CLI's business, so it is a side request.
 _COMPACT = "create a detailed summary of the conversation"
@@ -114,6 +115,7 @@ class FakeAnthropic:
         self._released = threading.Event()
         self._held = threading.Event()
         self._fail: tuple[int, str] | None = None
+        self._stall: str | None = None
         self._port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
@@ -141,7 +143,7 @@ class FakeAnthropic:
             self.requests.clear()
             self.side_requests.clear()
             self.credentials_seen.clear()
-            self._hold, self._fail = None, None
+            self._hold, self._fail, self._stall = None, None, None
         self._released.set()
         self._held.clear()
 
@@ -151,6 +153,14 @@ class FakeAnthropic:
         with self._lock:
             self._hold = substring
         self._held.clear()
+        self._released.clear()
+
+    def stall(self, substring: str) -> None:
+        """For prompts containing ``substring``: after the agent's first tool call, begin
+        streaming the answer, then send nothing more (the connection stays open) until
+        ``release()``. The model API stopping mid-turn, for stuck detection."""
+        with self._lock:
+            self._stall = substring
         self._released.clear()
 
     def release(self) -> None:
@@ -248,7 +258,10 @@ class FakeAnthropic:
         with self._lock:
             self.requests.append(body)
             fail, self._fail = self._fail, None
-            hold = self._hold
+            hold, stall = self._hold, self._stall
+        users = _user_messages(body)
+        if stall is not None and stall in prompt and users and _has_tool_result(users[-1]):
+            return await self._stall_stream(request, body)
         if hold is not None and hold in prompt and not self._released.is_set():
             self._held.set()
             while not self._released.is_set():  # polling keeps the loop free for others
@@ -263,6 +276,45 @@ class FakeAnthropic:
         except ConnectionResetError:  # the CLI was killed while its request was held
             return web.Response(status=499)
 
+    async def _stall_stream(self, request: web.Request, body: JSON) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        message = {
+            "id": f"msg_fake_{next(self._ids):06d}",
+            "type": "message",
+            "role": "assistant",
+            "model": body.get("model", "claude-fake"),
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 1, "output_tokens": 1},
+        }
+        for event, data in (
+            ("message_start", {"type": "message_start", "message": message}),
+            (
+                "content_block_start",
+                {
+                    "type": "content_block_start",
+                    "index": 0,
+                    "content_block": {"type": "text", "text": ""},
+                },
+            ),
+            (
+                "content_block_delta",
+                {
+                    "type": "content_block_delta",
+                    "index": 0,
+                    "delta": {"type": "text_delta", "text": "Let me"},
+                },
+            ),
+        ):
+            await response.write(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
+        while not self._released.is_set():
+            if request.transport is None or request.transport.is_closing():
+                break
+            await asyncio.sleep(0.05)
+        return response
+
     def _script(self, body: JSON, prompt: str) -> list[JSON]:
         users = _user_messages(body)
         if users and _has_tool_result(users[-1]):
@@ -276,12 +328,14 @@ class FakeAnthropic:
                 path = match.group(1)
             tool_input: JSON = {"file_path": path, "content": match.group(2)}
             return [{"type": "tool_use", "id": tool_id, "name": "Write", "input": tool_input}]
-        command = "echo tool-ran"
+        command, timeout_ms = "echo tool-ran", None
         if bash := _BASH_RE.search(prompt):
-            command = bash.group(1)
+            timeout_ms, command = bash.group(1), bash.group(2)
         elif match:  # no cwd in the system prompt: Bash runs in cwd, so a relative path works
             command = f"printf %s {shlex.quote(match.group(2))} > {shlex.quote(match.group(1))}"
         tool_input = {"command": command, "description": "Say hello"}
+        if timeout_ms is not None:
+            tool_input["timeout"] = int(timeout_ms)
         return [{"type": "tool_use", "id": tool_id, "name": "Bash", "input": tool_input}]
 
     async def _reply(

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from tests.conftest import write_config
 from tests.fake_anthropic import FakeAnthropic
 
 
@@ -53,4 +56,62 @@ def test_a_run_past_the_repo_timeout_is_stopped_and_reported(
     chat = gateway("chat", "--config", str(config))
     chat.send("NEVER ENDS")
     chat.expect(r"^error> the agent ran past its time limit and was stopped$")
+    chat.finish()
+
+
+INTERACTIVE_TOOLS = {
+    "AskUserQuestion",
+    "EnterPlanMode",
+    "ExitPlanMode",
+    "EnterWorktree",
+    "ExitWorktree",
+}
+
+
+def test_the_agent_is_never_offered_interactive_only_tools(
+    gateway, config_path: Path, fake_api: FakeAnthropic
+) -> None:
+    chat = gateway("chat", "--config", str(config_path))
+    chat.send("what tools do you have?")
+    chat.expect(r"^agent> Echo: what tools do you have\?$")
+    chat.finish()
+    offered = {tool["name"] for request in fake_api.requests for tool in request["tools"]}
+    assert "Bash" in offered, "the request lists the agent's tools"
+    assert offered.isdisjoint(INTERACTIVE_TOOLS), offered & INTERACTIVE_TOOLS
+
+
+@pytest.mark.parametrize("warm_sessions", [0, 4], ids=["cold", "warm"])
+def test_a_model_api_that_stops_streaming_is_detected_and_the_next_message_works(
+    gateway, tmp_path: Path, target_repo: Path, fake_api: FakeAnthropic, warm_sessions: int
+) -> None:
+    agent = {"stall_seconds": 3, "max_warm_sessions": warm_sessions}
+    chat = gateway(
+        "chat", "--config", str(write_config(tmp_path, target_repo, fake_api, agent=agent))
+    )
+    chat.send("remember the word kumquat")
+    chat.expect(r"^agent> Echo: remember the word kumquat$")
+    fake_api.stall("STALLS")
+    chat.send("STALLS after one step")
+    chat.expect(
+        r"^error> The agent stopped responding: nothing came from it for \d+ s after its last "
+        r"step \(Bash: echo tool-ran\), so it was stopped\. Send another message to continue"
+    )
+    chat.send("are you back?")
+    chat.expect(r"^agent> Echo: are you back\?$")
+    assert "remember the word kumquat" in " ".join(fake_api.user_texts(fake_api.requests[-1]))
+    chat.finish()
+    fake_api.release()
+
+
+def test_a_command_within_its_own_declared_time_limit_is_not_taken_for_stuck(
+    gateway, tmp_path: Path, target_repo: Path, fake_api: FakeAnthropic
+) -> None:
+    agent = {"stall_seconds": 2}
+    chat = gateway(
+        "chat", "--config", str(write_config(tmp_path, target_repo, fake_api, agent=agent))
+    )
+    chat.send("RUN_BASH timeout=60000 sleep 5 && echo slept")
+    chat.expect(r"^agent> Echo: RUN_BASH timeout=60000 sleep 5 && echo slept$")
+    chat.send("RUN_BASH sleep 5 && echo slept")  # no declared limit: 5 s of silence is too long
+    chat.expect(r"^error> The agent stopped responding: .*\(Bash: sleep 5 && echo slept\)")
     chat.finish()

@@ -144,3 +144,14 @@ def test_long_paths_keep_their_file_name() -> None:
     assert isinstance(write, ToolUseEvent)
     assert write.summary.endswith("/deep/report.txt")
     assert len(write.summary) <= len("Write: ") + 120
+
+
+def test_a_bash_calls_declared_timeout_is_kept_in_seconds() -> None:
+    def bash(tool_input: dict[str, object]) -> object:
+        content = [{"type": "tool_use", "name": "Bash", "input": tool_input}]
+        (event,) = parse_stream_line(line({"type": "assistant", "message": {"content": content}}))
+        return event
+
+    assert bash({"command": "make", "timeout": 600000}) == ToolUseEvent("Bash", "Bash: make", 600.0)
+    assert bash({"command": "make"}) == ToolUseEvent("Bash", "Bash: make", None)
+    assert bash({"command": "make", "timeout": "soon"}) == ToolUseEvent("Bash", "Bash: make")

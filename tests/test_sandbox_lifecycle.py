@@ -8,12 +8,15 @@ import signal
 from gateway_bot.sandbox.podman.images import DEFAULT_CONTAINERFILE
 from tests.fake_anthropic import FakeAnthropic
 from tests.sandbox_fixtures import SandboxSetup, commit_file, podman, wait_until
+from tests.test_warm_sessions import with_warm_sessions
 
 
 def test_a_changed_containerfile_recreates_the_container_with_its_workspace_and_session(
     gateway, sandbox: SandboxSetup, fake_api: FakeAnthropic
 ) -> None:
-    chat = gateway("chat", "--config", str(sandbox.config()))
+    # Cold runs: every exec ends with its task (the warm variant, whose one exec stays, is
+    # tests/test_warm_sessions_podman.py's changed-Containerfile test).
+    chat = gateway("chat", "--config", str(with_warm_sessions(sandbox.config(), 0)))
     chat.send("WRITE_FILE name=notes.txt text=kept across images")
     chat.expect(r"^agent> Echo: .*WRITE_FILE")
     context_id, before = sandbox.only_container()

@@ -23,12 +23,14 @@ from gateway_bot.sandbox.base import ExecutionContext
 from gateway_bot.sandbox.host import HostSandbox
 from tests.conftest import _alive, live_processes
 from tests.fake_anthropic import FakeAnthropic
+from tests.test_host_stop import _kill_leftovers, processes_with, sleep_argument
 
 WARM_FLAG = "--input-format stream-json"
 
 
 def with_warm_sessions(config: Path, count: int = 4) -> Path:
-    """The config with warm sessions switched on (they are off by default)."""
+    """The config with ``count`` warm sessions (4 is also the default: said out loud here, as
+    these tests are about them)."""
     data = yaml.safe_load(config.read_text())
     data["agent"]["max_warm_sessions"] = count
     config.write_text(yaml.safe_dump(data))
@@ -173,3 +175,29 @@ def test_the_cap_ends_the_least_recently_used_warm_process(
         "beta": "Echo: beta one",
         "gamma": "Echo: gamma one",
     }
+
+
+def test_what_the_agent_leaves_running_ends_after_each_turn_while_its_warm_process_stays(
+    gateway, config_path: Path, tmp_path: Path, fake_api: FakeAnthropic
+) -> None:
+    marker = sleep_argument()
+    listener = (
+        "import socket, time; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen();"
+        " time.sleep(10**6)"
+    )
+    chat = gateway("chat", "--config", str(with_warm_sessions(config_path)))
+    try:
+        chat.send(
+            f"RUN_BASH setsid -f sleep {marker}1; (sleep {marker}2 >/dev/null 2>&1 &);"
+            f' setsid -f python3 -c "{listener}" {marker}3 >/dev/null 2>&1; echo started'
+        )
+        chat.expect(r"^agent> Echo: RUN_BASH setsid -f sleep ")
+        assert processes_with(marker) == [], "what the agent started outlived its turn"
+        first = warm_agents(tmp_path)
+        assert len(first) == 1, "the warm process itself was kept"
+        chat.send("the second question")
+        chat.expect(r"^agent> Echo: the second question$")
+        assert warm_agents(tmp_path) == first, "the second turn went to the same process"
+        chat.finish()
+    finally:
+        _kill_leftovers(marker)

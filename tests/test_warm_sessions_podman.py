@@ -7,6 +7,7 @@ from __future__ import annotations
 from gateway_bot.sandbox.podman.images import DEFAULT_CONTAINERFILE
 from tests.fake_anthropic import FakeAnthropic
 from tests.sandbox_fixtures import SandboxSetup, commit_file, wait_until
+from tests.test_security_sandbox_files import _processes_with
 from tests.test_warm_sessions import with_warm_sessions
 
 LIST_WARM_AGENTS = (
@@ -84,3 +85,55 @@ def test_a_changed_containerfile_ends_the_warm_process_and_the_session_moves_on(
     assert "remember the word kumquat" in " ".join(fake_api.user_texts(fake_api.requests[-1]))
     chat.close_input()
     assert chat.wait() == 0
+
+
+def test_background_processes_end_after_each_turn_while_the_warm_process_stays(
+    gateway, sandbox: SandboxSetup, fake_api: FakeAnthropic
+) -> None:
+    # As tests/test_security_sandbox_files.py's attack, with the agent's process kept: it
+    # swaps the container's kill for a no-op, then leaves processes behind, in a session of
+    # their own and not, each carrying the environment (the exec's run mark) of the agent.
+    sabotage = (
+        "printf '#!/bin/bash\\nexit 0\\n' > /tmp/noop && chmod +x /tmp/noop"
+        " && cp /tmp/noop /usr/bin/kill"
+        " && (setsid sleep 777778 >/dev/null 2>&1 < /dev/null &)"
+        " && (sleep 777779 >/dev/null 2>&1 < /dev/null &)"
+    )
+    chat = gateway("chat", "--config", str(with_warm_sessions(sandbox.config())))
+    chat.send(f"RUN_BASH {sabotage}")
+    chat.expect(r"^agent> Echo:")
+    assert _processes_with("sleep 77777") == [], "a background process outlived its turn"
+    _, container = sandbox.only_container()
+    first = warm_pids(sandbox, container["name"])
+    assert len(first) == 1, "the warm process itself was kept"
+    chat.send("and the next task still runs")
+    chat.expect(r"^agent> Echo: .*next task still runs")
+    assert warm_pids(sandbox, container["name"]) == first, "served by the same process"
+    chat.close_input()
+    assert chat.wait() == 0
+
+
+def test_a_daemon_killed_mid_turn_with_a_warm_session_answers_once_after_restart(
+    gateway, sandbox: SandboxSetup, fake_api: FakeAnthropic
+) -> None:
+    config = with_warm_sessions(sandbox.config())
+    first = gateway("chat", "--config", str(config))
+    first.send("remember the word kumquat")
+    first.expect(r"^agent> Echo: remember the word kumquat$")
+    _, container = sandbox.only_container()
+    (before,) = warm_pids(sandbox, container["name"])
+    fake_api.hold("CRASH")
+    first.send("CRASH in the second turn")
+    assert fake_api.wait_for_held(60), "the warm agent never asked the model"
+    first.kill()
+    fake_api.release()
+
+    second = gateway("chat", "--config", str(config))
+    second.expect(r"^agent> Echo: CRASH in the second turn$")
+    assert before not in warm_pids(sandbox, container["name"]), "the orphan was ended"
+    second.send("what was the word?")
+    second.expect(r"^agent> Echo: what was the word\?$")
+    assert "remember the word kumquat" in " ".join(fake_api.user_texts(fake_api.requests[-1]))
+    second.close_input()
+    assert second.wait() == 0
+    assert first.count(r"^agent> Echo: CRASH") + second.count(r"^agent> Echo: CRASH") == 1

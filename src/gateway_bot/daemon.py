@@ -254,6 +254,7 @@ class Daemon:
             self.agents,
             AgentDefaults(
                 timeout_s=config.agent.timeout_seconds,
+                stall_s=config.agent.stall_seconds,
                 env=self.agent_env,
                 timezone=config.timezone,
                 secrets=config.secrets,

@@ -25,6 +25,9 @@ class ToolUseEvent:
     tool: str
     summary: str
     """One line a human can read: the command, the file, the pattern."""
+    timeout_s: float | None = None
+    """The call's own declared time limit (Claude Code's Bash ``timeout``), if any: the run
+    may be silent that much longer while it runs (``stall_watch.py``)."""
 
 
 @dataclass(frozen=True)

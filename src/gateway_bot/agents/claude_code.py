@@ -44,8 +44,10 @@ QUIET_ENV = {
 }
 """IS_SANDBOX lets --dangerously-skip-permissions run as root: the sandbox is the boundary."""
 
-BLOCKED_TOOLS = "AskUserQuestion,EnterPlanMode,ExitPlanMode"
-"""Interactive-only tools: nobody is at a terminal to answer them."""
+BLOCKED_TOOLS = "AskUserQuestion,EnterPlanMode,ExitPlanMode,EnterWorktree,ExitWorktree"
+"""Interactive-only tools: nobody is at a terminal to answer them, and a worktree the agent
+switched into would leave the conversation's workspace (CLI 2.1.197 offers all five to
+``-p`` runs unless they are named here; the first three it already drops by itself)."""
 
 DEFAULT_API_URL = "https://api.anthropic.com"
 

@@ -88,9 +88,21 @@ def _assistant_block(block: Any) -> AgentEvent | None:
     if block.get("type") == "text" and block.get("text"):
         return TextEvent(text=str(block["text"]))
     if block.get("type") == "tool_use":
-        tool = str(block.get("name", "tool"))
-        return ToolUseEvent(tool=tool, summary=summarize_tool_use(tool, block.get("input")))
+        tool, tool_input = str(block.get("name", "tool")), block.get("input")
+        return ToolUseEvent(
+            tool=tool,
+            summary=summarize_tool_use(tool, tool_input),
+            timeout_s=_declared_timeout(tool_input),
+        )
     return None
+
+
+def _declared_timeout(tool_input: Any) -> float | None:
+    """Bash's ``timeout`` input, in milliseconds (the CLI caps it at 10 minutes)."""
+    value = tool_input.get("timeout") if isinstance(tool_input, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        return None
+    return float(value) / 1000.0
 
 
 def _tool_result_block(block: Any) -> AgentEvent | None:

@@ -6,6 +6,10 @@ later message is written to its stdin as one JSON user message; the turn's event
 until its ``result``. The conversation's lane already runs one task at a time, so a turn
 never meets another turn in the same process.
 
+After each turn everything the agent left running in the background is ended, the process
+itself excepted (``SandboxProcess.end_others``): a warm session keeps no more than a cold
+run does.
+
 Anything unusual sends the turn to the cold runner (``claude -p --resume``), which is what
 every turn used before: the process died, was killed (``/stop``, a kill from the host, the
 container removed), or wrote nothing for the turn. The session files live in the
@@ -117,7 +121,7 @@ class WarmClaudeRunner:
         keep = False
         try:
             outcome = await self._turn(session, request, event_log, on_event)
-            keep = outcome.succeeded and session.alive
+            keep = outcome.succeeded and session.alive and await _end_background(session)
             return outcome
         except _NoTurn:
             pass
@@ -280,6 +284,18 @@ class WarmClaudeRunner:
         sessions = list(self._idle.values())
         self._idle.clear()
         await asyncio.gather(*(_end(s) for s in sessions), return_exceptions=True)
+
+
+async def _end_background(session: WarmSession) -> bool:
+    """After a turn, whatever the agent started and left running ends (as it would with a
+    cold run's process), before the reply goes out. False when that could not be done: the
+    session is then ended, which ends the rest with it."""
+    try:
+        await session.process.end_others()
+    except Exception:
+        log.exception("could not end what the agent left running; ending its session")
+        return False
+    return session.alive
 
 
 async def _end(session: WarmSession) -> None:

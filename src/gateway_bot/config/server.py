@@ -77,13 +77,19 @@ class AgentSettings(Section):
         default_factory=dict,
         description="Extra environment for the agent (model endpoint, API key...).",
     )
+    stall_seconds: PositiveFloat = Field(
+        default=600.0,
+        description="A run that says nothing this long (once started; longer while a tool "
+        "call with its own longer time limit runs) is stopped as stuck, and the user told "
+        "its last step. timeout_seconds stays the ceiling.",
+    )
     max_warm_sessions: int = Field(
-        default=0,
+        default=4,
         ge=0,
         description="Agent processes kept between turns (one per active conversation, later "
-        "turns skip the CLI's start-up); the least recently used is ended first. 0 (the "
-        "default, for now): none; while one is kept, what the agent left running in the "
-        "background is not ended after each turn.",
+        "turns skip the CLI's start-up); the least recently used is ended first. What the "
+        "agent left running in the background still ends after each turn. 0: none (every "
+        "turn starts the CLI afresh).",
     )
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from gateway_bot.agents.base import AgentOutcome, AgentRequest, OnEvent
 from gateway_bot.agents.enabled import AgentSet
 from gateway_bot.agents.event_log import EventLog
+from gateway_bot.agents.stall_watch import Stalled, StallWatch
 from gateway_bot.config.repo import REPO_CONFIG_PATH, RepoConfig, parse_repo_config
 from gateway_bot.config.server import ExecutionSettings
 from gateway_bot.config.yaml_tags import ConfigError
@@ -45,6 +46,8 @@ class AgentDefaults:
     env: Mapping[str, str]
     timezone: str
     secrets: Mapping[str, str]
+    stall_s: float = 600.0
+    """A run silent this long is stopped as stuck (``agents/stall_watch.py``)."""
 
 
 @dataclass(frozen=True)
@@ -136,9 +139,13 @@ class TaskExecutor:
         event_log = EventLog(dirs.events, int(self._limits.events_log_limit_mb * MB))
 
         request = AgentRequest(prompt, conversation.agent_session_id, model, timeout_s, agent_env)
-        outcome = await disk.run_within(
-            agent.runner.run(request, self._sandbox, context, event_log, on_event)
-        )
+
+        async def run_agent(request: AgentRequest) -> AgentOutcome | Stalled | DiskUsage:
+            watch = StallWatch(self._defaults.stall_s)
+            run = agent.runner.run(request, self._sandbox, context, event_log, watch.wrap(on_event))
+            return await disk.run_within(watch.run_within(run))
+
+        outcome = await run_agent(request)
         if isinstance(outcome, AgentOutcome) and outcome.unresumable:
             log.warning(
                 "conversation %s: session %s cannot be resumed, starting a fresh one",
@@ -148,9 +155,14 @@ class TaskExecutor:
             await self._store.update_conversation(conversation.id, clear_session=True)
             retry_prompt = context_lost_prompt(prompt, conversation.last_reply)
             request = AgentRequest(retry_prompt, None, model, timeout_s, agent_env)
-            outcome = await disk.run_within(
-                agent.runner.run(request, self._sandbox, context, event_log, on_event)
-            )
+            outcome = await run_agent(request)
+        if isinstance(outcome, Stalled):
+            log.warning(
+                "conversation %s: the agent was silent for %.0f s and was stopped (last step: %s)",
+                conversation.id, outcome.silent_s, outcome.last_step,
+            )  # fmt: skip
+            reply = Reply(text=outcome.explain(), is_error=True, stopped=True)
+            return TaskResult(reply, CompletionReason.TIMEOUT)
         if isinstance(outcome, DiskUsage):
             text = disk.explain(outcome, stopped=True)
             return TaskResult(

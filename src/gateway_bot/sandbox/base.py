@@ -126,6 +126,13 @@ class SandboxProcess(Protocol):
         """End the process's input (it reads end of file). Safe to call more than once."""
         ...
 
+    async def end_others(self) -> None:
+        """End everything running in this process's execution environment but the process
+        itself: what it started and left in the background (its children included). A
+        process kept between tasks (a warm agent session) calls it after each turn, so that
+        background processes end with their task as they do when a process exits."""
+        ...
+
 
 class Sandbox(Protocol):
     @property

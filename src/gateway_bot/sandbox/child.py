@@ -140,12 +140,29 @@ async def pid_namespace_prefix() -> list[str]:
     return []
 
 
-def end_marked_processes(token: str) -> int:
+def end_marked_processes(token: str, spared: Collection[int] = ()) -> int:
     """Kill every process whose environment carries ``RUN_MARK=token``, and every
-    descendant of one (a child that cleared its environment), until none is left.
+    descendant of one (a child that cleared its environment), until none is left; the
+    ``spared`` pids excepted (a warm agent session's own process between turns).
     Blocking: call it in a thread. Returns how many kills were sent."""
     mark = f"{RUN_MARK}={token}".encode()
-    return kill_until_gone(lambda: _marked_tree(mark))
+    return kill_until_gone(lambda: _marked_tree(mark) - set(spared))
+
+
+def parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat", "rb") as stat:
+        return int(stat.read().rsplit(b")", 1)[1].split()[1])
+
+
+def children_of(pid: int) -> set[int]:
+    """The live children of ``pid`` (a scan of /proc: no kernel option needed)."""
+    found = set()
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                if parent_of(int(name)) == pid:
+                    found.add(int(name))
+    return found
 
 
 def kill_until_gone(find: Callable[[], Collection[int]]) -> int:

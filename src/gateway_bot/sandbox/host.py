@@ -23,6 +23,7 @@ from gateway_bot.sandbox.base import ExecutionContext, IsKnown, SandboxContainer
 from gateway_bot.sandbox.child import (
     RUN_MARK,
     ProcessStdin,
+    children_of,
     end_marked_processes,
     kill_group,
     pid_namespace_prefix,
@@ -37,9 +38,11 @@ _PASSED_THROUGH = ("PATH", "LANG", "LC_ALL", "TZ", "TMPDIR", "SSL_CERT_FILE")
 
 
 class HostProcess:
-    def __init__(self, process: asyncio.subprocess.Process, token: str) -> None:
+    def __init__(self, process: asyncio.subprocess.Process, token: str, isolated: bool) -> None:
         self._process = process
         self._token = token
+        self._isolated = isolated
+        """Started as ``unshare --pid --fork``: the agent is that process's only child."""
         self._stdin = ProcessStdin(process)
         self._stderr_task = asyncio.create_task(read_bounded(process.stderr))
         self._strays_ended: asyncio.Task[int] | None = None
@@ -73,6 +76,20 @@ class HostProcess:
 
     def close_stdin(self) -> None:
         self._stdin.close()
+
+    async def end_others(self) -> None:
+        """Everything the run started ends but the run itself: its process and, in a PID
+        namespace, the namespace's init (the agent, unshare's one child; whatever else
+        runs in there descends from it)."""
+
+        def sweep() -> int:
+            spared = {self._process.pid}
+            if self._isolated:
+                spared |= children_of(self._process.pid)
+            return end_marked_processes(self._token, spared)
+
+        if killed := await asyncio.to_thread(sweep):
+            log.info("ended %d process(es) an agent left running after its turn", killed)
 
 
 class HostSandbox:
@@ -130,7 +147,8 @@ class HostSandbox:
         full_env.update(env)
         token = secrets.token_hex(16)
         full_env[RUN_MARK] = token
-        command = [*await self._isolation_prefix(), *argv]
+        isolation = await self._isolation_prefix()
+        command = [*isolation, *argv]
         process = await spawn_fed(
             command,
             env=full_env,
@@ -138,7 +156,7 @@ class HostSandbox:
             cwd=context.workspace,
             keep_stdin=keep_stdin,
         )
-        return HostProcess(process, token)
+        return HostProcess(process, token, isolated=bool(isolation))
 
     async def close(self) -> None:
         return None

@@ -70,13 +70,17 @@ class ContainerCalls:
         except PodmanError as exc:
             raise SandboxUnavailable(f"podman could not {what}: {with_hint(exc)}") from exc
 
-    async def kill_strays(self, name: str, info: dict[str, Any] | None = None) -> None:
+    async def kill_strays(
+        self, name: str, info: dict[str, Any] | None = None, *, keep_exec: str | None = None
+    ) -> None:
         """Every process of the container but its init ends (``strays.py``: from the host,
-        never with the container's own binaries, which the agent can replace)."""
+        never with the container's own binaries, which the agent can replace); with
+        ``keep_exec``, the process of the exec carrying that run mark is spared too."""
         info = info or await self.inspect(name)
         if info is None or not info["State"]["Running"]:
             return
-        killed = await asyncio.to_thread(strays.kill_all_but_init, int(info["State"]["Pid"]))
+        init_pid = int(info["State"]["Pid"])
+        killed = await asyncio.to_thread(strays.kill_all_but_init, init_pid, keep_exec)
         if killed:
             log.info("ended %d stray process(es) in %s", killed, name)
 

@@ -20,11 +20,17 @@ AfterExit = Callable[[int, bool], Awaitable[str]]
 """Called once when the CLI has exited, with its exit code and whether it was killed;
 returns a note for stderr (why a container went away) or ''."""
 
+EndOthers = Callable[[], Awaitable[None]]
+"""Ends every process of the container but its init and this exec's own process."""
+
 
 class PodmanExecProcess:
-    def __init__(self, process: asyncio.subprocess.Process, after_exit: AfterExit) -> None:
+    def __init__(
+        self, process: asyncio.subprocess.Process, after_exit: AfterExit, end_others: EndOthers
+    ) -> None:
         self._process = process
         self._after_exit = after_exit
+        self._end_others = end_others
         self._killed = False
         self._stdin = ProcessStdin(process)
         self._stderr_task = asyncio.create_task(read_bounded(process.stderr))
@@ -61,3 +67,6 @@ class PodmanExecProcess:
 
     def close_stdin(self) -> None:
         self._stdin.close()
+
+    async def end_others(self) -> None:
+        await self._end_others()

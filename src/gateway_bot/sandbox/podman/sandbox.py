@@ -16,6 +16,7 @@ import contextlib
 import hashlib
 import logging
 import re
+import secrets
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from gateway_bot.sandbox.base import (
     SandboxPaths,
     SandboxUnavailable,
 )
-from gateway_bot.sandbox.child import spawn_fed
+from gateway_bot.sandbox.child import RUN_MARK, spawn_fed
 from gateway_bot.sandbox.podman import containers as spec
 from gateway_bot.sandbox.podman.container_calls import ContainerCalls, created_at
 from gateway_bot.sandbox.podman.exec_env import ExecEnvError, ExecEnvFiles
@@ -226,6 +227,8 @@ class PodmanSandbox:
         exec_env = {**context.env, **env}
         # Credentials stay with the egress proxy, which adds them for their host only.
         exec_env.update({c.env_name: c.placeholder for c in context.credentials})
+        run_mark = secrets.token_hex(16)  # tells this exec's process apart (``end_others``)
+        exec_env[RUN_MARK] = run_mark
         try:
             env_file = await asyncio.to_thread(self._env_files.write, exec_env)
         except ExecEnvError as exc:
@@ -248,7 +251,10 @@ class PodmanSandbox:
             self._env_files.remove(env_file)
             return await self._after_exit(context.id, state, code, killed)
 
-        return PodmanExecProcess(process, after_exit)
+        async def end_others() -> None:
+            await self._podman.kill_strays(spec.container_name(context.id), keep_exec=run_mark)
+
+        return PodmanExecProcess(process, after_exit, end_others)
 
     async def _prepare(self, context: ExecutionContext, state: _Context) -> str:
         """Everything a task needs, made or repaired: image, network, proxy and its route,

@@ -7,26 +7,58 @@ on after the task, after /stop, after a crash. So the daemon does it itself: a p
 belongs to the container when its cgroup (which a process inside cannot leave: the cgroup
 filesystem is read-only in there) or its PID namespace is the container init's; each is
 sent SIGKILL, until none is left.
+
+A warm agent session's process stays between turns while everything it left ends: it is
+spared by being the root of its ``podman exec`` (its parent, conmon, is outside the
+container; nothing the agent starts can get a parent there) and by carrying that exec's own
+run mark in its environment. Its children are not spared.
 """
 
 from __future__ import annotations
 
 import os
 
-from gateway_bot.sandbox.child import is_zombie, kill_until_gone
+from gateway_bot.sandbox.child import RUN_MARK, is_zombie, kill_until_gone, parent_of
 
 
-def kill_all_but_init(init_pid: int) -> int:
-    """SIGKILL every process of the container whose init has host PID ``init_pid``;
-    return how many kills were sent. Repeats while new ones appear (a fork bomb), bounded."""
+def kill_all_but_init(init_pid: int, keep_exec: str | None = None) -> int:
+    """SIGKILL every process of the container whose init has host PID ``init_pid``, but the
+    exec root marked ``RUN_MARK=keep_exec`` when given; return how many kills were sent.
+    Repeats while new ones appear (a fork bomb), bounded."""
     try:
         cgroup = _read(f"/proc/{init_pid}/cgroup")
         namespace = os.readlink(f"/proc/{init_pid}/ns/pid")
     except OSError:
         return 0  # the container is gone
+    spared = {init_pid}
+    if keep_exec is not None:
+        mark = f"{RUN_MARK}={keep_exec}".encode()
+        members = [pid for pid in _pids() if _belongs(pid, cgroup, namespace)]
+        spared |= {
+            pid for pid in members if _exec_root(pid, cgroup, namespace) and _marked(pid, mark)
+        }
     return kill_until_gone(
-        lambda: [pid for pid in _pids() if pid != init_pid and _belongs(pid, cgroup, namespace)]
+        lambda: [pid for pid in _pids() if pid not in spared and _belongs(pid, cgroup, namespace)]
     )
+
+
+def _exec_root(pid: int, cgroup: str, namespace: str) -> bool:
+    """Started by ``podman exec``: its parent is outside the container. A parent that
+    cannot be read (gone meanwhile) does not make it one; nor does a parent whose leader
+    thread has exited (shown as a zombie while its other threads run: still inside)."""
+    try:
+        parent = parent_of(pid)
+        return not _inside(parent, cgroup, namespace)
+    except (OSError, IndexError, ValueError):
+        return False
+
+
+def _marked(pid: int, mark: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as environ:
+            return mark in environ.read().split(b"\0")
+    except OSError:
+        return False
 
 
 def _pids() -> list[int]:
@@ -34,14 +66,18 @@ def _pids() -> list[int]:
 
 
 def _belongs(pid: int, cgroup: str, namespace: str) -> bool:
+    """A live process of the container (a zombie is dead already: nothing to kill)."""
     try:
-        if is_zombie(pid):
-            return False
-        if os.readlink(f"/proc/{pid}/ns/pid") == namespace:
-            return True
-        return _read(f"/proc/{pid}/cgroup") == cgroup
+        return not is_zombie(pid) and _inside(pid, cgroup, namespace)
     except (OSError, IndexError):
         return False
+
+
+def _inside(pid: int, cgroup: str, namespace: str) -> bool:
+    """In the container's PID namespace or cgroup. Raises OSError when ``pid`` is gone."""
+    if os.readlink(f"/proc/{pid}/ns/pid") == namespace:
+        return True
+    return _read(f"/proc/{pid}/cgroup") == cgroup
 
 
 def _read(path: str) -> str:
