@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.email_fixtures import (
     ALICE,
@@ -243,6 +244,13 @@ def test_the_optional_acknowledgement_comes_once_before_the_reply(
     config = email_config(
         tmp_path, target_repo, fake_api, dovecot, smtp_catcher, mailbox, acknowledge=True
     )
+    settings = yaml.safe_load(config.read_text())
+    settings["dashboard"] = {
+        "token": "t" * 24,
+        "port": 0,
+        "public_url": "https://bot.example.test/dash",
+    }
+    config.write_text(yaml.safe_dump(settings))
     start_daemon(gateway, config)
     dovecot.deliver(mailbox, mail("Status", "/status", to=mailbox))
     dovecot.deliver(mailbox, mail("Task", "ACK-ME please", to=mailbox))
@@ -253,4 +261,5 @@ def test_the_optional_acknowledgement_comes_once_before_the_reply(
     assert len(acks) == 1, "one acknowledgement, for the task only (not the command)"
     assert acks[0] < next(i for i, t in enumerate(texts) if "Echo: ACK-ME" in t)
     ack = smtp_catcher.to(ALICE)[acks[0]]
+    assert re.search(r"https://bot\.example\.test/dash/conversations/[0-9a-f]+", texts[acks[0]])
     assert str(ack["Subject"]).endswith("] Task")

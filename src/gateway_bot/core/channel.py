@@ -10,6 +10,8 @@ falls back from when it is missing:
 
 - ``ProgressDisplay``: an acknowledgement turned into live progress. Without it: no
   acknowledgement and no progress; the reply is the only answer.
+- ``Acknowledges``: a one-off "working on it" for a channel that cannot edit it into live
+  progress (mail). Without it and without ``ProgressDisplay``: no acknowledgement.
 - ``CardButtons``: approval cards with buttons, edited when decided. Without it: the card is
   a text notice (``send_rejection``) telling owners to reply ``!approve CODE`` /
   ``!deny CODE``, which the shared commands decide, owners only, as a press would.
@@ -134,6 +136,18 @@ class ProgressDisplay(Protocol):
         """Show ``progress``; close the display when ``progress.outcome`` is set (a display
         this channel never opened for that task is left alone)."""
         ...
+
+
+@runtime_checkable
+class Acknowledges(Protocol):
+    """A one-off acknowledgement, for channels whose messages cannot be edited into progress.
+
+    Sent when the task is queued (after routing: a held stranger's mail is not acknowledged
+    until an owner allows it), with the core's text, which carries the conversation's
+    dashboard link when ``dashboard.public_url`` is set. The channel may decline (its own
+    setting says whether people want these)."""
+
+    async def acknowledge(self, context: JsonDict, task_id: str, text: str) -> None: ...
 
 
 @runtime_checkable

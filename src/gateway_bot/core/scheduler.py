@@ -10,8 +10,8 @@ drainer (a running task then stays EXECUTING and the next start runs it again).
 
 Queue first, then acknowledge: the acknowledgement is a retried job of its own that the
 task waits for (so "Working on it" comes before the progress display) but whose failure
-never keeps the task from running. A channel without a ``ProgressDisplay`` gets neither:
-its people see the reply only.
+never keeps the task from running. A channel without a ``ProgressDisplay`` gets no progress;
+one that ``Acknowledges`` (mail) gets the acknowledgement alone, others see the reply only.
 
 Why a task leaves its queue whatever happens to it: a drainer that kept a failed task at
 the head re-ran it for the next message (EXECUTING -> EXECUTING, refused), and the
@@ -35,6 +35,7 @@ import structlog
 
 from gateway_bot.agents.base import OnEvent
 from gateway_bot.core.channel import (
+    Acknowledges,
     AttachmentDownloads,
     ChannelAdapter,
     ProgressDisplay,
@@ -185,18 +186,21 @@ class Scheduler:
                 lambda: adapter.send_rejection(context, text),
             )
             return
-        if not isinstance(adapter, ProgressDisplay):
-            self.enqueue(conversation_id, task.id)
-            return
-        display = adapter
         ack = f"Queued behind {ahead} task(s)." if ahead else "Working on it…"
         link = self._conversation_link(conversation_id) if self._conversation_link else None
         if link:
             ack = f"{ack} {link}"
-        acknowledged = self._tell(
-            f"{message.channel}: acknowledging task {task.id}",
-            lambda: display.send_acknowledgement(context, task.id, ack),
-        )
+        send: Callable[[], Awaitable[None]]
+        if isinstance(adapter, ProgressDisplay):
+            display = adapter
+            send = lambda: display.send_acknowledgement(context, task.id, ack)  # noqa: E731
+        elif isinstance(adapter, Acknowledges):
+            notice = adapter
+            send = lambda: notice.acknowledge(context, task.id, ack)  # noqa: E731
+        else:
+            self.enqueue(conversation_id, task.id)
+            return
+        acknowledged = self._tell(f"{message.channel}: acknowledging task {task.id}", send)
         self.enqueue(conversation_id, task.id, after=acknowledged)
 
     def _tell(self, what: str, send: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:

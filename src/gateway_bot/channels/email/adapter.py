@@ -74,7 +74,6 @@ class EmailAdapter:
         self._listener = EmailListener(settings, self._store, self._tokens)
         self._domain = settings.address.rpartition("@")[2]
         self._send_lock = asyncio.Lock()
-        self._background: set[asyncio.Task[None]] = set()
 
     @property
     def listener(self) -> EmailListener:
@@ -168,29 +167,17 @@ class EmailAdapter:
             is_direct=True,
             mentioned=True,
         )
-        if self._settings.acknowledge and inbound.sender_allowed:
-            self._acknowledge_later(raw.message_id, inbound)
         return inbound
 
-    def _acknowledge_later(self, message_id: str, inbound: InboundMessage) -> None:
-        """The optional acknowledgement mail, once per mail (a send intent like a reply's),
-        in the background: intake never waits on SMTP. Commands are answered instead, and
-        held mail is not acknowledged (its sender is not allowed yet)."""
-        if inbound.body.lstrip().startswith(("/", "!")):
+    async def acknowledge(self, context: JsonDict, task_id: str, text: str) -> None:
+        """The optional acknowledgement mail (``acknowledge: true``), once per task (a send
+        intent like a reply's): the core sends it when the task is queued, so commands are
+        answered instead and a held stranger's mail is acknowledged only once allowed.
+        ``text`` is the core's, with the dashboard link when there is one."""
+        if not self._settings.acknowledge:
             return
-        task = asyncio.create_task(
-            self._acknowledge(f"ack:{message_id}", inbound.channel_context),
-            name=f"email-ack-{message_id[:16]}",
-        )
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    async def _acknowledge(self, send_key: str, context: JsonDict) -> None:
-        text = "Working on it. The answer will come as a reply to your mail."
-        try:
-            await self._send_once(send_key, context, text, "", ())
-        except Exception:  # best effort: the reply is what matters
-            log.warning("could not send the acknowledgement %s", send_key, exc_info=True)
+        body = f"{text}\n\nThe answer will come as a reply to your mail."
+        await self._send_once(f"ack:{task_id}", context, body, "", ())
 
     async def _thread_of(self, message: EmailMessage) -> str | None:
         for msgid in mime.references_newest_first(message):
