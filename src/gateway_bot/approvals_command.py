@@ -21,7 +21,14 @@ from pathlib import Path
 from gateway_bot.control_socket import DaemonUnreachable, ask_daemon
 from gateway_bot.domain.records import ApprovalRecord
 from gateway_bot.state.sqlite_store import SqliteStore
-from gateway_bot.status_command import EXIT_NO_STATE, _age, _approval_json, _preview, _table
+from gateway_bot.status_command import (
+    EXIT_NO_STATE,
+    _age,
+    _approval_json,
+    _preview,
+    _printable,
+    _table,
+)
 
 EXIT_REFUSED = 1
 EXIT_NO_DAEMON = 4
@@ -71,6 +78,7 @@ def run_decision(state_dir: Path, code: str, choice: str, owner: str) -> int:
         )
         return EXIT_NO_DAEMON
     text = str(answer.get("text", ""))
+    text = _printable(text)  # it names the sender: a stranger's escape sequences stay inert
     if answer.get("ok") is True:
         print(text)
         return 0

@@ -53,6 +53,7 @@ from gateway_bot.sandbox.podman.service import PodmanCommandError
 from gateway_bot.service_unit import (
     DEFAULT_NAME,
     UnitSettings,
+    UnsafeUnitValue,
     default_unit_dir,
     install_unit,
     instructions,
@@ -322,7 +323,11 @@ def _install_service(args: argparse.Namespace) -> int:
         path_variable=os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
         shutdown_timeout_s=config.execution.shutdown_timeout_seconds,
     )
-    unit = install_unit(settings, args.unit_dir or default_unit_dir(), args.name)
+    try:
+        unit = install_unit(settings, args.unit_dir or default_unit_dir(), args.name)
+    except UnsafeUnitValue as exc:
+        print(f"install-service: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     print(instructions(unit, args.name))
     return 0
 

@@ -16,6 +16,7 @@ import getpass
 import os
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,8 +63,19 @@ def _path_setting(value: str) -> str:
     return value.replace("%", "%%")
 
 
+class UnsafeUnitValue(ValueError):
+    """A path or PATH with a control character: a line break would start a new directive."""
+
+
+def _refuse_control(values: Sequence[str]) -> None:
+    for value in values:
+        if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+            raise UnsafeUnitValue(f"a control character in {value!r}: not written into a unit")
+
+
 def render_unit(settings: UnitSettings) -> str:
     command = [*settings.program, "run", "--config", str(settings.config)]
+    _refuse_control([*command, *(str(v) for v in vars(settings).values() if v is not None)])
     stop_s = int(settings.shutdown_timeout_s) + STOP_MARGIN_S
     return "\n".join(
         [

@@ -7,6 +7,7 @@ Unknown line types are ignored: the CLI adds new ones between versions.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from gateway_bot.agents.base import (
@@ -97,11 +98,17 @@ def _assistant_block(block: Any) -> AgentEvent | None:
     return None
 
 
+MAX_TOOL_TIMEOUT_MS = 600_000
+"""The CLI's own cap on a Bash call's ``timeout``; a larger (or odd) value is ignored."""
+
+
 def _declared_timeout(tool_input: Any) -> float | None:
     """Bash's ``timeout`` input, in milliseconds (the CLI caps it at 10 minutes)."""
     value = tool_input.get("timeout") if isinstance(tool_input, dict) else None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+    if isinstance(value, bool) or not isinstance(value, int | float):
         return None
+    if not math.isfinite(value) or not 0 < value <= MAX_TOOL_TIMEOUT_MS:
+        return None  # NaN would make the stall watch's sleep return at once, forever
     return float(value) / 1000.0
 
 

@@ -17,6 +17,7 @@ message, so a single response the model writes for longer than ``stall_s`` count
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
@@ -85,6 +86,8 @@ class StallWatch:
             assert self._last_event is not None
             silent = time.monotonic() - self._last_event
             allowed = self._allowed_silence()
+            if not math.isfinite(allowed):  # never from a parser, but the loop must sleep
+                allowed = self._stall_s
             if silent >= allowed:
                 return Stalled(silent, self._last_step)
             await asyncio.sleep(allowed - silent)

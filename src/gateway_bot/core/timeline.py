@@ -192,9 +192,15 @@ def agent_lines(
 
 
 def agent_entries(lines: Sequence[str], parse_line: ParseLine) -> list[TimelineEntry]:
-    entries = [
-        TimelineEntry(None, "agent", describe_event(event))
-        for line in lines
-        for event in parse_line(line)
-    ]
+    """The agent's events as timeline entries. The lines are what the agent's CLI printed (a
+    CLI the agent replaced prints anything): a line that does not parse is shown as such,
+    never a page that fails to render."""
+    entries = []
+    for line in lines:
+        try:
+            events = list(parse_line(line))
+        except (ValueError, TypeError, OverflowError, KeyError, AttributeError):
+            entries.append(TimelineEntry(None, "agent", "(an event line that could not be read)"))
+            continue
+        entries.extend(TimelineEntry(None, "agent", describe_event(event)) for event in events)
     return entries[-MAX_AGENT_ENTRIES:]

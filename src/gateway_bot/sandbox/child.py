@@ -183,9 +183,31 @@ def kill_until_gone(find: Callable[[], Collection[int]]) -> int:
 
 
 def is_zombie(pid: int) -> bool:
-    """Dead already, waiting for its parent to reap it: killing it again does nothing."""
+    """Dead already, waiting for its parent to reap it: killing it again does nothing.
+
+    Only when no thread of it is left: a process whose main thread exited (``pthread_exit``)
+    shows ``Z`` in its stat while its other threads run on, and one that looked dead that
+    way was never killed (an agent's way to outlive every sweep)."""
     with open(f"/proc/{pid}/stat", "rb") as stat:
-        return stat.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+        fields = stat.read().rsplit(b")", 1)[1].split()
+    # field 20 of stat (index 17 after the command) is num_threads
+    return fields[0] == b"Z" and int(fields[17]) <= 1
+
+
+def _environment(pid: int) -> bytes:
+    """The process's environment; read through a live thread when its main thread has
+    exited (``/proc/PID/environ`` then answers ESRCH while the process runs on)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as environ:
+            return environ.read()
+    except ProcessLookupError:
+        for thread in os.listdir(f"/proc/{pid}/task"):
+            with (
+                contextlib.suppress(OSError),
+                open(f"/proc/{pid}/task/{thread}/environ", "rb") as environ,
+            ):
+                return environ.read()
+        raise
 
 
 def _marked_tree(mark: bytes) -> set[int]:
@@ -199,12 +221,11 @@ def _marked_tree(mark: bytes) -> set[int]:
         try:
             with open(f"/proc/{pid}/stat", "rb") as stat:
                 fields = stat.read().rsplit(b")", 1)[1].split()
-            if fields[0] == b"Z":  # a zombie is dead already; its parent reaps it
+            if fields[0] == b"Z" and int(fields[17]) <= 1:  # dead already (see is_zombie)
                 continue
             parents[pid] = int(fields[1])
-            with open(f"/proc/{pid}/environ", "rb") as environ:
-                if mark in environ.read().split(b"\0"):
-                    marked.add(pid)
+            if mark in _environment(pid).split(b"\0"):
+                marked.add(pid)
         except (OSError, IndexError, ValueError):
             continue  # gone meanwhile, or not ours to read
     tree = set(marked)
