@@ -20,7 +20,11 @@ fi
 shopt -s nullglob
 first=(tests/core tests/test_matrix_*.py tests/test_email_*.py tests/test_security_email.py
        tests/test_approval*.py tests/test_slack_*.py tests/test_gemini_backend.py
-       tests/test_warm_session_leaks.py)
+       tests/test_warm_session_leaks.py tests/test_bad_input_corpus.py
+       tests/test_warm_sessions_podman.py tests/test_sandbox_lifecycle.py
+       tests/test_agent_backends_podman.py tests/test_codex_backend.py
+       tests/test_mail_continuation.py tests/test_schedules_channels.py
+       tests/test_dashboard_browser.py)
 second=()
 for file in tests/test_*.py; do
   case " ${first[*]} " in *" $file "*) ;; *) second+=("$file") ;; esac
