@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import re
-import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -27,6 +25,7 @@ from gateway_bot.agents.base import (
     WarmSettings,
 )
 from gateway_bot.agents.claude_stream import parse_stream_line
+from gateway_bot.agents.cli_install import api_origin, pinned_or_on_path
 from gateway_bot.agents.event_log import EventLog
 from gateway_bot.sandbox.base import (
     ExecutionContext,
@@ -69,13 +68,8 @@ def injected_credentials(env: Mapping[str, str]) -> tuple[InjectedCredential, ..
     handle them: the agent holds a placeholder, the proxy adds the real header, only on
     requests to the model API (``ANTHROPIC_BASE_URL``, else the public API). So a repo or a
     prompt that makes the agent send its key elsewhere sends the placeholder."""
-    base = urlsplit(env.get("ANTHROPIC_BASE_URL") or DEFAULT_API_URL)
-    scheme = (base.scheme or "https").lower()
-    host = base.hostname or urlsplit(DEFAULT_API_URL).hostname or ""
-    try:
-        port = base.port or (443 if scheme == "https" else 80)
-    except ValueError:  # a port out of range: the agent fails to connect and says so
-        port = 443 if scheme == "https" else 80
+    scheme, hostname, port = api_origin(env.get("ANTHROPIC_BASE_URL") or DEFAULT_API_URL)
+    host = hostname or urlsplit(DEFAULT_API_URL).hostname or ""
     return tuple(
         InjectedCredential(
             env_name=name,
@@ -204,10 +198,6 @@ MODEL_ENV = (
 )
 """Model-endpoint variables the agent inherits from the daemon's environment (or .env)."""
 
-SETUP_TOOLS_BIN = Path(__file__).resolve().parents[3] / ".tools" / "node_modules" / ".bin"
-"""Where scripts/setup.sh installs the pinned Claude Code CLI: the checkout this package
-runs from (uv installs the project editable, so this file lives in its src/)."""
-
 
 def credentials_problem(env: Mapping[str, str]) -> str | None:
     if any(env.get(name) for name in _CREDENTIAL_HEADERS):
@@ -224,13 +214,7 @@ def locate_command(command: Sequence[str]) -> list[str]:
     in the checkout's .tools/, so the default works in a shell whose PATH lacks it (the
     ``gateway-bot`` launcher's). PATH wins: an operator's own install is never
     second-guessed; paths and other names are left as they are."""
-    program = command[0]
-    if program != "claude" or shutil.which(program) is not None:
-        return list(command)
-    pinned = SETUP_TOOLS_BIN / program
-    if os.access(pinned, os.X_OK):
-        return [str(pinned), *command[1:]]
-    return list(command)
+    return pinned_or_on_path(command, "claude")
 
 
 def image_files(program: Path) -> dict[str, Path]:

@@ -17,16 +17,14 @@ Not available: cost (tokens only), a warm session, and turning off ``request_use
 
 from __future__ import annotations
 
-import os
 import platform
 import re
-import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from gateway_bot.agents.backend import AgentBackend
 from gateway_bot.agents.base import AgentOutcome, AgentRequest, OnEvent
+from gateway_bot.agents.cli_install import api_origin, pinned_or_on_path
 from gateway_bot.agents.cli_run import CliRun, run_cli
 from gateway_bot.agents.codex_stream import parse_stream_line
 from gateway_bot.agents.event_log import EventLog
@@ -46,7 +44,6 @@ _UNRESUMABLE = re.compile(
     r"no rollout found for thread id|thread/resume failed|unexpected status 4\d\d", re.IGNORECASE
 )
 
-SETUP_TOOLS_BIN = Path(__file__).resolve().parents[3] / ".tools" / "node_modules" / ".bin"
 _TARGETS = {"x86_64": ("x64", "x86_64"), "aarch64": ("arm64", "aarch64")}
 
 
@@ -113,16 +110,11 @@ def injected_credentials(env: Mapping[str, str]) -> tuple[InjectedCredential, ..
     ``Authorization: Bearer`` only to the model API; the agent holds a placeholder."""
     if not env.get("OPENAI_API_KEY"):
         return ()
-    base = urlsplit(env.get("OPENAI_BASE_URL") or DEFAULT_API_URL)
-    scheme = (base.scheme or "https").lower()
-    try:
-        port = base.port or (443 if scheme == "https" else 80)
-    except ValueError:
-        port = 443 if scheme == "https" else 80
+    scheme, hostname, port = api_origin(env.get("OPENAI_BASE_URL") or DEFAULT_API_URL)
     return (
         InjectedCredential(
             env_name="OPENAI_API_KEY",
-            host=base.hostname or "api.openai.com",
+            host=hostname or "api.openai.com",
             header="authorization",
             value="Bearer " + env["OPENAI_API_KEY"],
             port=port,
@@ -144,13 +136,7 @@ def credentials_problem(env: Mapping[str, str]) -> str | None:
 
 def locate_command(command: Sequence[str]) -> list[str]:
     """``codex`` from PATH, else the one set-up pinned in the checkout's .tools/."""
-    program = command[0]
-    if program != "codex" or shutil.which(program) is not None:
-        return list(command)
-    pinned = SETUP_TOOLS_BIN / program
-    if os.access(pinned, os.X_OK):
-        return [str(pinned), *command[1:]]
-    return list(command)
+    return pinned_or_on_path(command, "codex")
 
 
 def native_binary(program: Path) -> Path:

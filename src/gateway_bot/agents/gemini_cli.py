@@ -18,15 +18,14 @@ one prompt).
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from gateway_bot.agents.backend import AgentBackend
 from gateway_bot.agents.base import AgentOutcome, AgentRequest, OnEvent
+from gateway_bot.agents.cli_install import api_origin, pinned_or_on_path
 from gateway_bot.agents.cli_run import CliRun, run_cli
 from gateway_bot.agents.event_log import EventLog
 from gateway_bot.agents.gemini_stream import parse_stream_line
@@ -64,7 +63,6 @@ _UNRESUMABLE = re.compile(
     r"Invalid session identifier|Error resuming session|\[API Error: .*\b4\d\d\b", re.IGNORECASE
 )
 
-SETUP_TOOLS_BIN = Path(__file__).resolve().parents[3] / ".tools" / "node_modules" / ".bin"
 LAUNCHER = Path(__file__).with_name("gemini-launcher.sh")
 """The image's ``gemini``: node running the bundle copied beside it."""
 
@@ -101,16 +99,11 @@ def injected_credentials(env: Mapping[str, str]) -> tuple[InjectedCredential, ..
     ``x-goog-api-key`` only to the model API; the agent holds a placeholder."""
     if not env.get("GEMINI_API_KEY"):
         return ()
-    base = urlsplit(env.get("GOOGLE_GEMINI_BASE_URL") or DEFAULT_API_URL)
-    scheme = (base.scheme or "https").lower()
-    try:
-        port = base.port or (443 if scheme == "https" else 80)
-    except ValueError:
-        port = 443 if scheme == "https" else 80
+    scheme, hostname, port = api_origin(env.get("GOOGLE_GEMINI_BASE_URL") or DEFAULT_API_URL)
     return (
         InjectedCredential(
             env_name="GEMINI_API_KEY",
-            host=base.hostname or "generativelanguage.googleapis.com",
+            host=hostname or "generativelanguage.googleapis.com",
             header="x-goog-api-key",
             value=env["GEMINI_API_KEY"],
             port=port,
@@ -132,13 +125,7 @@ def credentials_problem(env: Mapping[str, str]) -> str | None:
 
 def locate_command(command: Sequence[str]) -> list[str]:
     """``gemini`` from PATH, else the one set-up pinned in the checkout's .tools/."""
-    program = command[0]
-    if program != "gemini" or shutil.which(program) is not None:
-        return list(command)
-    pinned = SETUP_TOOLS_BIN / program
-    if os.access(pinned, os.X_OK):
-        return [str(pinned), *command[1:]]
-    return list(command)
+    return pinned_or_on_path(command, "gemini")
 
 
 def image_files(program: Path) -> dict[str, Path]:
