@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from gateway_bot.agent_setup import agent_environment, agent_image_files, check_agent_setup
 from gateway_bot.agents.claude_code import CLAUDE_CODE
 from gateway_bot.agents.registry import backend_named
 from gateway_bot.config.server import build_server_config
-from gateway_bot.daemon import agent_environment, agent_image_files, check_agent_setup
 from gateway_bot.sandbox.egress.allowlist import parse_allowlist
 from gateway_bot.sandbox.egress.rules import decide, decide_connect
 from tests.test_config import run_cli

@@ -21,6 +21,16 @@ from urllib.parse import urlsplit
 
 from podman.errors import PodmanError
 
+from gateway_bot.agent_setup import (
+    agent_backend,
+    agent_command,
+    agent_environment,
+    agent_image_files,
+    agent_program,
+    check_agent_setup,
+    describe_backends,
+    model_api_on_loopback,
+)
 from gateway_bot.agents.backend import AgentBackend
 from gateway_bot.approvals_command import run_decision, run_list
 from gateway_bot.channels.factory import create_adapters
@@ -33,17 +43,7 @@ from gateway_bot.config.server import (
     load_server_config,
 )
 from gateway_bot.config.yaml_tags import ConfigError
-from gateway_bot.daemon import (
-    Daemon,
-    agent_backend,
-    agent_command,
-    agent_environment,
-    agent_image_files,
-    agent_program,
-    check_agent_setup,
-    describe_backends,
-    model_api_on_loopback,
-)
+from gateway_bot.daemon import Daemon
 from gateway_bot.logs import configure_logging
 from gateway_bot.matrix_commands import bootstrap_cross_signing, describe_e2ee
 from gateway_bot.sandbox.base import Sandbox, SandboxUnavailable
