@@ -10,7 +10,7 @@ here=$PWD
 root=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$root/.tools"
 echo "Setting up (the first run takes a few minutes; log: .tools/setup.log)…" >&2
-if ! (cd "$root" && bash scripts/setup.sh >"$root/.tools/setup.log" 2>&1); then
+if ! (cd "$root" && GATEWAY_BOT_SETUP=run bash scripts/setup.sh >"$root/.tools/setup.log" 2>&1); then
   cat "$root/.tools/setup.log" >&2
   echo "set-up failed (log: .tools/setup.log)" >&2
   exit 1

@@ -2,9 +2,15 @@
 # Installs everything gateway-bot and its tests need, idempotently: system packages (when
 # root with apt), uv and the Python environment, the Claude Code CLI, and whatever each
 # scripts/setup.d/NN-*.sh step adds (container images, test servers). Safe to run again.
+# With GATEWAY_BOT_SETUP=run (scripts/chat.sh sets it) the steps only the tests need (a
+# `# setup: tests only` line in the step) are skipped: a newcomer's first chat installs
+# no mail server or browser.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for step in scripts/setup.d/*.sh; do
+  if [ "${GATEWAY_BOT_SETUP:-all}" = run ] && grep -q '^# setup: tests only' "$step"; then
+    continue
+  fi
   echo "== setup: ${step##*/}" >&2
   bash "$step"
 done

@@ -2,6 +2,7 @@
 # The dashboard's browser tests (tests/test_dashboard_browser.py): Debian's chromium, driven
 # headless by the playwright dev dependency (`playwright install` cannot download browsers
 # here; the tests point it at /usr/bin/chromium). Idempotent: nothing to do when it is there.
+# setup: tests only
 set -euo pipefail
 command -v chromium >/dev/null && exit 0
 if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
