@@ -34,6 +34,7 @@ pytest_plugins: list[str] = [
     "tests.fake_slack",
     "tests.sandbox_fixtures",
     "tests.email_fixtures",
+    "tests.pg_fixtures",
 ]
 
 GIT_IDENTITY = ["-c", "user.name=Test", "-c", "user.email=test@example.test"]

@@ -21,7 +21,9 @@ from gateway_bot.core.retries import RetryPolicy
 from gateway_bot.core.service import GatewayService
 from gateway_bot.domain.messages import RawMessage
 from gateway_bot.domain.records import TaskRecord
+from gateway_bot.state.database import StateTarget
 from gateway_bot.state.sqlite_store import SqliteStore
+from tests.pg_fixtures import StateTargets
 from tests.core.fakes import BareChannel, FakeAgent, FakeChannel, Sent
 
 FAST = RetryPolicy(attempts=3, first_wait_s=0.01, max_wait_s=0.02)
@@ -54,8 +56,10 @@ class World:
         max_pending: int = 3,
         policy: RetryPolicy = FAST,
         channel: BareChannel | None = None,
+        state: StateTarget | None = None,
     ) -> None:
-        self.store = SqliteStore(tmp_path / "state.db")
+        """``state``: where the store lives (default ``<tmp_path>/state.db``)."""
+        self.store = SqliteStore(state if state is not None else tmp_path / "state.db")
         self.channel = channel if channel is not None else FakeChannel()
         self.agent = FakeAgent()
         self.access = access or owners_access()
@@ -141,10 +145,9 @@ class World:
             await asyncio.sleep(0.005)
 
     async def task_id(self, message_id: str) -> str:
-        async with self.store.db.execute(
+        row = await self.store.database.fetch_one(
             "SELECT task_id FROM inbound_messages WHERE message_id = ?", (message_id,)
-        ) as cursor:
-            row = await cursor.fetchone()
+        )
         assert row is not None, f"message {message_id} was not stored"
         return str(row[0])
 
@@ -191,23 +194,27 @@ class World:
 
 
 @pytest.fixture
-async def world(tmp_path: Path) -> AsyncIterator[World]:
-    made = World(tmp_path)
+async def world(tmp_path: Path, state_targets: StateTargets) -> AsyncIterator[World]:
+    """On both engines (SQLite and PostgreSQL)."""
+    made = World(tmp_path, state=state_targets(tmp_path))
     await made.start()
     yield made
     await made.close()
 
 
 @pytest.fixture
-async def make_world(tmp_path: Path) -> AsyncIterator[Callable[..., World]]:
-    """For tests that need other settings; the test starts them, teardown closes them."""
+async def make_world(
+    tmp_path: Path, state_targets: StateTargets
+) -> AsyncIterator[Callable[..., World]]:
+    """For tests that need other settings; the test starts them, teardown closes them. On
+    both engines (SQLite and PostgreSQL)."""
     counter = itertools.count(1)
     made: list[World] = []
 
     def make(**settings: Any) -> World:
         directory = tmp_path / f"world-{next(counter)}"
         directory.mkdir()
-        made.append(World(directory, **settings))
+        made.append(World(directory, state=state_targets(directory), **settings))
         return made[-1]
 
     yield make

@@ -103,11 +103,10 @@ class Gateway:
         return message_id
 
     async def task(self, channel: str, message_id: str) -> TaskRecord:
-        async with self.store.db.execute(
+        row = await self.store.database.fetch_one(
             "SELECT task_id FROM inbound_messages WHERE channel = ? AND message_id = ?",
             (channel, message_id),
-        ) as cursor:
-            row = await cursor.fetchone()
+        )
         assert row is not None
         return await self.store.get_task(str(row[0]))
 

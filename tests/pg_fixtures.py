@@ -1,0 +1,124 @@
+"""A real PostgreSQL server for the state tests: Debian's binaries, one throw-away cluster
+per session in a temp directory on 127.0.0.1 (a free port), a fresh database per test.
+
+Root cannot run postgres, so as root the server runs as the ``postgres`` user (runuser);
+its directory is made by us and handed to that user. Nothing is started unless a test
+asks for PostgreSQL (``postgres_url`` or the ``state_target`` parameter "postgresql").
+"""
+
+from __future__ import annotations
+
+import glob
+import itertools
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+
+
+@dataclass(frozen=True)
+class PostgresServer:
+    port: int
+    user: str
+
+    def url(self, database: str) -> str:
+        return f"postgresql://{self.user}@127.0.0.1:{self.port}/{database}"
+
+
+def _bin_dir() -> Path:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"))
+    if not found:
+        raise RuntimeError("PostgreSQL is not installed: run scripts/setup.d/55-postgresql.sh")
+    return Path(found[-1]).parent
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _as_server_user(argv: list[str]) -> list[str]:
+    return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    binaries = _bin_dir()
+    home = Path(tempfile.mkdtemp(prefix="gwbt-postgres-"))
+    data = home / "data"
+    if os.geteuid() == 0:
+        shutil.chown(home, "postgres", "postgres")
+    subprocess.run(
+        _as_server_user(
+            [str(binaries / "initdb"), "-D", str(data), "-U", "gateway", "--auth=trust",
+             "-E", "UTF8", "--no-sync", "--no-instructions"]
+        ),
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    port = _free_port()
+    options = (
+        f"-p {port} -k {home} -c listen_addresses=127.0.0.1 -c fsync=off"
+        " -c synchronous_commit=off -c full_page_writes=off -c max_connections=300"
+    )
+    subprocess.run(
+        _as_server_user(
+            [str(binaries / "pg_ctl"), "-D", str(data), "-o", options,
+             "-l", str(home / "server.log"), "-w", "-t", "120", "start"]
+        ),
+        check=True, capture_output=True, timeout=180,
+    )  # fmt: skip
+    try:
+        yield PostgresServer(port, "gateway")
+    finally:
+        subprocess.run(
+            _as_server_user([str(binaries / "pg_ctl"), "-D", str(data), "-m", "immediate",
+                             "-w", "stop"]),
+            check=False, capture_output=True, timeout=120,
+        )  # fmt: skip
+        shutil.rmtree(home, ignore_errors=True)
+
+
+_numbers = itertools.count(1)
+
+
+def fresh_database(server: PostgresServer) -> str:
+    """A new empty database on ``server``; its URL."""
+    name = f"t{os.getpid()}_{next(_numbers)}"
+    with psycopg.connect(server.url("postgres"), autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name} TEMPLATE template0")
+    return server.url(name)
+
+
+@pytest.fixture
+def postgres_url(postgres_server: PostgresServer) -> str:
+    """A fresh, empty PostgreSQL database for this test."""
+    return fresh_database(postgres_server)
+
+
+StateTargets = Callable[[Path], "Path | str"]
+"""Makes a new place for state: given a directory, a SQLite file in it or a fresh
+PostgreSQL database."""
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def state_targets(request: pytest.FixtureRequest) -> StateTargets:
+    """New places for state on one engine per parameter: the store contract runs on both."""
+    if request.param == "sqlite":
+        return lambda directory: directory / "state.db"
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    return lambda directory: fresh_database(server)
+
+
+@pytest.fixture
+def state_target(state_targets: StateTargets, tmp_path: Path) -> Path | str:
+    """Where a store under test keeps its state: ``<tmp>/state.db``, or a fresh database
+    on the session's PostgreSQL server."""
+    return state_targets(tmp_path)
