@@ -23,8 +23,8 @@ from gateway_bot.domain.messages import RawMessage
 from gateway_bot.domain.records import TaskRecord
 from gateway_bot.state.database import StateTarget
 from gateway_bot.state.sqlite_store import SqliteStore
-from tests.pg_fixtures import StateTargets
 from tests.core.fakes import BareChannel, FakeAgent, FakeChannel, Sent
+from tests.pg_fixtures import StateTargets
 
 FAST = RetryPolicy(attempts=3, first_wait_s=0.01, max_wait_s=0.02)
 """Three attempts in a few milliseconds: the policy's shape without the test waiting."""
