@@ -89,18 +89,39 @@ def postgres_server() -> Iterator[PostgresServer]:
 _numbers = itertools.count(1)
 
 
-def fresh_database(server: PostgresServer) -> str:
-    """A new empty database on ``server``; its URL."""
-    name = f"t{os.getpid()}_{next(_numbers)}"
-    with psycopg.connect(server.url("postgres"), autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {name} TEMPLATE template0")
-    return server.url(name)
+class Databases:
+    """Fresh databases for one test, dropped after it (each is a copy of template0, some
+    megabytes: a session makes hundreds)."""
+
+    def __init__(self, server: PostgresServer) -> None:
+        self._server = server
+        self._names: list[str] = []
+
+    def fresh(self) -> str:
+        """A new empty database; its URL."""
+        name = f"t{os.getpid()}_{next(_numbers)}"
+        with psycopg.connect(self._server.url("postgres"), autocommit=True) as admin:
+            admin.execute(f"CREATE DATABASE {name} TEMPLATE template0")
+        self._names.append(name)
+        return self._server.url(name)
+
+    def drop_all(self) -> None:
+        with psycopg.connect(self._server.url("postgres"), autocommit=True) as admin:
+            for name in self._names:
+                admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 @pytest.fixture
-def postgres_url(postgres_server: PostgresServer) -> str:
+def postgres_databases(postgres_server: PostgresServer) -> Iterator[Databases]:
+    made = Databases(postgres_server)
+    yield made
+    made.drop_all()
+
+
+@pytest.fixture
+def postgres_url(postgres_databases: Databases) -> str:
     """A fresh, empty PostgreSQL database for this test."""
-    return fresh_database(postgres_server)
+    return postgres_databases.fresh()
 
 
 StateTargets = Callable[[Path], "Path | str"]
@@ -113,8 +134,8 @@ def state_targets(request: pytest.FixtureRequest) -> StateTargets:
     """New places for state on one engine per parameter: the store contract runs on both."""
     if request.param == "sqlite":
         return lambda directory: directory / "state.db"
-    server: PostgresServer = request.getfixturevalue("postgres_server")
-    return lambda directory: fresh_database(server)
+    databases: Databases = request.getfixturevalue("postgres_databases")
+    return lambda directory: databases.fresh()
 
 
 @pytest.fixture

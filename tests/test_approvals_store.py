@@ -12,13 +12,15 @@ from types import SimpleNamespace
 import pytest
 
 from gateway_bot.state import approvals as approvals_module
+from gateway_bot.state.database import StateTarget
 from gateway_bot.state.migrations import MIGRATIONS
 from gateway_bot.state.sqlite_store import SqliteStore
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
-    opened = SqliteStore(tmp_path / "state.db")
+async def store(state_target: StateTarget) -> AsyncIterator[SqliteStore]:
+    """On both engines."""
+    opened = SqliteStore(state_target)
     await opened.open()
     yield opened
     await opened.close()

@@ -21,6 +21,7 @@ from gateway_bot.core.schedules import ScheduleRunner
 from gateway_bot.core.service import GatewayService
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState
 from gateway_bot.domain.messages import RawMessage
+from gateway_bot.state.database import StateTarget
 from gateway_bot.state.schedules_store import RUN_DUE, SqliteSchedules, run_message_id
 from tests.core.conftest import World, owners_access
 
@@ -87,8 +88,9 @@ class ScheduleWorld(World):
 
 
 @pytest.fixture
-async def sworld(tmp_path: Path) -> AsyncIterator[ScheduleWorld]:
-    made = ScheduleWorld(tmp_path)
+async def sworld(tmp_path: Path, state_target: StateTarget) -> AsyncIterator[ScheduleWorld]:
+    """On both engines."""
+    made = ScheduleWorld(tmp_path, state=state_target)
     await made.start()
     yield made
     await made.close()

@@ -121,6 +121,15 @@ class StateSettings(Section):
         description="Completed tasks' message bodies and channels' send records older than "
         "this are pruned (at start, then daily); the tasks themselves and their outcome stay.",
     )
+    url: str | None = Field(
+        default=None,
+        pattern=r"^postgres(ql)?://",
+        description="A postgresql:// URL (write it as a !env value: it may hold a password): "
+        "the state lives in that PostgreSQL database. Unset: <state_dir>/state.db (SQLite).",
+    )
+    pool_size: PositiveInt = Field(
+        default=10, description="Most PostgreSQL connections the daemon holds (with url)."
+    )
 
 
 class DashboardSettings(Section):
@@ -226,6 +235,11 @@ class ServerConfig(BaseSettings):
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
 
     _yaml_data: ClassVar[dict[str, Any]] = {}
+
+    @property
+    def state_target(self) -> Path | str:
+        """Where the state database is: ``state.url``, else ``<state_dir>/state.db``."""
+        return self.state.url or self.state_dir / "state.db"
 
     @classmethod
     def settings_customise_sources(

@@ -92,6 +92,10 @@ class Backend(Protocol):
         """The core's version as SQLite kept it before per-owner versions (0 elsewhere)."""
         ...
 
+    async def table_columns(self, name: str) -> list[str]:
+        """A table's columns in order ([] when there is no such table)."""
+        ...
+
     async def table_names(self) -> list[str]:
         """Every table of the database (for ``state copy``)."""
         ...

@@ -34,11 +34,20 @@ from typing import Any
 
 import aiosqlite
 
-from gateway_bot.state.backend import Backend, Migration, Params, Row, Transaction
+from gateway_bot.state.backend import Backend, Dialects, Migration, Params, Row, Transaction
 from gateway_bot.state.postgres_backend import PostgresBackend, is_postgres_url
 from gateway_bot.state.sqlite_backend import SqliteBackend
 
-__all__ = ["Database", "Migration", "Params", "Row", "SchemaTooNew", "Transaction"]
+__all__ = [
+    "Database",
+    "Dialects",
+    "Migration",
+    "Params",
+    "Row",
+    "SchemaTooNew",
+    "StateTarget",
+    "Transaction",
+]
 
 log = logging.getLogger(__name__)
 

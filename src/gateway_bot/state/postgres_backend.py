@@ -137,6 +137,14 @@ class PostgresBackend:
         )
         return [str(row[0]) for row in rows]
 
+    async def table_columns(self, name: str) -> list[str]:
+        rows = await self.fetch_all(
+            "SELECT column_name FROM information_schema.columns"
+            " WHERE table_schema = current_schema() AND table_name = ? ORDER BY ordinal_position",
+            (name,),
+        )
+        return [str(row[0]) for row in rows]
+
     async def ensure_versions_table(self, ddl: str) -> None:
         async with self._pool.connection() as connection, connection.transaction():
             await connection.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))

@@ -1,7 +1,7 @@
 """The two small translations the PostgreSQL engine makes of the stores' portable SQL.
 
-- Statements: ``?`` placeholders become psycopg's ``%s`` (a literal ``%`` is doubled),
-  outside quoted strings and identifiers. Everything else the stores write is valid in both
+- Statements: ``?`` placeholders become psycopg's ``%s`` outside quoted strings and
+  identifiers, and a literal ``%`` is doubled. Everything else the stores write is valid in both
   dialects (AGENTS.md: ON CONFLICT, RETURNING, rowid, no PRAGMA).
 - Migrations written for SQLite (the shipped ones stay as they are): SQLite's types become
   PostgreSQL's of the same range (REAL is 8 bytes in SQLite, 4 in PostgreSQL: timestamps
@@ -15,21 +15,17 @@ from __future__ import annotations
 
 import re
 
-_TOKENS = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|\?|%")
+_TOKENS = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|\?")
 
 
 def placeholders(sql: str) -> str:
-    """``?`` to ``%s`` and ``%`` to ``%%``, leaving quoted text alone."""
+    """``?`` to ``%s`` outside quoted text; every ``%`` to ``%%`` (psycopg reads ``%``
+    everywhere, quoted or not)."""
 
     def swap(match: re.Match[str]) -> str:
-        token = match.group(0)
-        if token == "?":
-            return "%s"
-        if token == "%":
-            return "%%"
-        return token
+        return "%s" if match.group(0) == "?" else match.group(0)
 
-    return _TOKENS.sub(swap, sql)
+    return _TOKENS.sub(swap, sql.replace("%", "%%"))
 
 
 _ROWID_KEY = re.compile(r"\bINTEGER\s+PRIMARY\s+KEY(\s+AUTOINCREMENT)?\b")

@@ -113,6 +113,10 @@ class SqliteBackend:
         )
         return [str(row[0]) for row in rows]
 
+    async def table_columns(self, name: str) -> list[str]:
+        rows = await self.fetch_all("SELECT name FROM pragma_table_info(?)", (name,))
+        return [str(row[0]) for row in rows]
+
     async def ensure_versions_table(self, ddl: str) -> None:
         await self.write(ddl, ())
 
