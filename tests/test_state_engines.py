@@ -88,7 +88,8 @@ async def test_values_come_back_as_they_went_in(database: Database) -> None:
         "50% of 'it'",
     )
     by_position = await database.fetch_one("SELECT n, note FROM probe")
-    assert by_position is not None and tuple(by_position) == (big, "50% of 'it'")
+    assert by_position is not None
+    assert tuple(by_position) == (big, "50% of 'it'")
     assert await database.write("UPDATE probe SET flag = 0 WHERE flag = 1") == 1
 
 
@@ -104,7 +105,8 @@ async def test_a_migration_written_twice_runs_its_engines_text(database: Databas
         ],
     )
     row = await database.fetch_one("SELECT engine FROM twice")
-    assert row is not None and row[0] == database.dialect
+    assert row is not None
+    assert row[0] == database.dialect
 
 
 async def claim(database: Database, replica: str) -> str | None:
@@ -127,7 +129,7 @@ async def test_replicas_claim_different_jobs(state_target: StateTarget) -> None:
     replicas = [Database(), Database()]
     for replica in replicas:
         await replica.open(state_target)
-    first, second = replicas
+    first = replicas[0]
     try:
         await first.migrate("jobs", ["CREATE TABLE jobs (id TEXT PRIMARY KEY, claimed_by TEXT);"])
         await first.write_many("INSERT INTO jobs (id) VALUES (?)", [("j1",), ("j2",), ("j3",)])
@@ -151,7 +153,8 @@ async def test_a_locked_job_is_passed_over_not_waited_for(postgres_url: str) -> 
             held = await transaction.fetch_one(
                 "SELECT id FROM jobs ORDER BY rowid LIMIT 1" + first.skip_locked
             )
-            assert held is not None and held["id"] == "j1"
+            assert held is not None
+            assert held["id"] == "j1"
             assert await claim(second, "r2") == "j2"
     finally:
         await first.close()
