@@ -24,7 +24,6 @@ from gateway_bot.domain.records import TaskRecord
 from gateway_bot.state.database import StateTarget
 from gateway_bot.state.sqlite_store import SqliteStore
 from tests.core.fakes import BareChannel, FakeAgent, FakeChannel, Sent
-from tests.pg_fixtures import StateTargets
 
 FAST = RetryPolicy(attempts=3, first_wait_s=0.01, max_wait_s=0.02)
 """Three attempts in a few milliseconds: the policy's shape without the test waiting."""
@@ -194,27 +193,23 @@ class World:
 
 
 @pytest.fixture
-async def world(tmp_path: Path, state_targets: StateTargets) -> AsyncIterator[World]:
-    """On both engines (SQLite and PostgreSQL)."""
-    made = World(tmp_path, state=state_targets(tmp_path))
+async def world(tmp_path: Path) -> AsyncIterator[World]:
+    made = World(tmp_path)
     await made.start()
     yield made
     await made.close()
 
 
 @pytest.fixture
-async def make_world(
-    tmp_path: Path, state_targets: StateTargets
-) -> AsyncIterator[Callable[..., World]]:
-    """For tests that need other settings; the test starts them, teardown closes them. On
-    both engines (SQLite and PostgreSQL)."""
+async def make_world(tmp_path: Path) -> AsyncIterator[Callable[..., World]]:
+    """For tests that need other settings; the test starts them, teardown closes them."""
     counter = itertools.count(1)
     made: list[World] = []
 
     def make(**settings: Any) -> World:
         directory = tmp_path / f"world-{next(counter)}"
         directory.mkdir()
-        made.append(World(directory, state=state_targets(directory), **settings))
+        made.append(World(directory, **settings))
         return made[-1]
 
     yield make
