@@ -22,7 +22,6 @@ from pathlib import Path
 import psycopg
 import pytest
 
-
 TEST_DATABASE = "gwtests"
 """The session's database; each test's state is a schema in it (``Databases``)."""
 
