@@ -6,6 +6,7 @@ PostgreSQL, resumes its conversation with its history."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 
@@ -116,6 +117,7 @@ def test_a_console_deployment_moves_to_postgresql_and_resumes_its_conversation(
     fake_api: FakeAnthropic,
     postgres_url: str,
     capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     config = write_config(tmp_path, target_repo, fake_api)
     first = gateway("chat", "--config", str(config))
@@ -144,3 +146,9 @@ def test_a_console_deployment_moves_to_postgresql_and_resumes_its_conversation(
     assert asyncio.run(rows(sqlite_file, "SELECT COUNT(*) FROM tasks")) == [(1,)], (
         "the restarted daemon wrote to PostgreSQL, not to the old file"
     )
+    # status reads the database the config names.
+    monkeypatch.setenv("GWBT_TEST_STATE_URL", postgres_url)
+    capsys.readouterr()
+    assert main(["status", "--config", str(config), "--json"]) == 0
+    finished = json.loads(capsys.readouterr().out)["tasks"]["finished"]
+    assert len(finished) == 2

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway_bot.channels.email.store import EmailStore
 from gateway_bot.state.database import Database, Dialects, StateTarget
 from gateway_bot.state.postgres_sql import placeholders, postgres_ddl
 from gateway_bot.state_command import OWNERS, migrate_all
@@ -159,3 +160,29 @@ async def test_a_locked_job_is_passed_over_not_waited_for(postgres_url: str) -> 
     finally:
         await first.close()
         await second.close()
+
+
+async def test_the_email_ledgers_keep_the_first_of_each_on_both_engines(
+    database: Database,
+) -> None:
+    """The email store's first-wins inserts (ON CONFLICT DO NOTHING), its raw mail bytes
+    and a UIDVALIDITY past PostgreSQL's INTEGER."""
+    store = EmailStore(database)
+    await store.open()
+    assert await store.first_mail_with("a@x", "<id@x>", "k1") == "k1"
+    assert await store.first_mail_with("a@x", "<id@x>", "k2") == "k1"
+    assert await store.first_mail_with("b@x", "<id@x>", "k3") == "k3"
+    validity = 2**32 - 1
+    await store.keep_raw("INBOX", validity, 7, "k1", b"Subject: hi\r\n\r\n\x00body")
+    await store.keep_raw("INBOX", validity, 7, "k9", b"a second copy")
+    entry = await store.uid_entry("INBOX", validity, 7)
+    assert entry is not None
+    assert entry.message_key == "k1"
+    assert await store.raw("k1") == b"Subject: hi\r\n\r\n\x00body"
+    await store.remember_thread("<id@x>", "thread-1")
+    await store.remember_thread("<id@x>", "thread-2")
+    assert await store.thread_of("<id@x>") == "thread-1"
+    assert await store.claim_thread("thread-1", "a@x") == "a@x"
+    assert await store.claim_thread("thread-1", "b@x") == "a@x"
+    assert (await store.intend_send("s1", "<m1@x>")).message_id == "<m1@x>"
+    assert (await store.intend_send("s1", "<m2@x>")).message_id == "<m1@x>"
