@@ -174,14 +174,21 @@ class EgressProxy:
         context_id: str,
         rules: Sequence[EgressRule],
         credentials: Sequence[InjectedCredential] = (),
+        ask_timeout_s: float = 600.0,
     ) -> None:
         """Requests from ``source`` belong to ``context_id`` and follow ``rules``; those to a
-        credential's host get its header."""
+        credential's host get its header. A request held by an ask rule waits at most
+        ``ask_timeout_s`` (and a grace) for the daemon's answer."""
         inject = [
             HeaderInjection(c.scheme, c.host, c.port, c.header, c.value).to_json()
             for c in credentials
         ]
-        entry = {"context": context_id, "rules": rules_to_json(rules), "inject": inject}
+        entry = {
+            "context": context_id,
+            "rules": rules_to_json(rules),
+            "inject": inject,
+            "ask_timeout_s": ask_timeout_s,
+        }
         await self._edit_routes(lambda sources: sources.__setitem__(source, entry))
 
     async def drop_routes(self, context_id: str) -> None:
