@@ -42,7 +42,9 @@ class GitHttpServer:
 
     def bare_repo(self, name: str) -> Path:
         path = self.root / name
-        subprocess.run(["git", "init", "-q", "--bare", str(path)], check=True)
+        subprocess.run(
+            ["git", "init", "-q", "--bare", "--initial-branch=main", str(path)], check=True
+        )
         return path
 
     @staticmethod

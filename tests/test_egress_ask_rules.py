@@ -174,7 +174,7 @@ def test_a_refusal_is_a_rejection_git_prints(tmp_path: Path) -> None:
     body, _ = _push_body(tmp_path, "report-status side-band-64k")
     report = refusal_report(parse_push(body), "gateway-bot: not approved: no")
     assert report is not None
-    assert b"\x02gateway-bot: push refused" in report
+    assert b"\x02gateway-bot: not approved: no\n" in report
     assert b"ng refs/heads/main gateway-bot: not approved: no\n" in report
     plain = refusal_report(parse_push(body.replace(b" side-band-64k", b"")), "no")
     assert plain is not None

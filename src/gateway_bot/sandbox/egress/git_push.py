@@ -290,7 +290,7 @@ def refusal_report(summary: PushSummary, reason: str) -> bytes | None:
     if not band:
         return report
     chunk = 65515 if "side-band-64k" in band else 995
-    wrapped = pkt_line(b"\x02" + f"gateway-bot: push refused: {cleaned}\n".encode())
+    wrapped = pkt_line(b"\x02" + f"{cleaned}\n".encode())  # git shows it as "remote: ..."
     for start in range(0, len(report), chunk):
         wrapped += pkt_line(b"\x01" + report[start : start + chunk])
     return wrapped + b"0000"
