@@ -35,6 +35,7 @@ from gateway_bot.sandbox.egress.rules import (
     decide,
     decide_address,
     decide_connect,
+    decide_raw_stream,
 )
 from gateway_bot.sandbox.podman.egress_asks import SOCKET_NAME, EgressAskListener
 from tests.conftest import GIT_IDENTITY
@@ -86,6 +87,15 @@ def test_an_ask_rule_opens_nothing() -> None:
     assert not decide(only_ask, "POST", "internal.example.org", "/x").allowed
     assert not decide_connect(only_ask, "internal.example.org", 443).allowed
     assert not decide_address(only_ask, "10.0.0.5", "10.0.0.5").allowed
+
+
+def test_a_push_over_ssh_cannot_pass_an_ask_for_pushes() -> None:
+    """ssh (or any stream the proxy cannot read) to a host an ask rule names is refused, even
+    where a bare allow rule would let any stream through."""
+    assert decide_raw_stream((OPEN,), "git.example.org", 22).allowed  # control
+    assert not decide_raw_stream((OPEN, GIT_PUSH_ASK), "git.example.org", 22).allowed
+    narrow = EgressRule("other.example.org", methods=("POST",), action=ASK)
+    assert decide_raw_stream((OPEN, narrow), "git.example.org", 22).allowed
 
 
 def test_the_server_default_asks_before_every_push_and_is_configurable() -> None:

@@ -256,7 +256,15 @@ def decide_connect(rules: Sequence[EgressRule], host: str, port: int | None = No
 
 def decide_raw_stream(rules: Sequence[EgressRule], host: str, port: int | None = None) -> Verdict:
     """A tunnel that carries no HTTP (ssh, a database): only hosts with a rule free of path
-    and method limits, since nothing in the stream can be checked against those."""
+    and method limits, since nothing in the stream can be checked against those, and none
+    an ask rule names (a push over ssh would pass an ask for pushes over HTTP unseen)."""
+    for rule in rules:
+        if rule.action == ASK and rule.matches_host(host, port):
+            return Verdict(
+                False,
+                f"non-HTTP traffic to {_normal_host(host)} is not allowed: requests to it may "
+                f"need approval ({rule.describe()}), which a stream cannot be checked for",
+            )
     if any(rule.matches_host(host, port) and rule.unrestricted for rule in allow_rules(rules)):
         return Verdict(True, "host is allowed without path or method limits")
     return Verdict(False, f"non-HTTP traffic to {_normal_host(host)} is not allowed")
