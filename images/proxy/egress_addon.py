@@ -81,7 +81,7 @@ class Route:
     def from_json(cls, entry: dict[str, Any]) -> Route:
         return cls(
             str(entry["context"]),
-            rules_from_json(entry.get("rules", [])),
+            rules_from_json([*entry.get("rules", []), *entry.get("ask", [])]),
             tuple(HeaderInjection.from_json(item) for item in entry.get("inject", [])),
             float(entry.get("ask_timeout_s", 600.0)),
         )

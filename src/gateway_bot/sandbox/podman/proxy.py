@@ -35,7 +35,7 @@ from typing import Any
 from podman.errors import NotFound, PodmanError
 
 from gateway_bot.sandbox.base import InjectedCredential, SandboxUnavailable
-from gateway_bot.sandbox.egress.rules import EgressRule, HeaderInjection, rules_to_json
+from gateway_bot.sandbox.egress.rules import ASK, EgressRule, HeaderInjection, rules_to_json
 from gateway_bot.sandbox.podman.images import ImageBuilder
 from gateway_bot.sandbox.podman.service import PodmanService, api_error_text
 
@@ -185,7 +185,10 @@ class EgressProxy:
         ]
         entry = {
             "context": context_id,
-            "rules": rules_to_json(rules),
+            # Ask rules apart: a proxy still on an older addon (kept while other tasks run)
+            # ignores the key, where in "rules" it would take them for allow rules.
+            "rules": rules_to_json(r for r in rules if r.action != ASK),
+            "ask": rules_to_json(r for r in rules if r.action == ASK),
             "inject": inject,
             "ask_timeout_s": ask_timeout_s,
         }
