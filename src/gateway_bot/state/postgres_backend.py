@@ -57,8 +57,18 @@ def _rows(cursor: AsyncCursor[Any]) -> RowMaker[PgRow]:
 
 
 def _params(params: Params) -> tuple[Any, ...]:
-    """Booleans as 0/1: the schema keeps flags in integer columns (as SQLite does)."""
-    return tuple(int(p) if isinstance(p, bool) else p for p in params)
+    """Booleans as 0/1: the schema keeps flags in integer columns (as SQLite does). A NUL
+    in text becomes U+FFFD: PostgreSQL refuses NUL in TEXT, and a stranger's name or message
+    (an approval card's preview) must not be able to make a store call fail."""
+    return tuple(_param(p) for p in params)
+
+
+def _param(value: Any) -> Any:
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, str) and "\x00" in value:
+        return value.replace("\x00", "\ufffd")
+    return value
 
 
 class PostgresTransaction:
