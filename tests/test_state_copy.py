@@ -20,6 +20,7 @@ from gateway_bot.state.migrations import MIGRATIONS
 from gateway_bot.state.sqlite_store import SqlStore
 from tests.conftest import write_config
 from tests.fake_anthropic import FakeAnthropic
+from tests.pg_fixtures import PostgresServer
 
 
 def with_state_url(config: Path, variable: str) -> None:
@@ -152,3 +153,22 @@ def test_a_console_deployment_moves_to_postgresql_and_resumes_its_conversation(
     assert main(["status", "--config", str(config), "--json"]) == 0
     finished = json.loads(capsys.readouterr().out)["tasks"]["finished"]
     assert len(finished) == 2
+
+
+def test_an_unreachable_database_is_told_plainly_without_its_password(
+    tmp_path: Path,
+    postgres_server: PostgresServer,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    config = tmp_path / "gateway-bot.yaml"
+    config.write_text(yaml.safe_dump({"state_dir": str(tmp_path / "state"), "repo": {"url": "."}}))
+    with_state_url(config, "GWBT_TEST_STATE_URL")
+    url = f"postgresql://gateway:s3cr3t-pw@127.0.0.1:{postgres_server.port}/no_such_db"
+    monkeypatch.setenv("GWBT_TEST_STATE_URL", url)
+
+    assert main(["migrate", "--config", str(config)]) == 1
+    err = capsys.readouterr().err
+    assert "cannot open the PostgreSQL state database" in err
+    assert "no_such_db" in err
+    assert "s3cr3t-pw" not in err

@@ -60,7 +60,7 @@ from gateway_bot.service_unit import (
     this_program,
     valid_unit_name,
 )
-from gateway_bot.state.database import Database
+from gateway_bot.state.database import Database, StateUnavailable
 from gateway_bot.state_command import add_state_commands, run_migrate, run_state_copy
 from gateway_bot.status_command import run_status
 
@@ -214,6 +214,10 @@ async def _serve(config: ServerConfig, agent_env: dict[str, str], *, chat: bool,
         await daemon.open()
     except SandboxUnavailable as exc:
         print(f"The sandbox cannot run: {exc}", file=sys.stderr)
+        await daemon.store.close()
+        return EXIT_CONFIG
+    except StateUnavailable as exc:
+        print(f"The state database cannot be used: {exc}", file=sys.stderr)
         await daemon.store.close()
         return EXIT_CONFIG
     if chat:

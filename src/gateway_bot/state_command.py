@@ -24,7 +24,13 @@ from gateway_bot.state import migrations as core
 from gateway_bot.state import schedule_proposals_store as proposals
 from gateway_bot.state import schedules_store as schedules
 from gateway_bot.state.copy import CopiedTable, CopyRefused, copy_state
-from gateway_bot.state.database import Database, Migration, SchemaTooNew, StateTarget
+from gateway_bot.state.database import (
+    Database,
+    Migration,
+    SchemaTooNew,
+    StateTarget,
+    StateUnavailable,
+)
 from gateway_bot.state.postgres_backend import is_postgres_url
 
 EXIT_REFUSED = 1
@@ -61,7 +67,7 @@ def add_state_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
 def run_migrate(target: StateTarget) -> int:
     try:
         lines = asyncio.run(_migrate(target))
-    except SchemaTooNew as exc:
+    except (SchemaTooNew, StateUnavailable) as exc:
         print(str(exc), file=sys.stderr)
         return EXIT_REFUSED
     print("\n".join(lines))
@@ -103,7 +109,7 @@ def run_state_copy(source: str, target: str, *, replace: bool) -> int:
     destination: StateTarget = _sqlite_path(target) or target
     try:
         copied = asyncio.run(_copy(path, destination, replace=replace))
-    except (CopyRefused, SchemaTooNew) as exc:
+    except (CopyRefused, SchemaTooNew, StateUnavailable) as exc:
         print(f"state copy refused: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     width = max((len(c.name) for c in copied), default=5)

@@ -16,6 +16,11 @@ from typing import Any, Protocol
 Params = Iterable[Any]
 
 
+class StateUnavailable(RuntimeError):
+    """The state database cannot be reached or opened (the message says why, and never
+    carries a password)."""
+
+
 class Row(Protocol):
     """A result row: indexable by position and by column name, iterable, sized (sqlite3's
     Row and the PostgreSQL engine's row both are)."""

@@ -34,7 +34,15 @@ from typing import Any
 
 import aiosqlite
 
-from gateway_bot.state.backend import Backend, Dialects, Migration, Params, Row, Transaction
+from gateway_bot.state.backend import (
+    Backend,
+    Dialects,
+    Migration,
+    Params,
+    Row,
+    StateUnavailable,
+    Transaction,
+)
 from gateway_bot.state.postgres_backend import PostgresBackend, is_postgres_url
 from gateway_bot.state.sqlite_backend import SqliteBackend
 
@@ -46,6 +54,7 @@ __all__ = [
     "Row",
     "SchemaTooNew",
     "StateTarget",
+    "StateUnavailable",
     "Transaction",
 ]
 

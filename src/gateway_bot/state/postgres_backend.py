@@ -12,11 +12,12 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
+import psycopg
 from psycopg import AsyncConnection, AsyncCursor
 from psycopg.rows import RowMaker
 from psycopg_pool import AsyncConnectionPool
 
-from gateway_bot.state.backend import Dialects, Migration, Params, Row
+from gateway_bot.state.backend import Dialects, Migration, Params, Row, StateUnavailable
 from gateway_bot.state.postgres_sql import placeholders, postgres_ddl
 
 MIGRATION_LOCK = 0x67776264  # "gwbd": pg_advisory_xact_lock's key for schema changes
@@ -98,6 +99,13 @@ class PostgresBackend:
 
     @classmethod
     async def open(cls, url: str, *, pool_size: int = 10) -> PostgresBackend:
+        """One connection first, so a wrong host or password is told at once and plainly
+        (the pool would retry for its whole timeout and say only that it timed out)."""
+        try:
+            probe = await AsyncConnection.connect(url, connect_timeout=10)
+        except psycopg.Error as exc:
+            raise StateUnavailable(f"cannot open the PostgreSQL state database: {exc}") from None
+        await probe.close()
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             url,
             min_size=1,
