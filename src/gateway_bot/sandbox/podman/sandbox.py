@@ -300,7 +300,13 @@ class PodmanSandbox:
             raise SandboxUnavailable(f"cannot start the agent: {exc}") from exc
         # The exec's variables travel in a 0600 file: never in the host CLI's environment
         # (a repo's container_env would configure the host's podman) nor in argv.
-        command = [*host.service.cli_prefix, "exec", "-i", "--workdir", spec.PATHS.workspace]
+        command = [
+            *await host.service.cli_prefix(),
+            "exec",
+            "-i",
+            "--workdir",
+            spec.PATHS.workspace,
+        ]
         command += ["--env-file", str(env_file), name, *argv]
         try:
             process = await spawn_fed(

@@ -102,11 +102,13 @@ class PodmanService:
             else settings.socket or default_socket()
         )
         self.base_url = url or f"unix://{self.socket}"
+        self._cli_prefix: list[str] | None = [self.executable] if url is None else None
+        """argv start of every podman CLI call for this host (``cli_prefix``)."""
         self.is_local = url is None or url.startswith("unix://")
         """Runs on this machine: its containers' processes are in this machine's /proc."""
-        self.cli_prefix = [self.executable] + (["--remote", "--url", url] if url else [])
-        """argv start of every podman CLI call for this host."""
-        self.runtime = resolve_runtime(settings.runtime)
+        auto_elsewhere = not self.is_local and settings.runtime == "auto"
+        self.runtime = None if auto_elsewhere else resolve_runtime(settings.runtime)
+        """'auto' is judged on this machine; another one's service keeps its own default."""
         self.ulimits = dict(settings.ulimits)
         self._log_dir = log_dir
         self._start_lock = asyncio.Lock()
@@ -123,7 +125,8 @@ class PodmanService:
         return limits
 
     def cli_limit_flags(self) -> list[str]:
-        flags = [f"--runtime={self.runtime}"] if self.runtime else []
+        # A remote CLI has no --runtime on run or build: its service's runtime applies.
+        flags = [f"--runtime={self.runtime}"] if self.runtime and self.is_local else []
         for name, value in self.ulimits.items():
             flags += ["--ulimit", f"{name}={value}"]
         return flags
@@ -134,6 +137,26 @@ class PodmanService:
         env = {key: os.environ[key] for key in _HOST_ENV if key in os.environ}
         env.update(extra or {})
         return env
+
+    async def cli_prefix(self) -> list[str]:
+        """argv start of a podman CLI call for this host. A service on this machine: the
+        local CLI on the service's own storage (asked of the service once), so ``exec`` is
+        the CLI's, as for the default service (podman 4.3's service leaves the conmon of
+        every exec it runs alive). Another machine's: ``podman --remote --url``."""
+        if self._cli_prefix is None:
+            assert self.url is not None
+            if self.is_local:
+                store = (await self.api(_info)).get("store") or {}
+                prefix = [self.executable, "--root", str(store["graphRoot"])]
+                prefix += ["--runroot", str(store["runRoot"])]
+                prefix += ["--storage-driver", str(store["graphDriverName"])]
+                for key, value in (store.get("graphOptions") or {}).items():
+                    if isinstance(value, str):
+                        prefix += ["--storage-opt", f"{key}={value}"]
+                self._cli_prefix = prefix
+            else:
+                self._cli_prefix = [self.executable, "--remote", "--url", self.url]
+        return self._cli_prefix
 
     # -- availability ---------------------------------------------------------------------
 
@@ -275,7 +298,7 @@ class PodmanService:
         """Run ``podman ARGS``; with ``on_line`` every output line is passed on as it comes
         (build progress). Raises PodmanCommandError on a non-zero exit when ``check``."""
         process = await asyncio.create_subprocess_exec(
-            *self.cli_prefix,
+            *await self.cli_prefix(),
             *args,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
@@ -332,6 +355,10 @@ def _pids_running(argv: Sequence[str]) -> list[int]:
         if state != "Z":
             found.append(int(entry.name))
     return found
+
+
+def _info(client: Any) -> dict[str, Any]:
+    return dict(client.info())
 
 
 def _short(args: Sequence[str]) -> list[str]:
