@@ -122,7 +122,7 @@ class SandboxHost:
 class ReportsHosts(Protocol):
     """A sandbox spread over several machines says which, and whether each answers."""
 
-    async def hosts(self) -> list[SandboxHost]: ...
+    async def hosts_status(self) -> list[SandboxHost]: ...
 
 
 @runtime_checkable

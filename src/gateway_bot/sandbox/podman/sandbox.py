@@ -40,9 +40,9 @@ from gateway_bot.sandbox.base import (
 )
 from gateway_bot.sandbox.child import RUN_MARK, spawn_fed
 from gateway_bot.sandbox.podman import containers as spec
-from gateway_bot.sandbox.podman.container_calls import created_at
 from gateway_bot.sandbox.podman.exec_env import ExecEnvError, ExecEnvFiles
-from gateway_bot.sandbox.podman.hosts import Placements, PodmanHost, make_hosts, most_free
+from gateway_bot.sandbox.podman.host_set import HostSet
+from gateway_bot.sandbox.podman.hosts import PodmanHost, make_hosts
 from gateway_bot.sandbox.podman.model_relay import ModelRelay, loopback_target
 from gateway_bot.sandbox.podman.process import PodmanExecProcess
 from gateway_bot.sandbox.podman.proxy import LABEL_CONTEXT, LABEL_DEPLOYMENT, LABEL_ROLE
@@ -87,12 +87,15 @@ class PodmanSandbox:
         self._settings = settings
         self.deployment = settings.deployment or deployment_for(state_dir)
         work_dir = state_dir / "sandbox"
-        self.hosts = make_hosts(settings, work_dir, self.deployment, agent_files)
+        self._hosts = HostSet(
+            make_hosts(settings, work_dir, self.deployment, agent_files),
+            work_dir / "placement.json",
+        )
+        self.hosts = self._hosts.hosts
         first = self.hosts[0]
         self.service, self.images, self.proxy = first.service, first.images, first.proxy
         """The first host's (the only one's, without ``hosts``): checks and the model relay."""
-        self._placements = Placements(work_dir / "placement.json")
-        self._placing = asyncio.Lock()
+        self._placements = self._hosts.placements
         self._env_files = ExecEnvFiles(work_dir / "exec-env")
         self._contexts: dict[str, _Context] = {}
         self._foreign: set[str] = set()
@@ -109,7 +112,7 @@ class PodmanSandbox:
 
     @property
     def _several(self) -> bool:
-        return len(self.hosts) > 1 or self.hosts[0].service.url is not None
+        return self._hosts.several
 
     async def check(self) -> None:
         """With configured hosts a host that does not answer is a warning (its contexts
@@ -202,43 +205,11 @@ class PodmanSandbox:
         await host.service.stop_if_started_here()
 
     async def list_containers(self) -> list[SandboxContainer]:
-        """This deployment's agent containers as podman lists them (foreign ones included:
-        they carry our labels, and an operator should see them). With several hosts each
-        says where it is; a host that does not answer lists its placed contexts as
-        "host unreachable"."""
-        found = []
-        for host in self.hosts:
-            where = host.name if self._several else None
-            if self._several and not await host.service.answers():
-                found += [
-                    SandboxContainer(spec.container_name(c), c, "host unreachable", None, where)
-                    for c in self._placements.on(host.name)
-                ]
-                continue
-            found += [
-                SandboxContainer(
-                    name=info["Names"][0],
-                    context_id=info["Labels"][LABEL_CONTEXT],
-                    state=info["State"],
-                    created_at=created_at(info),
-                    host=where,
-                )
-                for info in await host.calls.our_containers()
-            ]
-        return found
+        return await self._hosts.containers()
 
     async def hosts_status(self) -> list[SandboxHost]:
-        """Every host, whether it answers, its capacity, what runs there and who lives
-        there (``ReportsHosts``)."""
-        report = []
-        for host in self.hosts:
-            reachable = await host.service.answers()
-            live = len(await self._running_contexts(host)) if reachable else 0
-            placed = self._placements.on(host.name) if self._several else sorted(self._contexts)
-            report.append(
-                SandboxHost(host.name, host.url, reachable, host.capacity, live, tuple(placed))
-            )
-        return report
+        """Every host and whether it answers (``ReportsHosts``)."""
+        return await self._hosts.status(self._contexts)
 
     async def container_memory(self, name: str) -> int | None:
         host = self._host_of(name.removeprefix("gwb-"))
@@ -327,50 +298,18 @@ class PodmanSandbox:
         return PodmanExecProcess(process, after_exit, end_others)
 
     def _host_of(self, context_id: str) -> PodmanHost | None:
-        """The host the context is placed on (the only one without ``hosts``); None when it
-        is not placed yet."""
-        if not self._several:
-            return self.hosts[0]
-        placed = self._placements.get(context_id)
-        return next((h for h in self.hosts if h.name == placed), None)
+        return self._hosts.host_of(context_id)
 
-    async def _place(self, context_id: str) -> PodmanHost:
-        """The context's host: where it was placed, or, for a new one, the reachable host
-        with the most free capacity (running containers and starting ones counted)."""
-        host = self._host_of(context_id)
-        if host is not None:
-            return host
-        placed = self._placements.get(context_id)
-        if placed is not None:
-            raise SandboxUnavailable(
-                f"this conversation's container lives on host {placed}, which is no longer in "
-                "sandbox.podman.hosts; add it back (or remove the conversation with /new)"
-            )
-        async with self._placing:
-            free: dict[str, int] = {}
-            for candidate in self.hosts:
-                if not await candidate.service.answers():
-                    continue
-                running = set(await self._running_contexts(candidate))
-                starting = {
-                    c for c in self._placements.on(candidate.name)
-                    if c not in running and (s := self._contexts.get(c)) is not None and s.busy
-                }  # fmt: skip
-                free[candidate.name] = candidate.capacity - len(running | starting)
-            if not free:
-                names = ", ".join(h.name for h in self.hosts)
-                raise HostUnreachable(names, "no agent host answers")
-            chosen = most_free(free, [h.name for h in self.hosts if h.name in free])
-            await self._placements.set(context_id, chosen)
-            log.info("context %s placed on host %s (free: %s)", context_id, chosen, free)
-        return next(h for h in self.hosts if h.name == chosen)
+    def _busy(self, context_id: str) -> bool:
+        state = self._contexts.get(context_id)
+        return state is not None and state.busy
 
     async def _prepare(self, context: ExecutionContext, state: _Context) -> tuple[PodmanHost, str]:
         """Everything a task needs, made or repaired: image, network, proxy and its route,
         and a running container on the current image, on the context's host. Returns the
         host and the container's name."""
         name = spec.container_name(context.id)
-        host = await self._place(context.id)
+        host = await self._hosts.place(context.id, self._busy)
         await host.service.ensure_running()
         image = await host.images.agent_image(context.containerfile)
         network = await spec.ensure_network(host.service, self.deployment, context.id)
@@ -546,11 +485,7 @@ class PodmanSandbox:
     # -- podman queries -------------------------------------------------------------------
 
     async def _running_contexts(self, host: PodmanHost) -> list[str]:
-        return [
-            info["Labels"][LABEL_CONTEXT]
-            for info in await host.calls.our_containers()
-            if info["State"] == "running" and info["Labels"][LABEL_CONTEXT] not in self._foreign
-        ]
+        return await self._hosts.running(host, self._foreign)
 
     async def _networks(self, host: PodmanHost) -> list[tuple[str, str]]:
         """The context networks of the contexts on ``host`` (hosts that share network
