@@ -109,7 +109,12 @@ def status_json(
             {"name": c.name, "health": c.health, "message": c.message} for c in overview.channels
         ],
         "containers": [
-            {"name": c.name, "conversation_id": c.context_id, "state": c.state, "host": c.host}
+            {
+                "name": c.name,
+                "conversation_id": c.context_id,
+                "state": c.state,
+                **({"host": c.host} if c.host else {}),  # several sandbox hosts
+            }
             for c in overview.containers
         ],
         "containers_error": overview.containers_error or None,
