@@ -259,6 +259,7 @@ class Scheduler:
                 finally:
                     if not waits:
                         queue.popleft()
+                        self._told_waiting.discard(task_id)
                 if waits:  # its host is down: it stays first in its lane, tried again later
                     await asyncio.sleep(HOST_RETRY_S)
         finally:
