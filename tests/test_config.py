@@ -7,8 +7,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from gateway_bot.config.repo import parse_repo_config
+from gateway_bot.config.sandbox import PodmanSettings
 from gateway_bot.config.yaml_tags import ConfigError, SecretRef
 from tests.conftest import gateway_env
 
@@ -129,3 +131,24 @@ def test_a_repo_may_not_redirect_gemini_or_codex_to_its_own_endpoint_or_home() -
     for name in ("GOOGLE_GEMINI_BASE_URL", "GEMINI_CLI_HOME", "OPENAI_BASE_URL", "CODEX_HOME"):
         assert f"{name} may not be set by the repo" in problems
     assert parse_repo_config("agent: codex\n").agent == "codex"
+
+
+def test_podman_hosts_need_unique_names_and_a_podman_service_url(tmp_path: Path) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text(
+        "repo: {url: /tmp/x}\n"
+        "sandbox:\n"
+        "  podman:\n"
+        "    hosts:\n"
+        "      - {name: alpha, url: 'unix:///run/podman/podman.sock'}\n"
+        "      - {name: alpha, url: 'ssh://gwb@beta/run/podman/podman.sock', capacity: 0}\n"
+        "      - {name: gamma, url: 'http://gamma:8080'}\n"
+    )
+    result = run_cli("check", "--config", str(config))
+    assert result.returncode == 2
+    assert "sandbox.podman.hosts.1.capacity: Input should be greater than 0" in result.stderr
+    assert "sandbox.podman.hosts.2.url" in result.stderr
+    assert "unix:///PATH or ssh://USER@HOST/PATH" in result.stderr
+    twice = {"name": "alpha", "url": "unix:///run/podman/podman.sock"}
+    with pytest.raises(ValidationError, match=r"host names must be unique: \['alpha', 'alpha'\]"):
+        PodmanSettings.model_validate({"hosts": [twice, twice]})

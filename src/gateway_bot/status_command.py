@@ -111,7 +111,12 @@ def status_json(
             {"name": c.name, "health": c.health, "message": c.message} for c in overview.channels
         ],
         "containers": [
-            {"name": c.name, "conversation_id": c.context_id, "state": c.state}
+            {
+                "name": c.name,
+                "conversation_id": c.context_id,
+                "state": c.state,
+                **({"host": c.host} if c.host else {}),  # several sandbox hosts
+            }
             for c in overview.containers
         ],
         "containers_error": overview.containers_error or None,
@@ -190,7 +195,11 @@ def status_text(state_dir: Path, snapshot: Snapshot | None, note: str, overview:
         [c.name, c.health, c.message] for c in overview.channels
     ])  # fmt: skip
     containers = [[c.name, c.context_id, c.state] for c in overview.containers]
-    lines += _table("Containers", ["NAME", "CONVERSATION", "STATE"], containers)
+    if any(c.host for c in overview.containers):  # several sandbox hosts: say which
+        hosted = [[c.name, c.context_id, c.state, c.host or ""] for c in overview.containers]
+        lines += _table("Containers", ["NAME", "CONVERSATION", "STATE", "HOST"], hosted)
+    else:
+        lines += _table("Containers", ["NAME", "CONVERSATION", "STATE"], containers)
     if overview.containers_error:
         lines.append(f"  (could not list containers: {overview.containers_error})")
     task_columns = ["TASK", "CONVERSATION", "CHANNEL", "SENDER", "AGE", "MESSAGE"]

@@ -17,6 +17,37 @@ from gateway_bot.config.section import Section
 
 _ULIMIT = re.compile(r"^-?\d+(:-?\d+)?$")
 _DEPLOYMENT = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,40}$")
+_HOST_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,40}$")
+
+
+class PodmanHostSettings(Section):
+    """One machine agent containers may run on: its Podman REST service and how many live
+    containers it takes."""
+
+    name: str = Field(description="Names the host in messages, logs and status (unique).")
+    url: str = Field(
+        description=(
+            "The host's Podman REST service: unix:///PATH/podman.sock (`podman system "
+            "service` on this machine) or ssh://USER@HOST/run/podman/podman.sock."
+        ),
+    )
+    capacity: PositiveInt = Field(
+        default=8, description="Live (running) agent containers at most on this host."
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _is_a_name(cls, value: str) -> str:
+        if not _HOST_NAME.match(value):
+            raise ValueError("use lower-case letters, digits, '.', '_' or '-' (at most 41)")
+        return value
+
+    @field_validator("url")
+    @classmethod
+    def _is_a_service_url(cls, value: str) -> str:
+        if not (value.startswith("unix:///") or value.startswith("ssh://")):
+            raise ValueError("a Podman REST URL: unix:///PATH or ssh://USER@HOST/PATH")
+        return value
 
 
 class PodmanSettings(Section):
@@ -43,6 +74,23 @@ class PodmanSettings(Section):
             "daemon may set (then every container fails to start); {} keeps podman's defaults."
         ),
     )
+
+    hosts: list[PodmanHostSettings] = Field(
+        default_factory=list,
+        description=(
+            "Several Podman hosts: a new conversation goes to the one with the most free "
+            "capacity and stays there for its life. Empty: the one local service at `socket` "
+            "(the daemon starts it when nothing answers)."
+        ),
+    )
+
+    @field_validator("hosts")
+    @classmethod
+    def _names_are_unique(cls, value: list[PodmanHostSettings]) -> list[PodmanHostSettings]:
+        names = [host.name for host in value]
+        if len(set(names)) != len(names):
+            raise ValueError(f"host names must be unique: {names}")
+        return value
 
     @field_validator("ulimits")
     @classmethod

@@ -50,13 +50,15 @@ from gateway_bot.core.schedule_request_file import RequestFile
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState
 from gateway_bot.domain.messages import InboundMessage, Reply
 from gateway_bot.domain.records import ConversationRecord, TaskRecord
-from gateway_bot.sandbox.base import SandboxUnavailable
+from gateway_bot.sandbox.base import HostUnreachable, SandboxUnavailable
 from gateway_bot.state.store import Store
 
 log = logging.getLogger(__name__)
 
 STOPPED_TEXT = "Stopped. The task was cancelled with /stop."
 ACK_WAIT_S = 10.0
+HOST_RETRY_S = 5.0
+"""How often a task whose sandbox host is unreachable tries again."""
 """How long a task waits for its acknowledgement to go out before running without it."""
 
 
@@ -139,6 +141,8 @@ class Scheduler:
         self._policy = policy
         self._lanes: dict[str, ConversationLane] = {}
         self._running: dict[str, RunningTask] = {}
+        self._told_waiting: set[str] = set()
+        """Tasks whose sender was told they wait for their host (told once)."""
         self.on_schedule_request: OnScheduleRequest | None = None
         """Given the agent's ``outbox/schedule.json`` after the reply (the service sets it
         when schedules are on: ``core/schedule_proposals.py``)."""
@@ -241,34 +245,59 @@ class Scheduler:
         try:
             while queue:
                 task_id = queue[0]
+                waits = False
                 try:
                     before = lane.before.pop(task_id, None)
                     if before is not None:
                         await asyncio.wait([before], timeout=ACK_WAIT_S)
                     async with self._slots:
-                        await self._execute(lane, task_id)
+                        waits = await self._execute(lane, task_id)
                 except Exception:
                     log.exception(
                         "task %s failed outside the agent; the next start retries", task_id
                     )
                 finally:
-                    queue.popleft()
+                    if not waits:
+                        queue.popleft()
+                        self._told_waiting.discard(task_id)
+                if waits:  # its host is down: it stays first in its lane, tried again later
+                    await asyncio.sleep(HOST_RETRY_S)
         finally:
             lane.drainer = None
 
-    async def _execute(self, lane: ConversationLane, task_id: str) -> None:
+    async def _execute(self, lane: ConversationLane, task_id: str) -> bool:
+        """Runs the task; True when it waits for its sandbox host (back to PENDING)."""
         # Every line logged while the task runs (here, in the executor's job, in the agent
         # runner) carries the ids; the binding ends with this call.
         with structlog.contextvars.bound_contextvars(
             task_id=task_id, conversation_id=lane.conversation_id
         ):
-            await self._run_task(lane, task_id)
+            return await self._run_task(lane, task_id)
 
-    async def _run_task(self, lane: ConversationLane, task_id: str) -> None:
+    async def _wait_for_host(
+        self, task_id: str, adapter: ChannelAdapter, message: InboundMessage, exc: HostUnreachable
+    ) -> None:
+        """The conversation's container lives on a host that does not answer: the task is
+        kept (PENDING, first in its lane, re-run after a restart too) and its sender told
+        once; it is never run elsewhere."""
+        await self._store.transition(task_id, TaskState.PENDING)
+        log.warning("task %s waits: %s", task_id, exc)
+        if task_id in self._told_waiting:
+            return
+        self._told_waiting.add(task_id)
+        text = (
+            f"The agent's host {exc.host} is unreachable; your message is kept and will run "
+            "when the host is back."
+        )
+        context = message.channel_context
+        self._tell(f"{message.channel}: task {task_id} waits for its host",
+                   lambda: adapter.send_rejection(context, text))  # fmt: skip
+
+    async def _run_task(self, lane: ConversationLane, task_id: str) -> bool:
         task = await self._store.get_task(task_id)
         if task.state is not TaskState.PENDING:
             log.warning("task %s is %s, not pending: not run", task_id, task.state.value)
-            return
+            return False
         task = await self._store.transition(task_id, TaskState.EXECUTING)
         message = task.parsed
         assert message is not None
@@ -290,6 +319,9 @@ class Scheduler:
                 job.cancel()
                 raise  # the daemon is shutting down: the task stays EXECUTING, re-run later
             result = TaskResult(Reply(text=STOPPED_TEXT, stopped=True), CompletionReason.CANCELLED)
+        except HostUnreachable as exc:
+            await self._wait_for_host(task_id, adapter, message, exc)
+            return True  # (``finally`` below closes the reporter and clears the lane)
         except SandboxUnavailable as exc:
             log.warning("task %s: the sandbox could not run it: %s", task_id, exc)
             result = TaskResult(
@@ -314,6 +346,7 @@ class Scheduler:
                 await self.on_schedule_request(task_id, message, result.schedule_request)
             except Exception:
                 log.exception("task %s: the agent's schedule request failed", task_id)
+        return False
 
 
 def _reporter(task_id: str, adapter: ChannelAdapter, message: InboundMessage) -> ProgressReporter:

@@ -59,7 +59,7 @@ class Snapshot:
                 {"name": c.name, "health": c.health, "message": c.message} for c in self.channels
             ],
             "containers": [
-                {"name": c.name, "context_id": c.context_id, "state": c.state}
+                {"name": c.name, "context_id": c.context_id, "state": c.state, "host": c.host}
                 for c in self.containers
             ],
             "containers_error": self.containers_error,
@@ -78,7 +78,12 @@ class Snapshot:
                 for c in data.get("channels", [])
             ),
             containers=tuple(
-                SandboxContainer(str(c["name"]), str(c["context_id"]), str(c["state"]))
+                SandboxContainer(
+                    str(c["name"]),
+                    str(c["context_id"]),
+                    str(c["state"]),
+                    host=None if c.get("host") is None else str(c["host"]),
+                )
                 for c in data.get("containers", [])
             ),
             containers_error=str(data.get("containers_error", "")),

@@ -23,6 +23,17 @@ class SandboxUnavailable(Exception):
     """The sandbox cannot run anything (runtime missing or broken). One clear message."""
 
 
+class HostUnreachable(SandboxUnavailable):
+    """The machine a context's environment lives on does not answer. The environment stays
+    there (it is never recreated elsewhere): the caller keeps the work and tries again
+    later, telling its user why it waits."""
+
+    def __init__(self, host: str, url: str) -> None:
+        self.host = host
+        self.url = url
+        super().__init__(f"the agent's host {host} ({url}) is unreachable")
+
+
 @dataclass(frozen=True)
 class InjectedCredential:
     """A secret the sandboxed process never holds. It finds ``placeholder`` in ``env_name``;
@@ -90,6 +101,29 @@ class SandboxContainer:
     """As the runtime says it: "running", "exited", ..."""
     created_at: float | None = None
     """Seconds since the epoch, when the runtime says."""
+    host: str | None = None
+    """The machine it lives on, for a sandbox with several (None: the one)."""
+
+
+@dataclass(frozen=True)
+class SandboxHost:
+    """One machine a sandbox places execution environments on (status and dashboard)."""
+
+    name: str
+    url: str
+    reachable: bool
+    capacity: int
+    live: int
+    """Running environments there now (0 when unreachable: unknown)."""
+    contexts: tuple[str, ...] = ()
+    """Context ids placed there for their life (waiting while it is unreachable)."""
+
+
+@runtime_checkable
+class ReportsHosts(Protocol):
+    """A sandbox spread over several machines says which, and whether each answers."""
+
+    async def hosts_status(self) -> list[SandboxHost]: ...
 
 
 @runtime_checkable

@@ -79,6 +79,16 @@ class ContainerCalls:
         info = info or await self.inspect(name)
         if info is None or not info["State"]["Running"]:
             return
+        if not self._service.is_local:
+            # Its PIDs are another machine's: never looked up in this one's /proc. Without a
+            # process table to sweep, the container is restarted (its init alone survives a
+            # stop), which a warm session's process (``keep_exec``) would not survive.
+            if keep_exec is None:
+                log.info("restarting %s on %s to end its processes", name, self._service.host)
+                await self._service.api(lambda c: c.containers.get(name).restart(timeout=5))
+            else:
+                log.warning("cannot end background processes in %s on a remote host", name)
+            return
         init_pid = int(info["State"]["Pid"])
         killed = await asyncio.to_thread(strays.kill_all_but_init, init_pid, keep_exec)
         if killed:

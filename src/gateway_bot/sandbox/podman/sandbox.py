@@ -7,6 +7,9 @@ recreated when its image changes or it died mid-task, removed by ``discard`` (ga
 collection). State lives in podman itself (labels), not in files of ours: after a restart,
 clean or kill -9, ``open`` lists this deployment's containers by label and takes them over;
 a restart never stops a running container.
+
+With several hosts (``hosts.py``) a context is placed on one for its life (the one file of
+record of placements); each host has its own proxy, images and cap (its capacity).
 """
 
 from __future__ import annotations
@@ -28,8 +31,10 @@ from podman.errors import NotFound, PodmanError
 from gateway_bot.config.sandbox import SandboxSettings
 from gateway_bot.sandbox.base import (
     ExecutionContext,
+    HostUnreachable,
     IsKnown,
     SandboxContainer,
+    SandboxHost,
     SandboxPaths,
     SandboxUnavailable,
 )
@@ -37,19 +42,13 @@ from gateway_bot.sandbox.child import RUN_MARK, spawn_fed
 from gateway_bot.sandbox.egress.held import EgressAsk
 from gateway_bot.sandbox.egress.rules import ASK, EgressRule
 from gateway_bot.sandbox.podman import containers as spec
-from gateway_bot.sandbox.podman.container_calls import ContainerCalls, created_at
 from gateway_bot.sandbox.podman.egress_asks import EgressAskListener
 from gateway_bot.sandbox.podman.exec_env import ExecEnvError, ExecEnvFiles
-from gateway_bot.sandbox.podman.images import ImageBuilder
+from gateway_bot.sandbox.podman.host_set import HostSet
+from gateway_bot.sandbox.podman.hosts import PodmanHost, make_hosts
 from gateway_bot.sandbox.podman.model_relay import ModelRelay, loopback_target
 from gateway_bot.sandbox.podman.process import PodmanExecProcess
-from gateway_bot.sandbox.podman.proxy import (
-    LABEL_CONTEXT,
-    LABEL_DEPLOYMENT,
-    LABEL_ROLE,
-    EgressProxy,
-)
-from gateway_bot.sandbox.podman.service import PodmanService
+from gateway_bot.sandbox.podman.proxy import LABEL_CONTEXT, LABEL_DEPLOYMENT, LABEL_ROLE
 
 log = logging.getLogger(__name__)
 
@@ -91,24 +90,30 @@ class PodmanSandbox:
         self._settings = settings
         self.deployment = settings.deployment or deployment_for(state_dir)
         work_dir = state_dir / "sandbox"
-        self.service = PodmanService(settings.podman, work_dir)
-        self.images = ImageBuilder(
-            self.service, settings.image, agent_files, work_dir, refresh_in_background=True
-        )
-        self.proxy = EgressProxy(
-            self.service, self.images, self.deployment, settings.egress_network, work_dir / "egress"
+        self._hosts = HostSet(
+            make_hosts(settings, work_dir, self.deployment, agent_files),
+            work_dir / "placement.json",
         )
         approvals = settings.egress_approvals
         self._ask_rules = tuple(
             EgressRule(r.host, tuple(r.paths), tuple(r.methods), tuple(r.ports), action=ASK)
             for r in approvals.ask
         )
+        self.hosts = self._hosts.hosts
+        first = self.hosts[0]
+        self.service, self.images, self.proxy = first.service, first.images, first.proxy
+        """The first host's (the only one's, without ``hosts``): checks and the model relay."""
+        self._placements = self._hosts.placements
         self._env_files = ExecEnvFiles(work_dir / "exec-env")
-        self._podman = ContainerCalls(self.service, self.deployment)
         self._contexts: dict[str, _Context] = {}
-        self.egress_asks = EgressAskListener(
-            work_dir / "egress", self._contexts.__contains__, approvals.timeout_s
-        )
+        self._asks = {
+            host.name: EgressAskListener(
+                host.proxy.directory, self._contexts.__contains__, approvals.timeout_s
+            )
+            for host in self.hosts
+        }
+        """Each host's proxy asks through a socket in its own shared directory."""
+        self.egress_asks = self._asks[first.name]
         self._foreign: set[str] = set()
         self._housekeeping: asyncio.Task[None] | None = None
         self._relays: list[ModelRelay] = []
@@ -122,20 +127,50 @@ class PodmanSandbox:
     def set_egress_ask(self, ask: EgressAsk | None) -> None:
         """Who decides a request the egress proxy holds (an ask rule matched). Unset: every
         held request is refused, and the log says so."""
-        self.egress_asks.ask = ask
+        for listener in self._asks.values():
+            listener.ask = ask
 
     # -- daemon lifecycle -----------------------------------------------------------------
 
+    @property
+    def _several(self) -> bool:
+        return self._hosts.several
+
     async def check(self) -> None:
-        await self.service.check()
+        """With configured hosts a host that does not answer is a warning (its contexts
+        wait for it), not a reason to refuse to start."""
+        if not self._several:
+            await self.service.check()
+            return
+        for host in self.hosts:
+            try:
+                await host.service.check()
+            except HostUnreachable as exc:
+                log.warning("%s: its conversations wait until it answers", exc)
 
     async def open(self, is_known: IsKnown) -> None:
-        await self.service.ensure_running()
+        await asyncio.to_thread(self._placements.load)
         await asyncio.to_thread(self._env_files.clear)
-        await self.egress_asks.start()
+        for host in self.hosts:
+            await self._asks[host.name].start()
+            try:
+                await self._open_host(host, is_known)
+            except HostUnreachable as exc:
+                log.warning("%s: its conversations wait until it answers", exc)
+        self._housekeeping = asyncio.create_task(self._housekeep())
+
+    async def _open_host(self, host: PodmanHost, is_known: IsKnown) -> None:
+        await host.service.ensure_running()
         any_running = False
-        for info in await self._podman.our_containers():
+        for info in await host.calls.our_containers():
             name, context_id = info["Names"][0], info["Labels"][LABEL_CONTEXT]
+            placed = self._placements.get(context_id)
+            if self._several and placed is not None and placed != host.name:
+                log.warning(
+                    "container %s on host %s belongs to a context placed on %s: left alone",
+                    name, host.name, placed,
+                )  # fmt: skip
+                continue
             if not await is_known(context_id):
                 log.warning(
                     "container %s has this deployment's labels but the state knows no "
@@ -145,15 +180,16 @@ class PodmanSandbox:
                 self._foreign.add(context_id)
                 continue
             self._contexts.setdefault(context_id, _Context())
+            if self._several and placed is None:
+                await self._placements.set(context_id, host.name)
             if info["State"] == "running":
                 any_running = True
-                await self._podman.kill_strays(name)
-                log.info("reattached to running container %s", name)
+                await host.calls.kill_strays(name)
+                log.info("reattached to running container %s on %s", name, host.name)
             else:
                 log.info("container %s is %s; its next task starts it", name, info["State"])
         if any_running:
-            await self.proxy.ensure(await self._networks())
-        self._housekeeping = asyncio.create_task(self._housekeep())
+            await host.proxy.ensure(await self._networks(host))
 
     async def close(self) -> None:
         """Stops housekeeping and the relays only: containers keep running for the next
@@ -165,40 +201,46 @@ class PodmanSandbox:
         for relay in self._relays:
             await relay.close()
         self._relays.clear()
-        await self.egress_asks.close()
-        await self.images.close()
+        for listener in self._asks.values():
+            await listener.close()
+        for host in self.hosts:
+            await host.images.close()
 
     async def stop_all(self) -> None:
         """Stop (not remove) this deployment's running containers and the egress proxy, then
         the podman service if this process started it: ``chat`` leaves nothing running.
         ``open`` and the next task's ``_prepare`` start them again (same containers)."""
-        await self.service.ensure_running()  # an idle service may have exited meanwhile
+        for host in self.hosts:
+            try:
+                await self._stop_host(host)
+            except HostUnreachable as exc:
+                log.warning("%s: nothing stopped there", exc)
+
+    async def _stop_host(self, host: PodmanHost) -> None:
+        await host.service.ensure_running()  # an idle service may have exited meanwhile
 
         async def stop(context_id: str) -> None:
             name = spec.container_name(context_id)
             log.info("stopping container %s (the front end ended)", name)
             with contextlib.suppress(NotFound):
-                await self.service.api(lambda c: c.containers.get(name).stop(timeout=5))
+                await host.service.api(lambda c: c.containers.get(name).stop(timeout=5))
 
-        await asyncio.gather(*(stop(c) for c in await self._running_contexts()))
-        await self.proxy.stop()
-        await self.service.stop_if_started_here()
+        await asyncio.gather(*(stop(c) for c in await self._running_contexts(host)))
+        await host.proxy.stop()
+        await host.service.stop_if_started_here()
 
     async def list_containers(self) -> list[SandboxContainer]:
-        """This deployment's agent containers as podman lists them (foreign ones included:
-        they carry our labels, and an operator should see them)."""
-        return [
-            SandboxContainer(
-                name=info["Names"][0],
-                context_id=info["Labels"][LABEL_CONTEXT],
-                state=info["State"],
-                created_at=created_at(info),
-            )
-            for info in await self._podman.our_containers()
-        ]
+        return await self._hosts.containers()
+
+    async def hosts_status(self) -> list[SandboxHost]:
+        """Every host and whether it answers (``ReportsHosts``)."""
+        return await self._hosts.status(self._contexts)
 
     async def container_memory(self, name: str) -> int | None:
-        return await self._podman.memory(name)
+        host = self._host_of(name.removeprefix("gwb-"))
+        if host is None or not await host.service.answers():
+            return None
+        return await host.calls.memory(name)
 
     async def reach_host_loopback(self, url: str, *, start: bool = True) -> str:
         """Loopback in a container is the container: a relay in this process listens on the
@@ -238,7 +280,7 @@ class PodmanSandbox:
         async with state.lock:
             state.busy = True
             try:
-                name = await self._prepare(context, state)
+                host, name = await self._prepare(context, state)
             except BaseException:
                 state.busy = False
                 raise
@@ -254,11 +296,17 @@ class PodmanSandbox:
             raise SandboxUnavailable(f"cannot start the agent: {exc}") from exc
         # The exec's variables travel in a 0600 file: never in the host CLI's environment
         # (a repo's container_env would configure the host's podman) nor in argv.
-        command = [self.service.executable, "exec", "-i", "--workdir", spec.PATHS.workspace]
+        command = [
+            *await host.service.cli_prefix(),
+            "exec",
+            "-i",
+            "--workdir",
+            spec.PATHS.workspace,
+        ]
         command += ["--env-file", str(env_file), name, *argv]
         try:
             process = await spawn_fed(
-                command, env=self.service.cli_env(), stdin_data=stdin_data, keep_stdin=keep_stdin
+                command, env=host.service.cli_env(), stdin_data=stdin_data, keep_stdin=keep_stdin
             )
         except BaseException:
             state.busy = False
@@ -267,35 +315,49 @@ class PodmanSandbox:
 
         async def after_exit(code: int, killed: bool) -> str:
             self._env_files.remove(env_file)
-            return await self._after_exit(context.id, state, code, killed)
+            return await self._after_exit(host, context.id, state, code, killed)
 
         async def end_others() -> None:
-            await self._podman.kill_strays(spec.container_name(context.id), keep_exec=run_mark)
+            await host.calls.kill_strays(spec.container_name(context.id), keep_exec=run_mark)
 
         return PodmanExecProcess(process, after_exit, end_others)
 
-    async def _prepare(self, context: ExecutionContext, state: _Context) -> str:
+    def _host_of(self, context_id: str) -> PodmanHost | None:
+        return self._hosts.host_of(context_id)
+
+    def _busy(self, context_id: str) -> bool:
+        state = self._contexts.get(context_id)
+        return state is not None and state.busy
+
+    async def _prepare(self, context: ExecutionContext, state: _Context) -> tuple[PodmanHost, str]:
         """Everything a task needs, made or repaired: image, network, proxy and its route,
-        and a running container on the current image. Returns the container's name."""
+        and a running container on the current image, on the context's host. Returns the
+        host and the container's name."""
         name = spec.container_name(context.id)
-        await self.service.ensure_running()
-        image = await self.images.agent_image(context.containerfile)
-        network = await spec.ensure_network(self.service, self.deployment, context.id)
-        others_busy = any(s.busy for c, s in self._contexts.items() if c != context.id)
-        await self.proxy.ensure(
+        host = await self._hosts.place(context.id, self._busy)
+        await host.service.ensure_running()
+        image = await host.images.agent_image(context.containerfile)
+        network = await spec.ensure_network(host.service, self.deployment, context.id)
+        others_busy = any(
+            s.busy and self._host_of(c) is host
+            for c, s in self._contexts.items()
+            if c != context.id
+        )
+        await host.proxy.ensure(
             [(network.name, network.proxy_address)], may_recreate=not others_busy
         )
-        await self.egress_asks.start()
-        await self.proxy.set_route(
+        asks = self._asks[host.name]
+        await asks.start()
+        await host.proxy.set_route(
             network.agent_address,
             context.id,
             (*context.allowlist, *self._ask_rules),  # the repo's asks add to the server's
             context.credentials,
-            self.egress_asks.timeout_s,
+            asks.timeout_s,
         )
         if context.network_log is not None:
-            await asyncio.to_thread(_link, context.network_log, self.proxy.log_path(context.id))
-        info = await self._podman.inspect(name)
+            await asyncio.to_thread(_link, context.network_log, host.proxy.log_path(context.id))
+        info = await host.calls.inspect(name)
         if info is not None:
             owner = info["Config"]["Labels"].get(LABEL_DEPLOYMENT)
             if owner != self.deployment:
@@ -312,38 +374,42 @@ class PodmanSandbox:
             )  # fmt: skip
             if reason:
                 log.info("recreating container %s: %s (mounts are kept)", name, reason)
-                await self._podman.remove(name)
+                await host.calls.remove(name)
                 info = None
         state.broken = False
         if info is None:
             create = spec.create_spec(
-                context, image.tag, network, self.deployment, self.proxy.ca_certificate,
-                self._settings.limits, self.service,
+                context, image.tag, network, self.deployment, host.proxy.ca_certificate,
+                self._settings.limits, host.service,
             )  # fmt: skip
             uid = self._settings.userns_host_uid
             if uid is not None:
                 mounted = [context.workspace, context.home, context.inbox, context.outbox]
                 await spec.hand_over([*mounted, context.storage], uid)
-            await self._podman.call(
-                lambda c: spec.create_container(c, create, uid), f"create {name}"
-            )
-            log.info("created container %s on %s", name, image.tag)
+            await host.calls.call(lambda c: spec.create_container(c, create, uid), f"create {name}")
+            log.info("created container %s on %s (host %s)", name, image.tag, host.name)
         if info is None or not info["State"]["Running"]:
-            await self._podman.call(lambda c: c.containers.get(name).start(), f"start {name}")
-            await self._podman.exec_quietly(name, spec.TRUST_CA)
-            await self._enforce_cap(keep=context.id)
-        return name
+            await host.calls.call(lambda c: c.containers.get(name).start(), f"start {name}")
+            await host.calls.exec_quietly(name, spec.TRUST_CA)
+            await self._enforce_cap(host, keep=context.id)
+        return host, name
 
-    async def _after_exit(self, context_id: str, state: _Context, code: int, killed: bool) -> str:
+    async def _after_exit(
+        self, host: PodmanHost, context_id: str, state: _Context, code: int, killed: bool
+    ) -> str:
         state.last_used = time.monotonic()
         name = spec.container_name(context_id)
-        info = await self._podman.inspect(name)
+        try:
+            info = await host.calls.inspect(name)
+        except (PodmanError, OSError) as exc:  # the host went away during the task
+            state.busy = False
+            return f"sandbox: the agent's host {host.name} stopped answering ({exc})"
         running = info is not None and info["State"]["Running"]
         if running:
             # After every task, not only a killed one: whatever the agent started in the
             # background (a server, a loop flipping files in the outbox) ends with it. From
             # the host (a scan of /proc, milliseconds), before the reply goes out.
-            await self._podman.kill_strays(name, info)
+            await host.calls.kill_strays(name, info)
         state.busy = False
         if code != 0 and not running:
             state.broken = True
@@ -360,25 +426,33 @@ class PodmanSandbox:
         pruned_at = time.monotonic()
         while True:
             await asyncio.sleep(interval)
-            try:
-                await self.stop_idle()
-                if time.monotonic() - pruned_at > 3600:
-                    pruned_at = time.monotonic()
-                    for image in await self.images.prune():
-                        log.info("removed unused old image %s", image)
-            except (PodmanError, OSError, SandboxUnavailable) as exc:
-                log.warning("sandbox housekeeping failed: %s", exc)
+            prune = time.monotonic() - pruned_at > 3600
+            if prune:
+                pruned_at = time.monotonic()
+            for host in self.hosts:
+                try:
+                    await self._stop_idle(host)
+                    for image in await host.images.prune() if prune else []:
+                        log.info("removed unused old image %s on %s", image, host.name)
+                except HostUnreachable as exc:
+                    log.debug("housekeeping skipped: %s", exc)
+                except (PodmanError, OSError, SandboxUnavailable) as exc:
+                    log.warning("sandbox housekeeping on %s failed: %s", host.name, exc)
 
     async def stop_idle(self) -> None:
-        """Stop containers unused for ``idle_stop_minutes``; then enforce the cap."""
-        await self.service.ensure_running()
+        """Stop containers unused for ``idle_stop_minutes``; then enforce each host's cap."""
+        for host in self.hosts:
+            await self._stop_idle(host)
+
+    async def _stop_idle(self, host: PodmanHost) -> None:
+        await host.service.ensure_running()
         idle_s = self._settings.idle_stop_minutes * 60
         now = time.monotonic()
-        for context_id in await self._running_contexts():
+        for context_id in await self._running_contexts(host):
             since = self._idle_since(context_id)
             if since is not None and now - since > idle_s:
-                await self._stop(context_id, "idle")
-        await self._enforce_cap(keep=None)
+                await self._stop(host, context_id, "idle")
+        await self._enforce_cap(host, keep=None)
 
     def _idle_since(self, context_id: str) -> float | None:
         """When the context's container was last used; None while a task runs in it. A kept
@@ -391,16 +465,16 @@ class PodmanSandbox:
             return kept[context_id]
         return None if state.busy else state.last_used
 
-    async def _enforce_cap(self, keep: str | None) -> None:
-        running = await self._running_contexts()
+    async def _enforce_cap(self, host: PodmanHost, keep: str | None) -> None:
+        running = await self._running_contexts(host)
         idle = sorted(
             (since, c) for c in running if c != keep and (since := self._idle_since(c)) is not None
         )
-        excess = len(running) - self._settings.max_live_containers
+        excess = len(running) - host.capacity
         for _, context_id in idle[: max(0, excess)]:
-            await self._stop(context_id, f"more than {self._settings.max_live_containers} running")
+            await self._stop(host, context_id, f"more than {host.capacity} running")
 
-    async def _stop(self, context_id: str, why: str) -> None:
+    async def _stop(self, host: PodmanHost, context_id: str, why: str) -> None:
         kept = self.kept_processes
         if kept is not None and context_id in kept.idle_since():
             await kept.end(context_id)  # a warm session ends with its container
@@ -411,42 +485,48 @@ class PodmanSandbox:
             name = spec.container_name(context_id)
             log.info("stopping container %s (%s)", name, why)
             with contextlib.suppress(NotFound):
-                await self.service.api(lambda c: c.containers.get(name).stop(timeout=5))
+                await host.service.api(lambda c: c.containers.get(name).stop(timeout=5))
 
     async def discard(self, context_id: str) -> None:
+        """On the context's host; HostUnreachable while that host does not answer (the
+        collection is tried again later), nothing at all for a context never placed."""
         if context_id in self._foreign:
+            return
+        host = self._host_of(context_id)
+        if host is None:
+            self._contexts.pop(context_id, None)
             return
         state = self._contexts.pop(context_id, None) or _Context()
         async with state.lock:
             name, network = spec.container_name(context_id), spec.network_name(context_id)
-            await self.service.ensure_running()
+            await host.service.ensure_running()
 
-            await self._podman.remove(name)
-            await self.proxy.disconnect(network)
+            await host.calls.remove(name)
+            await host.proxy.disconnect(network)
 
             def remove_network(client: Any) -> None:
                 with contextlib.suppress(NotFound):
                     client.networks.get(network).remove()
 
-            await self.service.api(remove_network)
-            await self.proxy.drop_routes(context_id)
-            log.info("discarded container %s and network %s", name, network)
+            await host.service.api(remove_network)
+            await host.proxy.drop_routes(context_id)
+            await self._placements.drop(context_id)
+            log.info("discarded container %s and network %s on %s", name, network, host.name)
 
     # -- podman queries -------------------------------------------------------------------
 
-    async def _running_contexts(self) -> list[str]:
-        return [
-            info["Labels"][LABEL_CONTEXT]
-            for info in await self._podman.our_containers()
-            if info["State"] == "running" and info["Labels"][LABEL_CONTEXT] not in self._foreign
-        ]
+    async def _running_contexts(self, host: PodmanHost) -> list[str]:
+        return await self._hosts.running(host, self._foreign)
 
-    async def _networks(self) -> list[tuple[str, str]]:
+    async def _networks(self, host: PodmanHost) -> list[tuple[str, str]]:
+        """The context networks of the contexts on ``host`` (hosts that share network
+        definitions, as on one test machine, list each other's too: those are skipped)."""
         filters = {"label": f"{LABEL_DEPLOYMENT}={self.deployment}"}
-        found = await self.service.api(lambda c: c.networks.list(filters=filters))
+        found = await host.service.api(lambda c: c.networks.list(filters=filters))
         labelled = [n.attrs.get("labels") or {} for n in found]
         contexts = [n[LABEL_CONTEXT] for n in labelled if n.get(LABEL_ROLE) == "network"]
-        networks = [await spec.ensure_network(self.service, self.deployment, c) for c in contexts]
+        ours = [c for c in contexts if self._host_of(c) is host]
+        networks = [await spec.ensure_network(host.service, self.deployment, c) for c in ours]
         return [(n.name, n.proxy_address) for n in networks]
 
 

@@ -30,7 +30,7 @@ from podman.errors import APIError, NotFound, PodmanError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_fixed
 
 from gateway_bot.config.sandbox import PodmanSettings
-from gateway_bot.sandbox.base import SandboxUnavailable
+from gateway_bot.sandbox.base import HostUnreachable, SandboxUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -80,12 +80,35 @@ def resolve_runtime(setting: str | None) -> str | None:
 
 
 class PodmanService:
-    def __init__(self, settings: PodmanSettings, log_dir: Path) -> None:
+    def __init__(
+        self,
+        settings: PodmanSettings,
+        log_dir: Path,
+        *,
+        url: str | None = None,
+        host: str = "local",
+    ) -> None:
+        """``url`` set: a configured host's REST service (``unix://`` or ``ssh://``), which
+        someone else runs: the daemon never starts it, and the CLI talks to it remotely
+        (``podman --remote --url``). Unset: the local service at ``settings.socket``."""
         self.command = settings.command
         self.executable = shutil.which(settings.command) or settings.command
         """Resolved once, from the daemon's own PATH: podman always runs by absolute path."""
-        self.socket = settings.socket or default_socket()
-        self.runtime = resolve_runtime(settings.runtime)
+        self.host = host
+        self.url = url
+        self.socket = (
+            Path(url.removeprefix("unix://"))
+            if url is not None and url.startswith("unix://")
+            else settings.socket or default_socket()
+        )
+        self.base_url = url or f"unix://{self.socket}"
+        self._cli_prefix: list[str] | None = [self.executable] if url is None else None
+        """argv start of every podman CLI call for this host (``cli_prefix``)."""
+        self.is_local = url is None or url.startswith("unix://")
+        """Runs on this machine: its containers' processes are in this machine's /proc."""
+        auto_elsewhere = not self.is_local and settings.runtime == "auto"
+        self.runtime = None if auto_elsewhere else resolve_runtime(settings.runtime)
+        """'auto' is judged on this machine; another one's service keeps its own default."""
         self.ulimits = dict(settings.ulimits)
         self._log_dir = log_dir
         self._start_lock = asyncio.Lock()
@@ -102,7 +125,8 @@ class PodmanService:
         return limits
 
     def cli_limit_flags(self) -> list[str]:
-        flags = [f"--runtime={self.runtime}"] if self.runtime else []
+        # A remote CLI has no --runtime on run or build: its service's runtime applies.
+        flags = [f"--runtime={self.runtime}"] if self.runtime and self.is_local else []
         for name, value in self.ulimits.items():
             flags += ["--ulimit", f"{name}={value}"]
         return flags
@@ -113,6 +137,26 @@ class PodmanService:
         env = {key: os.environ[key] for key in _HOST_ENV if key in os.environ}
         env.update(extra or {})
         return env
+
+    async def cli_prefix(self) -> list[str]:
+        """argv start of a podman CLI call for this host. A service on this machine: the
+        local CLI on the service's own storage (asked of the service once), so ``exec`` is
+        the CLI's, as for the default service (podman 4.3's service leaves the conmon of
+        every exec it runs alive). Another machine's: ``podman --remote --url``."""
+        if self._cli_prefix is None:
+            assert self.url is not None
+            if self.is_local:
+                store = (await self.api(_info)).get("store") or {}
+                prefix = [self.executable, "--root", str(store["graphRoot"])]
+                prefix += ["--runroot", str(store["runRoot"])]
+                prefix += ["--storage-driver", str(store["graphDriverName"])]
+                for key, value in (store.get("graphOptions") or {}).items():
+                    if isinstance(value, str):
+                        prefix += ["--storage-opt", f"{key}={value}"]
+                self._cli_prefix = prefix
+            else:
+                self._cli_prefix = [self.executable, "--remote", "--url", self.url]
+        return self._cli_prefix
 
     # -- availability ---------------------------------------------------------------------
 
@@ -125,6 +169,8 @@ class PodmanService:
                 "run scripts/setup.sh), or set `sandbox: {kind: none}` to run the agent "
                 "unconfined on this host."
             )
+        if self.url is not None and not await self._answers():
+            raise HostUnreachable(self.host, self.url)
         try:
             result = await self.cli("info", "--format", "{{.Host.OCIRuntime.Name}}", timeout_s=60)
         except (PodmanCommandError, TimeoutError) as exc:
@@ -133,16 +179,23 @@ class PodmanService:
         await self.ensure_running()
 
     async def ensure_running(self) -> None:
-        """Make sure the REST service answers; start it when nothing does."""
+        """Make sure the REST service answers; start it when nothing does. A configured
+        host's service is never started here: HostUnreachable when it does not answer."""
         if await self._answers():
             return
+        if self.url is not None:
+            raise HostUnreachable(self.host, self.url)
         async with self._start_lock:
             if await self._answers():
                 return
             await self._start_service()
 
+    async def answers(self) -> bool:
+        """Does the REST service answer now?"""
+        return await self._answers()
+
     async def _answers(self) -> bool:
-        if not self.socket.exists():
+        if self.base_url.startswith("unix://") and not self.socket.exists():
             return False
         try:
             return bool(await self.api(lambda client: client.ping()))
@@ -211,7 +264,7 @@ class PodmanService:
         session is not meant to be shared between threads)."""
 
         def run() -> T:
-            with PodmanClient(base_url=f"unix://{self.socket}", timeout=120) as client:
+            with PodmanClient(base_url=self.base_url, timeout=120) as client:
                 return call(client)
 
         return await asyncio.to_thread(run)
@@ -245,7 +298,7 @@ class PodmanService:
         """Run ``podman ARGS``; with ``on_line`` every output line is passed on as it comes
         (build progress). Raises PodmanCommandError on a non-zero exit when ``check``."""
         process = await asyncio.create_subprocess_exec(
-            self.executable,
+            *await self.cli_prefix(),
             *args,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
@@ -302,6 +355,10 @@ def _pids_running(argv: Sequence[str]) -> list[int]:
         if state != "Z":
             found.append(int(entry.name))
     return found
+
+
+def _info(client: Any) -> dict[str, Any]:
+    return dict(client.info())
 
 
 def _short(args: Sequence[str]) -> list[str]:
