@@ -26,8 +26,22 @@ def _matrix(quick: bool, root: Path, trace: bool) -> Section:
     return matrix_ack.run(20 if quick else 200, root, trace=trace)
 
 
+def _slack(quick: bool, root: Path, trace: bool) -> Section:
+    from bench import slack_ack
+
+    return slack_ack.run(20 if quick else 200, root, trace=trace)
+
+
+def _sandbox(quick: bool, root: Path, trace: bool) -> Section:
+    from bench import sandbox_overhead
+
+    return sandbox_overhead.run(3 if quick else 7)
+
+
 BENCHMARKS: dict[str, Callable[[bool, Path, bool], Section]] = {
     "matrix": _matrix,
+    "slack": _slack,
+    "sandbox": _sandbox,
 }
 
 

@@ -25,7 +25,7 @@ class Daemon:
         module = ["-m", "bench.traced_daemon", str(trace)] if trace else ["-m", "gateway_bot"]
         self.log = log
         with log.open("ab") as out:
-            self.process = subprocess.Popen(  # noqa: S603 - our own module, argv list
+            self.process = subprocess.Popen(
                 [sys.executable, *module, "run", "--config", str(config)],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 env=gateway_env(), cwd=Path(__file__).parent.parent,
@@ -55,3 +55,17 @@ class Daemon:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
         raise RuntimeError("no VmRSS")
+
+
+def spawn_floor(module: str, *args: str) -> subprocess.Popen[str]:
+    """A floor's minimal bot (``bench.minimal_*``) in its own process, once it says ready."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", module, *args], stdout=subprocess.PIPE, text=True,
+        cwd=Path(__file__).parent.parent,
+    )  # fmt: skip
+    assert process.stdout is not None
+    line = process.stdout.readline().strip()
+    if line != "ready":
+        process.kill()
+        raise RuntimeError(f"{module} did not start: {line!r}")
+    return process

@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,7 +45,7 @@ from tests.synapse_fixtures import (
 )
 
 from bench import trace_report
-from bench.daemon import Daemon, trivial_agent
+from bench.daemon import Daemon, spawn_floor, trivial_agent
 from bench.report import Section, info_row, ratio_row
 
 
@@ -136,7 +135,7 @@ async def _measure(
     return Sample(total, to_server, answer, total - to_server - answer)
 
 
-def _percentile(values: list[float], fraction: float) -> float:
+def percentile(values: list[float], fraction: float) -> float:
     ordered = sorted(values)
     index = min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))
     return ordered[index]
@@ -147,7 +146,7 @@ def _summary(samples: list[Sample]) -> dict[str, Any]:
     return {
         "n": len(samples),
         "p50_ms": statistics.median(totals),
-        "p99_ms": _percentile(totals, 0.99),
+        "p99_ms": percentile(totals, 0.99),
         "mean_ms": statistics.fmean(totals),
         "median_split_ms": {
             "sender_to_homeserver": statistics.median(s.to_server_ms for s in samples),
@@ -185,13 +184,10 @@ async def _bench(rounds: int, root: Path, trace: bool) -> Section:
         plain = await alice.create_room([bot.user_id], name="plain")
         encrypted = await alice.create_room([bot.user_id], encrypted=True, direct=True)
 
-        minimal = subprocess.Popen(  # noqa: S603 - our own module, argv list
-            [sys.executable, "-m", "bench.minimal_matrix_bot", server.base_url,
-             tiny.user_id, tiny.device_id, tiny.access_token],
-            stdout=subprocess.PIPE, text=True,
+        minimal = await asyncio.to_thread(
+            spawn_floor, "bench.minimal_matrix_bot", server.base_url,
+            tiny.user_id, tiny.device_id, tiny.access_token,
         )  # fmt: skip
-        assert minimal.stdout is not None
-        assert (await asyncio.to_thread(minimal.stdout.readline)).strip() == "ready"
 
         config = matrix_config(
             root, make_repo(root / "repo"), api, server, bot, [alice.user_id],
@@ -224,7 +220,7 @@ async def _bench(rounds: int, root: Path, trace: bool) -> Section:
                 text = f"bench {number} {name}"
                 done = None
                 if answerer == bot.user_id:
-                    done = observer.expect(room, bot_text(bot.user_id, rf"bench-done"))
+                    done = observer.expect(room, bot_text(bot.user_id, r"bench-done"))
                 sample = await _measure(alice, observer, room, text, answerer)
                 if done is not None:
                     await asyncio.wait_for(done, 60)  # the task is over: nothing queues

@@ -90,7 +90,9 @@ def table(sections: list[Section]) -> str:
     lines: list[tuple[str, ...]] = []
     for section in sections:
         if section.error:
-            lines.append((f"{section.name}: FAILED TO RUN", section.error[:60], "", "", "", "ERROR"))
+            lines.append(
+                (f"{section.name}: FAILED TO RUN", section.error[:60], "", "", "", "ERROR")
+            )
         for row in section.rows:
             base = (
                 f"{_number(row.baseline, row.unit)} ({row.baseline_name})"

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 
-def breakdown(trace: Path, opener: str, skip: int = 3) -> list[dict[str, Any]]:
+def breakdown(trace: Path, opener: str, skip: int = 3, edge: str = "end") -> list[dict[str, Any]]:
+    """``edge``: the window opens at the opener's ``end`` (a sync returned) or ``start``."""
     calls = [json.loads(line) for line in trace.read_text().splitlines() if line.strip()]
     calls.sort(key=lambda c: c["start"])
     acks = [c for c in calls if c["call"].endswith(".send_acknowledgement")][skip:]
@@ -23,17 +24,17 @@ def breakdown(trace: Path, opener: str, skip: int = 3) -> list[dict[str, Any]]:
     offsets: dict[str, list[float]] = defaultdict(list)
     durations: dict[str, list[float]] = defaultdict(list)
     for ack in acks:
-        before = [o for o in openers if o["end"] <= ack["start"]]
+        before = [o for o in openers if o[edge] <= ack["start"]]
         if not before:
             continue
-        t0 = before[-1]["end"]
+        t0 = before[-1][edge]
         seen: set[str] = set()
         for call in calls:
             if t0 <= call["start"] <= ack["end"] and call["call"] not in seen:
                 seen.add(call["call"])
                 offsets[call["call"]].append((call["start"] - t0) * 1000)
                 durations[call["call"]].append((call["end"] - call["start"]) * 1000)
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "call": name,
             "n": len(offsets[name]),
@@ -42,7 +43,7 @@ def breakdown(trace: Path, opener: str, skip: int = 3) -> list[dict[str, Any]]:
         }
         for name in offsets
     ]
-    rows.sort(key=lambda r: r["median_start_ms"])
+    rows.sort(key=lambda r: float(r["median_start_ms"]))
     return rows
 
 
