@@ -9,6 +9,7 @@ the machine; ratios are the headline. ``--quick`` uses small counts for developm
 from __future__ import annotations
 
 import argparse
+import shutil
 import tempfile
 import time
 import traceback
@@ -38,10 +39,24 @@ def _sandbox(quick: bool, root: Path, trace: bool) -> Section:
     return sandbox_overhead.run(3 if quick else 7)
 
 
+def _scale(quick: bool, root: Path, trace: bool) -> Section:
+    from bench import scale
+
+    return scale.run(root, conversations=20 if quick else 200, tasks=50 if quick else 400)
+
+
+def _restart(quick: bool, root: Path, trace: bool) -> Section:
+    from bench import restart_recovery
+
+    return restart_recovery.run(root, 6 if quick else 50)
+
+
 BENCHMARKS: dict[str, Callable[[bool, Path, bool], Section]] = {
     "matrix": _matrix,
     "slack": _slack,
     "sandbox": _sandbox,
+    "restart": _restart,
+    "scale": _scale,
 }
 
 
@@ -54,6 +69,7 @@ def main() -> None:
         help="trace the daemon's calls and print where an acknowledgement's time goes "
         "(slows the daemon: not for the headline numbers)",
     )  # fmt: skip
+    parser.add_argument("--keep", action="store_true", help="keep each benchmark's temp dir")
     parser.add_argument("--json", type=Path, default=None, help="where to write the results")
     args = parser.parse_args()
     chosen = [n.strip() for n in args.only.split(",") if n.strip()] or list(BENCHMARKS)
@@ -61,12 +77,17 @@ def main() -> None:
     for name in chosen:
         started = time.monotonic()
         print(f"== {name} ...", flush=True)
-        with tempfile.TemporaryDirectory(prefix=f"gwb-bench-{name}-") as tmp:
-            try:
-                section = BENCHMARKS[name](args.quick, Path(tmp), args.trace)
-            except Exception as exc:
-                traceback.print_exc()
-                section = Section(name, error=f"{type(exc).__name__}: {exc}")
+        tmp = tempfile.mkdtemp(prefix=f"gwb-bench-{name}-")
+        try:
+            section = BENCHMARKS[name](args.quick, Path(tmp), args.trace)
+        except Exception as exc:
+            traceback.print_exc()
+            section = Section(name, error=f"{type(exc).__name__}: {exc}")
+        finally:
+            if args.keep:
+                print(f"kept {tmp}")
+            else:
+                shutil.rmtree(tmp, ignore_errors=True)
         section.details["wall_s"] = round(time.monotonic() - started, 1)
         sections.append(section)
         print(table([section]), flush=True)

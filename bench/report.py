@@ -114,7 +114,8 @@ def table(sections: list[Section]) -> str:
     out = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
     out.append("  ".join("-" * w for w in widths))
     out += ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) for line in lines]
-    return "\n".join(out)
+    notes = [f"  * {r.benchmark}: {r.note}" for s in sections for r in s.rows if r.note]
+    return "\n".join(out + notes)
 
 
 def machine() -> dict[str, Any]:
