@@ -36,7 +36,7 @@ def _slack(quick: bool, root: Path, trace: bool) -> Section:
 def _sandbox(quick: bool, root: Path, trace: bool) -> Section:
     from bench import sandbox_overhead
 
-    return sandbox_overhead.run(3 if quick else 7)
+    return sandbox_overhead.run(3 if quick else 5)
 
 
 def _scale(quick: bool, root: Path, trace: bool) -> Section:

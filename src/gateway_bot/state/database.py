@@ -124,24 +124,34 @@ class Database:
         """One statement for each row, all in one transaction."""
         await self.write_batch([(sql, row) for row in rows])
 
-    async def write_batch(self, statements: Sequence[tuple[str, Params]]) -> None:
+    async def write_batch(
+        self, statements: Sequence[tuple[str, Params]], *, durable: bool = True
+    ) -> None:
         """Several statements that commit together or not at all, without handing out the
-        connection (what a channel's store uses instead of ``transaction``)."""
-        async with self.transaction() as connection:
+        connection (what a channel's store uses instead of ``transaction``); ``durable`` as
+        for ``write``."""
+        async with self.transaction(durable=durable) as connection:
             for sql, params in statements:
                 await connection.execute(sql, tuple(params))
 
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
-        """Several statements that commit together or not at all."""
+    async def transaction(self, *, durable: bool = True) -> AsyncIterator[aiosqlite.Connection]:
+        """Several statements that commit together or not at all; ``durable`` as for
+        ``write``."""
         async with self._lock:
-            await self.connection.execute("BEGIN IMMEDIATE")
+            if not durable:
+                await self.connection.execute("PRAGMA synchronous=NORMAL")
             try:
-                yield self.connection
-            except BaseException:
-                await self.connection.execute("ROLLBACK")
-                raise
-            await self.connection.execute("COMMIT")
+                await self.connection.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self.connection
+                except BaseException:
+                    await self.connection.execute("ROLLBACK")
+                    raise
+                await self.connection.execute("COMMIT")
+            finally:
+                if not durable:
+                    await self.connection.execute("PRAGMA synchronous=FULL")
 
     # -- schema ----------------------------------------------------------------------------
 
