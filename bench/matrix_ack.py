@@ -63,6 +63,7 @@ class Observer:
     human: Human
     waiters: list[_Waiter] = field(default_factory=list)
     task: asyncio.Task[None] | None = None
+    errors: list[str] = field(default_factory=list)
 
     def start(self) -> None:
         self.task = asyncio.create_task(self._loop())
@@ -81,7 +82,12 @@ class Observer:
     async def _loop(self) -> None:
         while True:
             before = {room: len(events) for room, events in self.human.seen.items()}
-            await self.human.sync(30000)
+            try:
+                await self.human.sync(30000)
+            except Exception as exc:  # a client stays open through a failed sync
+                self.errors.append(repr(exc))
+                await asyncio.sleep(0.2)
+                continue
             now = time.perf_counter()
             for room, events in self.human.seen.items():
                 for event in events[before.get(room, 0) :]:
@@ -214,6 +220,7 @@ async def _bench(rounds: int, root: Path, trace: bool) -> Section:
             ("bot, encrypted room", watch_b, encrypted, bot.user_id),
         ]
         results: dict[str, list[Sample]] = {name: [] for name, *_ in cases}
+        unanswered = dict.fromkeys(results, 0)
         warmup = 3
         for number in range(rounds + warmup):
             for name, observer, room, answerer in cases:
@@ -221,14 +228,22 @@ async def _bench(rounds: int, root: Path, trace: bool) -> Section:
                 done = None
                 if answerer == bot.user_id:
                     done = observer.expect(room, bot_text(bot.user_id, r"bench-done"))
-                sample = await _measure(alice, observer, room, text, answerer)
-                if done is not None:
-                    await asyncio.wait_for(done, 60)  # the task is over: nothing queues
+                try:
+                    sample = await _measure(alice, observer, room, text, answerer)
+                    if done is not None:
+                        await asyncio.wait_for(done, 60)  # the task is over: nothing queues
+                except TimeoutError:
+                    unanswered[name] += 1  # counted, reported; the run goes on
+                    continue
+                finally:
+                    await alice.key_chores()
                 if number >= warmup:
                     results[name].append(sample)
-                await alice.key_chores()
         summary = {name: _summary(samples) for name, samples in results.items()}
-        section.details = {"rounds": rounds, "cases": summary}
+        section.details = {
+            "rounds": rounds, "cases": summary, "unanswered_within_60s": unanswered,
+            "observer_sync_errors": [e for o in observers for e in o.errors][:20],
+        }  # fmt: skip
         if trace_file is not None:
             rows = trace_report.breakdown(trace_file, "MatrixApi.sync")
             section.details["trace"] = rows

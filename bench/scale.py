@@ -47,9 +47,9 @@ def _counting_commits() -> Iterator[dict[str, int]]:
         return await write(self, sql, params, durable=durable)
 
     @contextlib.asynccontextmanager
-    async def counted_transaction(self: Database) -> AsyncIterator[Any]:
-        counts["durable"] += 1
-        async with transaction(self) as connection:
+    async def counted_transaction(self: Database, *, durable: bool = True) -> AsyncIterator[Any]:
+        counts["durable" if durable else "relaxed"] += 1
+        async with transaction(self, durable=durable) as connection:
             yield connection
 
     Database.write = counted_write  # type: ignore[method-assign]
