@@ -1,6 +1,6 @@
 """Per-task sandbox overhead: exec into a warm container vs. set everything up per task.
 
-    uv run python -m bench.sandbox_overhead [--runs 5]
+    uv run python -m bench.sandbox_overhead [--runs 5]     (also part of ``python -m bench``)
 
 Both modes run the same trivial agent call (the real ``claude -p`` against the fake model
 API, reached through the egress proxy) and a no-op (``true``), through gateway-bot's own
@@ -10,6 +10,8 @@ Podman sandbox:
 * cold: what per-message sandboxes do: a new network, a new proxy container and a new agent
   container for every message (timed until the call returns; the teardown afterwards is
   reported separately).
+* host: the same agent call with no sandbox at all (the fake API reached directly): the
+  agent's own time, subtracted from both to give each mode's *overhead*.
 
 Prints medians and their ratio. Needs podman and the images (scripts/setup.sh). Not a test:
 numbers depend on the machine.
@@ -30,12 +32,14 @@ from pathlib import Path
 from tests.fake_anthropic import FakeAnthropic
 from tests.sandbox_fixtures import Relay
 
+from bench.report import Section, at_least_ratio_row, info_row
 from gateway_bot.agent_setup import agent_image_files
 from gateway_bot.agents.claude_code import QUIET_ENV
 from gateway_bot.config.sandbox import SandboxSettings
 from gateway_bot.config.server import build_server_config
 from gateway_bot.sandbox.base import ExecutionContext
 from gateway_bot.sandbox.egress.allowlist import parse_allowlist, rule_for_url
+from gateway_bot.sandbox.host import HostSandbox
 from gateway_bot.sandbox.podman.sandbox import PodmanSandbox
 
 CLAUDE = ["claude", "-p", "--output-format", "stream-json", "--verbose",
@@ -54,12 +58,19 @@ def _context(root: Path, context_id: str, model_url: str) -> ExecutionContext:
         id=context_id,
         allowlist=parse_allowlist(None, [rule_for_url(model_url)]),
         network_log=root / context_id / "network.log",
-        **dirs,
+        workspace=dirs["workspace"],
+        home=dirs["home"],
+        inbox=dirs["inbox"],
+        outbox=dirs["outbox"],
+        storage=dirs["storage"],
     )
 
 
 async def _one_call(
-    sandbox: PodmanSandbox, context: ExecutionContext, argv: Sequence[str], env: dict[str, str]
+    sandbox: PodmanSandbox | HostSandbox,
+    context: ExecutionContext,
+    argv: Sequence[str],
+    env: dict[str, str],
 ) -> float:
     started = time.perf_counter()
     process = await sandbox.start(context, argv, env, stdin_data=b"say hello")
@@ -105,7 +116,9 @@ def _create_egress_network() -> tuple[str, str]:
 
 
 async def measure(runs: int) -> dict[str, dict[str, list[float]]]:
-    results: dict[str, dict[str, list[float]]] = {"warm": {}, "cold": {}, "teardown": {}}
+    results: dict[str, dict[str, list[float]]] = {
+        "warm": {}, "cold": {}, "teardown": {}, "host": {},
+    }  # fmt: skip
     files = agent_image_files(build_server_config({"repo": {"url": "."}}, "bench"))
     egress, gateway = await asyncio.to_thread(_create_egress_network)
     fake = FakeAnthropic()
@@ -123,6 +136,17 @@ async def measure(runs: int) -> dict[str, dict[str, list[float]]]:
             for label, argv in (("agent call", CLAUDE), ("no-op", NOOP)):
                 results["warm"][label] = [
                     await _one_call(warm, context, argv, env) for _ in range(runs)
+                ]
+
+            host_context = _context(root / "host", "benchhost", fake.base_url)
+            host_env = {**env, "ANTHROPIC_BASE_URL": fake.base_url,
+                        "CLAUDE_CODE_MAX_RETRIES": "0", "IS_SANDBOX": "1",
+                        "CLAUDE_CONFIG_DIR": str(host_context.home / ".claude")}  # fmt: skip
+            host = HostSandbox()
+            await _one_call(host, host_context, CLAUDE, host_env)  # first run: not timed
+            for label, argv in (("agent call", CLAUDE), ("no-op", NOOP)):
+                results["host"][label] = [
+                    await _one_call(host, host_context, argv, host_env) for _ in range(runs)
                 ]
 
             for label, argv in (("agent call", CLAUDE), ("no-op", NOOP)):
@@ -162,6 +186,38 @@ def print_table(results: dict[str, dict[str, list[float]]], runs: int) -> None:
     print(f"{'ratio cold / warm':<50}{ratio['agent call']:>11.1f}x{ratio['no-op']:>9.1f}x")
     print(f"{'(cold teardown afterwards, not included)':<50}"
           f"{med['teardown']['agent call']:>12.2f}{med['teardown']['no-op']:>10.2f}")  # fmt: skip
+
+
+def section(results: dict[str, dict[str, list[float]]], runs: int) -> Section:
+    med = {m: {c: statistics.median(v) for c, v in results[m].items()} for m in results}
+    rows = []
+    for label in ("no-op", "agent call"):
+        own = med["host"][label]
+        warm, cold = med["warm"][label] - own, med["cold"][label] - own
+        rows.append(
+            at_least_ratio_row(
+                f"sandbox overhead per task, {label} (warm)", warm * 1000, cold * 1000,
+                "per-task network+proxy+container", 10, "ms",
+            )
+        )  # fmt: skip
+    rows.append(
+        info_row(
+            "agent call total, warm container", med["warm"]["agent call"] * 1000, "ms",
+            f"host {med['host']['agent call'] * 1000:.0f} ms, "
+            f"cold {med['cold']['agent call'] * 1000:.0f} ms",
+        )
+    )  # fmt: skip
+    return Section(
+        "sandbox overhead",
+        rows,
+        {"runs": runs, "median_s": med,
+         "overhead_definition": "median(mode) - median(host, same call)",
+         "samples_s": results},
+    )  # fmt: skip
+
+
+def run(runs: int) -> Section:
+    return section(asyncio.run(measure(runs)), runs)
 
 
 def main() -> None:

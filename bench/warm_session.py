@@ -34,7 +34,14 @@ def _context(root: Path, context_id: str) -> ExecutionContext:
     dirs = {n: root / context_id / n for n in ("workspace", "home", "inbox", "outbox", "storage")}
     for path in dirs.values():
         path.mkdir(parents=True)
-    return ExecutionContext(id=context_id, **dirs)
+    return ExecutionContext(
+        id=context_id,
+        workspace=dirs["workspace"],
+        home=dirs["home"],
+        inbox=dirs["inbox"],
+        outbox=dirs["outbox"],
+        storage=dirs["storage"],
+    )
 
 
 async def _ignore(event: AgentEvent) -> None:

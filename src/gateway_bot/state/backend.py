@@ -69,15 +69,16 @@ class Backend(Protocol):
 
     async def fetch_all(self, sql: str, params: Params) -> list[Row]: ...
 
-    async def write(self, sql: str, params: Params) -> int:
+    async def write(self, sql: str, params: Params, durable: bool = True) -> int:
         """One auto-committed statement; the caller holds the write lock where the engine
-        needs one (``needs_write_lock``)."""
+        needs one (``needs_write_lock``). ``durable=False``: committed without waiting for
+        the disk (see ``Database.write``)."""
         ...
 
     needs_write_lock: bool
     """True when single statements must wait for an open transaction (one connection)."""
 
-    def transaction(self) -> AbstractAsyncContextManager[Transaction]: ...
+    def transaction(self, durable: bool = True) -> AbstractAsyncContextManager[Transaction]: ...
 
     async def has_table(self, name: str) -> bool: ...
 

@@ -127,16 +127,23 @@ class PostgresBackend:
         async with self._pool.connection() as connection:
             return await PostgresTransaction(connection).fetch_all(sql, params)
 
-    async def write(self, sql: str, params: Params) -> int:
+    async def write(self, sql: str, params: Params, durable: bool = True) -> int:
+        if not durable:
+            async with self.transaction(durable=False) as transaction:
+                return await transaction.execute(sql, params)
         async with self._pool.connection() as connection:
             return await PostgresTransaction(connection).execute(sql, params)
 
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[PostgresTransaction]:
+    async def transaction(self, durable: bool = True) -> AsyncIterator[PostgresTransaction]:
         """BEGIN ... COMMIT (READ COMMITTED) on one pooled connection; rolled back when the
-        block raises. Rows a decision depends on are locked with ``FOR UPDATE``."""
+        block raises. Rows a decision depends on are locked with ``FOR UPDATE``.
+        ``durable=False``: ``synchronous_commit`` off for this transaction only."""
         async with self._pool.connection() as connection, connection.transaction():
-            yield PostgresTransaction(connection)
+            statements = PostgresTransaction(connection)
+            if not durable:
+                await statements.execute("SET LOCAL synchronous_commit = off")
+            yield statements
 
     async def has_table(self, name: str) -> bool:
         row = await self.fetch_one(

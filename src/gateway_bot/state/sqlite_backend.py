@@ -84,20 +84,33 @@ class SqliteBackend:
     async def fetch_all(self, sql: str, params: Params) -> list[Row]:
         return await self._statements.fetch_all(sql, params)
 
-    async def write(self, sql: str, params: Params) -> int:
-        return await self._statements.execute(sql, params)
+    async def write(self, sql: str, params: Params, durable: bool = True) -> int:
+        if durable:
+            return await self._statements.execute(sql, params)
+        await self.connection.execute("PRAGMA synchronous=NORMAL")
+        try:
+            return await self._statements.execute(sql, params)
+        finally:
+            await self.connection.execute("PRAGMA synchronous=FULL")
 
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[SqliteTransaction]:
+    async def transaction(self, durable: bool = True) -> AsyncIterator[SqliteTransaction]:
         """BEGIN IMMEDIATE: the write lock is taken at the start, so a read inside the
-        transaction is never stale by the time the transaction writes."""
-        await self.connection.execute("BEGIN IMMEDIATE")
+        transaction is never stale by the time the transaction writes. ``durable=False``:
+        ``synchronous=NORMAL`` for this commit only (no fsync; the next one covers it)."""
+        if not durable:
+            await self.connection.execute("PRAGMA synchronous=NORMAL")
         try:
-            yield self._statements
-        except BaseException:
-            await self.connection.execute("ROLLBACK")
-            raise
-        await self.connection.execute("COMMIT")
+            await self.connection.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._statements
+            except BaseException:
+                await self.connection.execute("ROLLBACK")
+                raise
+            await self.connection.execute("COMMIT")
+        finally:
+            if not durable:
+                await self.connection.execute("PRAGMA synchronous=FULL")
 
     async def has_table(self, name: str) -> bool:
         row = await self.fetch_one(

@@ -202,8 +202,12 @@ class SqlStore:
         if error is not None:
             sets.append("error = ?")
             values.append(error)
+        # AUTHENTICATING only marks a task being taken in, and recovery turns it back into
+        # QUEUED: it needs no disk flush of its own before the acknowledgement (issue 19).
         await self._database.write(
-            f"UPDATE tasks SET {', '.join(sets)} WHERE id = ?", [*values, task_id]
+            f"UPDATE tasks SET {', '.join(sets)} WHERE id = ?",
+            [*values, task_id],
+            durable=target is not TaskState.AUTHENTICATING,
         )
         return self._published(await self.get_task(task_id), current.state)
 

@@ -28,7 +28,8 @@ def kill_all_but_init(init_pid: int, keep_exec: str | None = None) -> int:
     try:
         cgroup = _read(f"/proc/{init_pid}/cgroup")
         namespace = os.readlink(f"/proc/{init_pid}/ns/pid")
-    except OSError:
+        init_group = _group_and_session(init_pid)
+    except (OSError, IndexError, ValueError):
         return 0  # the container is gone
     spared = {init_pid}
     if keep_exec is not None:
@@ -38,8 +39,32 @@ def kill_all_but_init(init_pid: int, keep_exec: str | None = None) -> int:
             pid for pid in members if _exec_root(pid, cgroup, namespace) and _marked(pid, mark)
         }
     return kill_until_gone(
-        lambda: [pid for pid in _pids() if pid not in spared and _belongs(pid, cgroup, namespace)]
+        lambda: [
+            pid
+            for pid in _pids()
+            if pid not in spared
+            and _belongs(pid, cgroup, namespace)
+            and not _inits_own(pid, init_pid, init_group)
+        ]
     )
+
+
+def _inits_own(pid: int, init_pid: int, init_group: tuple[int, int]) -> bool:
+    """The init loop's own ``sleep`` (containers.INIT_SCRIPT): a child of init in init's
+    process group and session. Killing it only makes init start another at once, so a sweep
+    that counted it ran all its rounds (seconds per task, and per container at a restart).
+    Nothing the agent starts can be one: every ``podman exec`` begins a session of its own,
+    and a process can never join another session, nor a process group outside its own."""
+    try:
+        return parent_of(pid) == init_pid and _group_and_session(pid) == init_group
+    except (OSError, IndexError, ValueError):
+        return False
+
+
+def _group_and_session(pid: int) -> tuple[int, int]:
+    with open(f"/proc/{pid}/stat", "rb") as stat:
+        fields = stat.read().rsplit(b")", 1)[1].split()
+    return int(fields[2]), int(fields[3])  # pgrp, session (fields 5 and 6 of stat)
 
 
 def _exec_root(pid: int, cgroup: str, namespace: str) -> bool:

@@ -1,0 +1,164 @@
+"""One row per comparison, printed as one table and written as JSON.
+
+A row holds what was measured and what it is compared with *in the same run* (a floor, a
+baseline); the ratio is the headline, the target is the issue's (issue 19), and a row
+without a comparison (an absolute budget: RSS, tasks per second) compares against its
+budget instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Row:
+    benchmark: str
+    measured: float
+    unit: str
+    baseline: float | None
+    """The floor or baseline of the same run; None for an absolute budget."""
+    baseline_name: str
+    target: str
+    """Human-readable, e.g. ``<= 1.15x`` or ``<= 200 MB``."""
+    passed: bool | None
+    """None: informational (no target)."""
+    ratio: float | None = None
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        if self.ratio is None and self.baseline:
+            self.ratio = self.measured / self.baseline
+
+
+def ratio_row(
+    benchmark: str, measured: float, baseline: float, baseline_name: str, limit: float, unit: str
+) -> Row:
+    """measured / baseline must be at most ``limit``."""
+    return Row(
+        benchmark, measured, unit, baseline, baseline_name, f"<= {limit:g}x",
+        measured / baseline <= limit,
+    )  # fmt: skip
+
+
+def at_least_ratio_row(
+    benchmark: str, measured: float, baseline: float, baseline_name: str, limit: float, unit: str
+) -> Row:
+    """baseline / measured (how many times cheaper) must be at least ``limit``."""
+    return Row(
+        benchmark, measured, unit, baseline, baseline_name, f">= {limit:g}x",
+        baseline / measured >= limit, ratio=baseline / measured,
+    )  # fmt: skip
+
+
+def budget_row(
+    benchmark: str, measured: float, unit: str, limit: float, *, at_least: bool = False
+) -> Row:
+    ok = measured >= limit if at_least else measured <= limit
+    sign = ">=" if at_least else "<="
+    return Row(benchmark, measured, unit, None, "", f"{sign} {limit:g} {unit}", ok)
+
+
+def info_row(benchmark: str, measured: float, unit: str, note: str = "") -> Row:
+    return Row(benchmark, measured, unit, None, "", "", None, note=note)
+
+
+@dataclass
+class Section:
+    """One benchmark's rows plus its raw numbers (every sample, breakdowns) for the JSON."""
+
+    name: str
+    rows: list[Row] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+
+def _number(value: float, unit: str) -> str:
+    text = f"{value:.1f}" if abs(value) < 1000 else f"{value:.0f}"
+    return f"{text} {unit}".strip()
+
+
+def table(sections: list[Section]) -> str:
+    header = ("benchmark", "measured", "floor / baseline", "ratio", "target", "result")
+    lines: list[tuple[str, ...]] = []
+    for section in sections:
+        if section.error:
+            lines.append(
+                (f"{section.name}: FAILED TO RUN", section.error[:60], "", "", "", "ERROR")
+            )
+        for row in section.rows:
+            base = (
+                f"{_number(row.baseline, row.unit)} ({row.baseline_name})"
+                if row.baseline is not None
+                else ""
+            )
+            result = "" if row.passed is None else ("pass" if row.passed else "MISS")
+            lines.append(
+                (
+                    row.benchmark,
+                    _number(row.measured, row.unit),
+                    base,
+                    f"{row.ratio:.2f}x" if row.ratio is not None else "",
+                    row.target,
+                    result,
+                )
+            )
+    widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(header)]
+    out = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
+    out.append("  ".join("-" * w for w in widths))
+    out += ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) for line in lines]
+    notes = [f"  * {r.benchmark}: {r.note}" for s in sections for r in s.rows if r.note]
+    return "\n".join(out + notes)
+
+
+def machine() -> dict[str, Any]:
+    def run(*argv: str) -> str:
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        return done.stdout.strip()
+
+    model = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in run("lscpu").splitlines()
+            if line.startswith("Model name")
+        ),
+        "",
+    )
+    os_name = ""
+    if Path("/etc/os-release").exists():
+        for line in Path("/etc/os-release").read_text().splitlines():
+            if line.startswith("PRETTY_NAME="):
+                os_name = line.split("=", 1)[1].strip('"')
+    return {
+        "os": os_name,
+        "cpus": os.cpu_count(),
+        "cpu_model": model,
+        "python": platform.python_version(),
+        "load_average_at_start": os.getloadavg(),
+    }
+
+
+def write_json(sections: list[Section], path: Path, settings: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    document = {
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": machine(),
+        "settings": settings,
+        "sections": [
+            {
+                "name": s.name,
+                "error": s.error,
+                "rows": [asdict(r) for r in s.rows],
+                "details": s.details,
+            }
+            for s in sections
+        ],
+    }
+    path.write_text(json.dumps(document, indent=1, default=str) + "\n")

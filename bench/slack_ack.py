@@ -1,0 +1,134 @@
+"""Slack acknowledgement latency against tests/fake_slack.py, beside its floor, one run.
+
+Two fakes of Slack (each its own thread, in this process): the real ``gateway-bot run``
+(Socket Mode, trivial agent) connects to one, ``bench/minimal_slack_bot.py`` (a Socket Mode
+client that acks and posts "Working on it…" at once) to the other. A person writes in a DM
+thread; latency is the message's ``ts`` to the acknowledgement's ``ts``, both stamped by the
+fake's clock as Slack stamps them: what the person sees. Rounds alternate between the two
+and each waits for the bot's final reply (untimed), so nothing queues.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import make_repo, write_config
+from tests.fake_anthropic import FakeAnthropic
+from tests.fake_slack import APP_TOKEN, BOT_TOKEN, BOT_USER, TEAM, FakeSlack
+
+from bench import trace_report
+from bench.daemon import Daemon, spawn_floor, trivial_agent
+from bench.matrix_ack import percentile
+from bench.report import Section, ratio_row
+
+ALICE, DM = "U0ALICE", "D0ALICE"
+
+
+def _fake() -> FakeSlack:
+    fake = FakeSlack()
+    fake.start()
+    fake.add_user(ALICE, "Alice")
+    fake.add_channel(DM, im_with=ALICE)
+    return fake
+
+
+def _ack_ms(fake: FakeSlack, root_ts: str, text: str) -> float:
+    """Say ``text`` in the thread; milliseconds until the bot's acknowledgement of it."""
+    ts = fake.user_says(ALICE, DM, text, thread_ts=root_ts)
+    ack = fake.wait_until(
+        lambda: next(
+            (
+                m
+                for m in fake.bot_posts(DM, root_ts)
+                if float(m["ts"]) > float(ts)
+                and any(
+                    word in (m.get("history") or [m])[0].get("text", "")
+                    for word in ("Working on it", "Queued")
+                )
+            ),
+            None,
+        ),
+        timeout=60,
+        what=f"an acknowledgement of {text!r}",
+    )
+    return (float(ack["ts"]) - float(ts)) * 1000
+
+
+def _wait_done(fake: FakeSlack, root_ts: str, count: int) -> None:
+    fake.wait_until(
+        lambda: (
+            sum("bench-done" in m.get("text", "") for m in fake.bot_posts(DM, root_ts)) >= count
+        ),
+        timeout=60,
+        what=f"{count} replies",
+    )
+
+
+def run(rounds: int, root: Path, *, trace: bool = False) -> Section:
+    section = Section("slack acknowledgement")
+    api = FakeAnthropic()
+    api.start()
+    bot_fake, floor_fake = _fake(), _fake()
+    daemon: Daemon | None = None
+    minimal: subprocess.Popen[str] | None = None
+    try:
+        settings = {
+            "bot_token": BOT_TOKEN, "app_token": APP_TOKEN, "team_ids": [TEAM],
+            "allowed_users": [ALICE], "api_base_url": bot_fake.base_url,
+        }  # fmt: skip
+        config = write_config(
+            root, make_repo(root / "repo"), api, sandbox={"kind": "none"},
+            channels={"console": None, "slack": settings}, agent=trivial_agent(),
+        )  # fmt: skip
+        trace_file = root / "trace.jsonl" if trace else None
+        daemon = Daemon(config, root / "daemon.log", trace_file)
+        minimal = spawn_floor(
+            "bench.minimal_slack_bot", floor_fake.base_url, BOT_TOKEN, APP_TOKEN, BOT_USER
+        )
+        bot_fake.wait_connected(1)
+        bot_root = bot_fake.user_says(ALICE, DM, "bench: a thread of its own")
+        floor_root = floor_fake.user_says(ALICE, DM, "bench: a thread of its own")
+        _wait_done(bot_fake, bot_root, 1)
+        warmup = 3
+        bot_ms: list[float] = []
+        floor_ms: list[float] = []
+        for number in range(rounds + warmup):
+            floor = _ack_ms(floor_fake, floor_root, f"bench {number}")
+            ours = _ack_ms(bot_fake, bot_root, f"bench {number}")
+            _wait_done(bot_fake, bot_root, number + 2)
+            if number >= warmup:
+                floor_ms.append(floor)
+                bot_ms.append(ours)
+            time.sleep(0.01)
+        summary: dict[str, dict[str, Any]] = {
+            name: {"p50_ms": percentile(values, 0.5), "p99_ms": percentile(values, 0.99),
+                   "samples_ms": [round(v, 2) for v in values]}
+            for name, values in (("minimal bot", floor_ms), ("bot", bot_ms))
+        }  # fmt: skip
+        section.details = {"rounds": rounds, "cases": summary}
+        if trace_file is not None:
+            rows: list[dict[str, Any]] = trace_report.breakdown(
+                trace_file, "SocketModeConnection._handle_one", edge="start"
+            )
+            section.details["trace"] = rows
+            print(trace_report.render(rows))
+        floor_s, bot_s = summary["minimal bot"], summary["bot"]
+        section.rows = [
+            ratio_row("slack ack p50", bot_s["p50_ms"], floor_s["p50_ms"],
+                      "minimal Socket Mode bot p50", 1.15, "ms"),
+            ratio_row("slack ack p99", bot_s["p99_ms"], floor_s["p99_ms"],
+                      "minimal Socket Mode bot p99", 1.5, "ms"),
+        ]  # fmt: skip
+        return section
+    finally:
+        if minimal is not None:
+            minimal.kill()
+            minimal.wait(10)
+        if daemon is not None:
+            daemon.stop()
+        bot_fake.stop()
+        floor_fake.stop()
+        api.stop()

@@ -1,0 +1,88 @@
+"""``gateway-bot`` with every coroutine method on its intake path timed, for finding where an
+acknowledgement's time goes (``python -m bench --trace``), not for the measured numbers.
+
+    python -m bench.traced_daemon TRACE_FILE run --config CONFIG
+
+Wraps the async methods of the Matrix and Slack channels' API, listener, adapter and state
+store, the core's service, scheduler and SQLite store; each call appends one JSON line
+(name, start, end on the monotonic clock, the asyncio task's name) to TRACE_FILE. No product
+code changes: the classes are patched before the CLI starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import importlib
+import inspect
+import json
+import sys
+import time
+from collections.abc import Callable
+from typing import IO, Any
+
+TRACED = {
+    "gateway_bot.channels.matrix.api": ["MatrixApi"],
+    "gateway_bot.channels.matrix.listener": ["MatrixListener"],
+    "gateway_bot.channels.matrix.adapter": ["MatrixAdapter"],
+    "gateway_bot.channels.matrix.session": ["MatrixSession"],
+    "gateway_bot.channels.matrix.crypto": ["E2ee"],
+    "gateway_bot.channels.matrix.store": ["MatrixStateStore"],
+    "gateway_bot.channels.matrix.encrypted_intake": ["EncryptedIntake"],
+    "gateway_bot.core.service": ["GatewayService"],
+    "gateway_bot.core.scheduler": ["Scheduler"],
+    "gateway_bot.state.sqlite_store": ["SqliteStore"],
+}
+SLACK = [
+    "gateway_bot.channels.slack.adapter",
+    "gateway_bot.channels.slack.socket_mode",
+    "gateway_bot.channels.slack.listener",
+    "gateway_bot.channels.slack.webapi",
+    "gateway_bot.channels.slack.records",
+]
+
+
+def _wrap(name: str, method: Callable[..., Any], out: IO[str]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    async def timed(*args: Any, **kwargs: Any) -> Any:
+        start = time.monotonic()
+        try:
+            return await method(*args, **kwargs)
+        finally:
+            task = asyncio.current_task()
+            line = {"call": name, "start": start, "end": time.monotonic(),
+                    "task": task.get_name() if task else ""}  # fmt: skip
+            out.write(json.dumps(line) + "\n")
+
+    return timed
+
+
+def _patch_class(cls: type, out: IO[str]) -> None:
+    for attribute, value in list(vars(cls).items()):
+        if inspect.iscoroutinefunction(value) and not attribute.startswith("__"):
+            setattr(cls, attribute, _wrap(f"{cls.__name__}.{attribute}", value, out))
+
+
+def patch(out: IO[str]) -> None:
+    for module_name, classes in TRACED.items():
+        module = importlib.import_module(module_name)
+        for class_name in classes:
+            _patch_class(getattr(module, class_name), out)
+    for module_name in SLACK:
+        module = importlib.import_module(module_name)
+        for value in list(vars(module).values()):
+            if inspect.isclass(value) and value.__module__ == module_name:
+                _patch_class(value, out)
+
+
+def main() -> None:
+    trace_path, *argv = sys.argv[1:]
+    out = open(trace_path, "a", buffering=1)  # noqa: SIM115 - lives as long as the process
+    patch(out)
+    from gateway_bot.cli import main as cli_main
+
+    sys.exit(cli_main(argv))
+
+
+if __name__ == "__main__":
+    main()
