@@ -94,6 +94,26 @@ async def test_values_come_back_as_they_went_in(database: Database) -> None:
     assert await database.write("UPDATE probe SET flag = 0 WHERE flag = 1") == 1
 
 
+async def test_writes_without_their_own_flush_commit_and_later_ones_flush_again(
+    database: Database,
+) -> None:
+    """``durable=False`` (a hot-path row recovery rebuilds anyway) still commits, on both
+    engines, and leaves the next ordinary write durable again."""
+    await database.migrate("probe_flush", ["CREATE TABLE probe_flush (n INTEGER);"])
+    assert await database.write("INSERT INTO probe_flush (n) VALUES (?)", (1,), durable=False)
+    await database.write_batch([("INSERT INTO probe_flush (n) VALUES (?)", (2,))], durable=False)
+    with pytest.raises(ZeroDivisionError):
+        async with database.transaction(durable=False) as transaction:
+            await transaction.execute("INSERT INTO probe_flush (n) VALUES (?)", (99,))
+            raise ZeroDivisionError  # rolled back
+    await database.write("INSERT INTO probe_flush (n) VALUES (?)", (3,))
+    rows = await database.fetch_all("SELECT n FROM probe_flush ORDER BY n")
+    assert [row["n"] for row in rows] == [1, 2, 3]
+    if database.dialect == "sqlite":
+        synchronous = await database.fetch_one("PRAGMA synchronous")
+        assert synchronous is not None and synchronous[0] == 2, "FULL again"
+
+
 async def test_a_migration_written_twice_runs_its_engines_text(database: Database) -> None:
     await database.migrate(
         "twice",
