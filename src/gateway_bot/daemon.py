@@ -33,6 +33,7 @@ from gateway_bot.dashboard.metrics import TaskDurations
 from gateway_bot.dashboard.server import DashboardServer
 from gateway_bot.domain.lifecycle import TaskState
 from gateway_bot.sandbox.factory import create_sandbox
+from gateway_bot.state.action_approvals_store import SqliteActionApprovals
 from gateway_bot.state.database import Database
 from gateway_bot.state.schedules_store import SqliteSchedules
 from gateway_bot.state.sqlite_store import SqliteStore
@@ -100,6 +101,10 @@ class Daemon:
                 else None
             ),
             agent_names=self.agents.names(),
+            action_records=(
+                SqliteActionApprovals(self.database) if config.agent.approvals else None
+            ),
+            action_settings=config.agent.approvals,
         )
         self.feed = ChangeFeed()
         """Every task state change, for in-process subscribers (the dashboard, next)."""

@@ -24,6 +24,7 @@ from pydantic_settings import (
 )
 
 from gateway_bot.config.access import AccessSettings
+from gateway_bot.config.action_rules import ActionApprovalSettings
 from gateway_bot.config.channels import ChannelsSettings
 from gateway_bot.config.sandbox import SandboxSettings
 from gateway_bot.config.section import Section
@@ -90,6 +91,11 @@ class AgentSettings(Section):
         "turns skip the CLI's start-up); the least recently used is ended first. What the "
         "agent left running in the background still ends after each turn. 0: none (every "
         "turn starts the CLI afresh).",
+    )
+    approvals: ActionApprovalSettings | None = Field(
+        default=None,
+        description="Action approvals (README, Action approvals): set (even to {}) to have "
+        "the agent's tool calls checked; the default rules ask before `git push`.",
     )
 
 

@@ -1,0 +1,182 @@
+"""Action approvals in the conversation (issue 20), through the real service, scheduler and
+store with the fake channel and agent: the card shows the exact command and the rule, only
+people who may decide do, Always remembers that exact action in this conversation only, a
+timeout denies and says so, a restart closes the old card and the task asks again, and the
+agent's question is a card with one button per option. (The real CLI's side:
+tests/test_action_approvals_claude.py.)"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway_bot.config.action_rules import ActionApprovalSettings
+from gateway_bot.domain.lifecycle import TaskState
+from tests.core.conftest import World
+
+
+class ApprovalWorld(World):
+    async def press(self, code: str, choice: str, *, sender: str, room: str = "dm") -> str:
+        action = f"{'question' if choice.isdigit() else 'action'}:{code}:{choice}"
+        return await self.hear({"kind": "click", "action": action, "room": room}, sender)
+
+    async def card(self, title: str, room: str = "dm", nth: int = 0) -> tuple[str, str]:
+        """The ``nth`` card whose text has ``title``: (its text, its code)."""
+
+        def found() -> str | None:
+            cards = [t for t in self.channel.texts(room, "card") if title in t]
+            return cards[nth] if len(cards) > nth else None
+
+        text: str = await self.until(found, f"card {nth} with {title!r} in {room}")
+        return text, re.findall(r"!(?:allow|answer) ([0-9a-f]{12})", text)[0]
+
+    async def card_update(self, words: str, room: str = "dm") -> str:
+        text: str = await self.until(
+            lambda: next((t for t in self.channel.texts(room, "card_update") if words in t), None),
+            f"a card edited to say {words!r}",
+        )
+        return text
+
+    async def command(self, text: str, *, sender: str = "alice", room: str = "dm") -> str:
+        return (await self.reply(await self.say(text, sender=sender, room=room))).text
+
+
+@pytest.fixture
+async def approvals(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
+    made: list[ApprovalWorld] = []
+
+    async def make(**settings: Any) -> ApprovalWorld:
+        directory = tmp_path / f"world-{len(made)}"
+        directory.mkdir()
+        world = ApprovalWorld(directory, actions=ActionApprovalSettings(**settings))
+        made.append(world)
+        await world.start()
+        return world
+
+    yield make
+    for world in made:
+        await world.close()
+
+
+async def test_the_card_shows_the_command_and_only_a_permitted_press_decides(
+    approvals: Callable[..., Any],
+) -> None:
+    world: ApprovalWorld = await approvals()
+    asked = await world.say("ask:git_push_origin_main")
+    text, code = await world.card("The agent asks to run: git push origin main")
+    assert "$ git push origin main\n(in /workspace)" in text
+    assert 'Asked by the rule `Bash "git push\\*": ask`' in text
+    status = await world.command("/status", sender="alice")
+    assert "Waiting for approval: git push origin main" in status
+
+    # carol is nobody here: her press changes nothing and is recorded.
+    await world.settled(await world.press(code, "once", sender="carol"))
+    assert world.service is not None
+    assert world.service.action_approvals is not None
+    records = world.service.action_approvals.records
+    assert await records.refusals(code) == [("fake", "carol")]
+    assert (await world.task(asked)).state is TaskState.EXECUTING
+
+    await world.press(code, "once", sender="alice")
+    reply = await world.reply(asked)
+    assert "[allowed: allowed by alice]" in reply.text  # a press carries the sender's id
+    assert "Allowed by alice at" in await world.card_update("Allowed by")
+    # A late second press is told it was decided already (and decides nothing).
+    late = await world.command(f"!deny {code}", sender="owner")
+    assert late == f"Action approval {code} was already allowed."
+
+
+async def test_always_allows_the_same_action_here_but_another_conversation_still_asks(
+    approvals: Callable[..., Any],
+) -> None:
+    world: ApprovalWorld = await approvals()
+    first = await world.say("ask:git_push_origin_main")
+    _, code = await world.card("git push origin main")
+    await world.press(code, "always", sender="owner")
+    assert "[allowed: allowed by owner]" in (await world.reply(first)).text
+
+    again = await world.say("ask:git_push_origin_main")
+    assert "[allowed: always in this conversation]" in (await world.reply(again)).text
+    assert len(world.channel.texts("dm", "card")) == 1
+    rules = await world.command("/rules")
+    assert "tool Bash git push origin main (by owner)" in rules
+
+    other = await world.say("ask:git_push_origin_main", room="elsewhere")
+    _, other_code = await world.card("git push origin main", room="elsewhere")
+    assert other_code != code
+    await world.command(f"!deny {other_code} not from here", sender="alice", room="elsewhere")
+    assert "[denied: denied by Alice: not from here]" in (await world.reply(other)).text
+
+
+async def test_no_answer_in_time_denies_and_the_card_says_expired(
+    approvals: Callable[..., Any],
+) -> None:
+    world: ApprovalWorld = await approvals(timeout_s=0.2)
+    asked = await world.say("ask:git_push")
+    await world.card("git push")
+    reply = await world.reply(asked)
+    assert "[denied: no answer within 0.2 s]" in reply.text
+    assert "nobody answered, so it was denied" in await world.card_update("Expired")
+
+
+async def test_owners_only_refuses_the_asker(approvals: Callable[..., Any]) -> None:
+    world: ApprovalWorld = await approvals(deciders="owners")
+    asked = await world.say("ask:git_push")
+    _, code = await world.card("git push")
+    refused = await world.command(f"!allow {code}", sender="alice")
+    assert refused == "You may not decide this request; your attempt was recorded."
+    await world.command(f"!allow {code}", sender="owner")
+    assert "[allowed: allowed by Owner]" in (await world.reply(asked)).text
+
+
+async def test_the_agents_question_is_a_card_with_one_button_per_option(
+    approvals: Callable[..., Any],
+) -> None:
+    world: ApprovalWorld = await approvals()
+    asked = await world.say("question:Postgres|SQLite")
+    text, code = await world.card("The agent asks a question")
+    assert "1. Postgres\n2. SQLite" in text
+    await world.press(code, "1", sender="alice")
+    assert "answer: SQLite]" in (await world.reply(asked)).text
+
+    # A free-text reply answers a pending question.
+    second = await world.say("question:red|blue")
+    await world.card("The agent asks a question", nth=1)
+    answered = await world.say("green, please")
+    assert (await world.reply(answered)).text.startswith("Answered ")
+    assert "answer: green, please]" in (await world.reply(second)).text
+
+
+async def test_stop_while_waiting_ends_the_task_and_closes_the_card(
+    approvals: Callable[..., Any],
+) -> None:
+    world: ApprovalWorld = await approvals()
+    asked = await world.say("ask:git_push")
+    _, code = await world.card("git push")
+    await world.command("/stop")
+    assert "Stopped" in (await world.reply(asked)).text
+    assert "the task ended before anyone answered" in await world.card_update("Closed")
+    late = await world.command(f"!allow {code}")
+    assert late == f"Action approval {code} was already cancelled."
+
+
+async def test_a_restart_while_pending_closes_the_old_card_and_the_task_asks_again(
+    approvals: Callable[..., Any],
+) -> None:
+    world: ApprovalWorld = await approvals()
+    asked = await world.say("ask:git_push_origin_main")
+    _, old_code = await world.card("git push origin main")
+    await world.restart()
+    assert "the bot restarted" in await world.card_update("Closed")
+    # The re-run asks again, with a new card; the old card's press decides nothing.
+    _, new_code = await world.card("git push origin main", nth=1)
+    assert new_code != old_code
+    late = await world.command(f"!allow {old_code}")
+    assert late == f"Action approval {old_code} was already abandoned."
+    assert (await world.task(asked)).state is TaskState.EXECUTING
+    await world.press(new_code, "once", sender="alice")
+    assert "[allowed: allowed by alice]" in (await world.reply(asked)).text
