@@ -106,6 +106,9 @@ class Daemon:
             ),
             action_settings=config.agent.approvals,
         )
+        if self.service.action_approvals is not None:
+            executor.action_settings = config.agent.approvals
+            executor.ask_action = self.service.action_approvals.ask
         self.feed = ChangeFeed()
         """Every task state change, for in-process subscribers (the dashboard, next)."""
         self.store.on_transition(self.feed.publish_transition)

@@ -80,7 +80,7 @@ def pending_card(request: ActionApprovalRecord, *, buttons: bool) -> Card:
             f"this conversation, `!deny {code} REASON` to refuse (the agent reads the reason)."
         )
     return Card(
-        title=f"The agent asks to run: {plain(request.summary)[:80]}",
+        title=f"The agent asks to run: {_shorten(plain(request.summary), 80)}",
         body=(
             f"{preview(request.details)}\n\nAsked by the rule `{plain(request.rule)}`. "
             f"Nothing runs unless someone who may decide allows it. {how}"
@@ -117,6 +117,10 @@ def closed_card(request: ActionApprovalRecord, timezone: str) -> Card:
         outcome = request.state
     title = "The agent's question" if request.kind == "question" else "The agent asked to run"
     return Card(title=title, body=f"{preview(request.details)}\n\n{outcome}", buttons=())
+
+
+def _shorten(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def as_text(card: Card) -> str:
