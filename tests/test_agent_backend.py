@@ -172,3 +172,23 @@ def test_check_names_each_enabled_cli_and_says_what_it_cannot_do(tmp_path: Path)
     assert "leave out request_user_input" in codex
     assert not any(line.startswith("note: claude-code") for line in lines)
     assert "warning" not in result.stdout
+
+
+def test_check_says_per_cli_what_action_approvals_can_ask(tmp_path: Path) -> None:
+    config = tmp_path / "gateway-bot.yaml"
+    config.write_text(
+        "repo: {url: /tmp/x}\n"
+        "sandbox: {kind: none}\n"
+        "agent:\n"
+        "  enabled: [gemini-cli, codex]\n"
+        "  approvals: {}\n"
+        "  env: {ANTHROPIC_API_KEY: a, GEMINI_API_KEY: g, OPENAI_API_KEY: o}\n"
+    )
+    result = run_cli("check", "--config", str(config))
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = [line for line in result.stdout.splitlines() if line.startswith("approvals: ")]
+    assert lines[0].startswith("approvals: claude-code asks before tool calls")
+    assert all(
+        "cannot ask before tool calls" in line for line in lines if "claude-code" not in line
+    )
+    assert {line.split()[1] for line in lines} == {"claude-code", "gemini-cli", "codex"}

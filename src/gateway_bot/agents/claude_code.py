@@ -275,5 +275,6 @@ CLAUDE_CODE = AgentBackend(
         "or set agent.command in the config"
     ),
     make_warm_runner=make_warm_runner,
+    asks_tool_calls=True,
 )
 """The Claude Code CLI (``claude -p``, stream-json): the default backend."""
