@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from gateway_bot.config.action_rules import ActionApprovalSettings
+from gateway_bot.core.application import Application, DaemonLiveState
 from gateway_bot.domain.lifecycle import TaskState
 from tests.core.conftest import World
 
@@ -88,6 +89,16 @@ async def test_the_card_shows_the_command_and_only_a_permitted_press_decides(
     # A late second press is told it was decided already (and decides nothing).
     late = await world.command(f"!deny {code}", sender="owner")
     assert late == f"Action approval {code} was already allowed."
+
+    # The task's timeline says who asked for what, whose press was refused, who allowed.
+    reader = Application(world.store, DaemonLiveState({}, None), service=world.service)  # type: ignore[arg-type]
+    timeline = await reader.task_timeline(await world.task_id(asked))
+    said = [e.text for e in timeline.entries if e.source == "approval"]
+    assert said == [
+        'asked to run git push origin main (rule Bash "git push*": ask)',
+        "refused a press by carol (fake)",
+        "allowed by alice",
+    ]
 
 
 async def test_always_allows_the_same_action_here_but_another_conversation_still_asks(
