@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import shlex
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -24,6 +26,7 @@ from gateway_bot.core.action_policy import (
     signature,
     simple_commands,
 )
+from gateway_bot.core.budget import budget_request, spent_and_last
 
 DEFAULT = ActionApprovalSettings()
 
@@ -176,3 +179,23 @@ def test_quoted_words_are_never_commands(words: list[str]) -> None:
     is one command (echo), so what it prints is not what it runs."""
     line = "echo " + " ".join(shlex.quote(w) for w in words)
     assert simple_commands(line) == ["echo " + " ".join(words)]
+
+
+def _task(cost: float, completed_at: float | None) -> Any:
+    return SimpleNamespace(cost_usd=cost, completed_at=completed_at)
+
+
+def test_the_budget_asks_before_the_turn_that_would_likely_cross_it() -> None:
+    tasks = [_task(0.4, 1.0), _task(0.5, 3.0), _task(0.0, None)]
+    spent, last = spent_and_last(tasks)
+    assert (spent, last) == (pytest.approx(0.9), 0.5)
+    assert budget_request("c1", "t1", 2.0, spent, last) is None
+    question = budget_request("c1", "t1", 1.2, spent, last)
+    assert question is not None
+    assert (question.kind, question.rule, question.signature) == (
+        "budget",
+        "agent.budget_usd",
+        "budget 1.20",
+    )
+    assert "spent $0.9000 of its $1.20 budget" in question.details
+    assert budget_request("c1", "t1", 1.0, 0.0, 0.0) is None  # a first turn runs

@@ -102,13 +102,16 @@ class Daemon:
             ),
             agent_names=self.agents.names(),
             action_records=(
-                SqliteActionApprovals(self.database) if config.agent.approvals else None
+                SqliteActionApprovals(self.database)
+                if config.agent.approvals is not None or config.agent.budget_usd is not None
+                else None
             ),
             action_settings=config.agent.approvals,
         )
         if self.service.action_approvals is not None:
             executor.action_settings = config.agent.approvals
             executor.ask_action = self.service.action_approvals.ask
+            executor.budget_usd = config.agent.budget_usd
         self.feed = ChangeFeed()
         """Every task state change, for in-process subscribers (the dashboard, next)."""
         self.store.on_transition(self.feed.publish_transition)

@@ -92,6 +92,11 @@ class AgentSettings(Section):
         "agent left running in the background still ends after each turn. 0: none (every "
         "turn starts the CLI afresh).",
     )
+    budget_usd: PositiveFloat | None = Field(
+        default=None,
+        description="Per conversation: ask (a card, as action approvals do) before the turn "
+        "that would likely take its spend past this many dollars.",
+    )
     approvals: ActionApprovalSettings | None = Field(
         default=None,
         description="Action approvals (README, Action approvals): set (even to {}) to have "

@@ -79,8 +79,9 @@ def pending_card(request: ActionApprovalRecord, *, buttons: bool) -> Card:
             f"Reply `!allow {code}` to run it once, `!allow {code} always` to allow it for "
             f"this conversation, `!deny {code} REASON` to refuse (the agent reads the reason)."
         )
+    asks = _TITLES.get(request.kind, _TITLES["tool"])
     return Card(
-        title=f"The agent asks to run: {_shorten(plain(request.summary), 80)}",
+        title=f"{asks}: {_shorten(plain(request.summary), 80)}",
         body=(
             f"{preview(request.details)}\n\nAsked by the rule `{plain(request.rule)}`. "
             f"Nothing runs unless someone who may decide allows it. {how}"
@@ -117,6 +118,13 @@ def closed_card(request: ActionApprovalRecord, timezone: str) -> Card:
         outcome = request.state
     title = "The agent's question" if request.kind == "question" else "The agent asked to run"
     return Card(title=title, body=f"{preview(request.details)}\n\n{outcome}", buttons=())
+
+
+_TITLES = {
+    "tool": "The agent asks to run",
+    "network": "The agent's sandbox asks to send",
+    "budget": "The agent asks to",
+}
 
 
 def _shorten(text: str, limit: int) -> str:
