@@ -7,6 +7,7 @@ tests/test_action_approvals_claude.py.)"""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 
 from gateway_bot.config.action_rules import ActionApprovalSettings
+from gateway_bot.core.action_approvals import ActionRequest
 from gateway_bot.core.application import Application, DaemonLiveState
 from gateway_bot.domain.lifecycle import TaskState
 from tests.core.conftest import World
@@ -191,3 +193,37 @@ async def test_a_restart_while_pending_closes_the_old_card_and_the_task_asks_aga
     assert (await world.task(asked)).state is TaskState.EXECUTING
     await world.press(new_code, "once", sender="alice")
     assert "[allowed: allowed by alice]" in (await world.reply(asked)).text
+
+
+async def test_a_request_naming_only_the_conversation_cards_its_running_task(
+    approvals: Callable[..., Any],
+) -> None:
+    """What the egress proxy's layer does: it knows the conversation, not the task."""
+    world: ApprovalWorld = await approvals()
+    asked = await world.say("hold:net")
+    task = await world.until(lambda: bool(world.agent.running), "the task to run")
+    assert task
+    record = await world.task(asked)
+    assert world.service is not None
+    assert world.service.action_approvals is not None
+    request = ActionRequest(
+        conversation_id=str(record.conversation_id),
+        task_id=None,
+        kind="network",
+        summary="POST example.org /x.git/git-receive-pack",
+        details="POST https://example.org/x.git/git-receive-pack\nrefs/heads/main",
+        rule="egress ask",
+        signature="network POST example.org /x.git/git-receive-pack",
+    )
+    decision = asyncio.ensure_future(world.service.action_approvals.ask(request))
+    text, code = await world.card("The agent's sandbox asks to send")
+    assert "refs/heads/main" in text
+    status = await world.command("/status", sender="alice")
+    assert "Waiting for approval: POST example.org" in status
+    await world.command(f"!deny {code} no pushes today", sender="owner")
+    decided = await decision
+    assert not decided.allowed
+    assert decided.reason == "denied by Owner: no pushes today"
+    assert decided.decided_by == "Owner"
+    world.agent.release("net")
+    await world.reply(asked)

@@ -23,6 +23,7 @@ the recovered task runs again and asks anew.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -148,6 +149,9 @@ class ActionApprovals:
             for rule in await self._records.rules(request.conversation_id):
                 if rule.signature == request.signature:
                     return ActionDecision(True, "always in this conversation", rule.added_by)
+        if request.task_id is None:  # the proxy knows the conversation only
+            running = await self._running_task(request.conversation_id)
+            request = dataclasses.replace(request, task_id=running)
         origin = await self._origin(request)
         record = await self._records.create(
             conversation_id=request.conversation_id,
@@ -298,6 +302,10 @@ class ActionApprovals:
         return origin is not None and await self._store.approvals.is_member(
             channel, origin.room, who
         )
+
+    async def _running_task(self, conversation_id: str) -> str | None:
+        running = await self._store.conversation_tasks(conversation_id, [TaskState.EXECUTING])
+        return running[-1].id if running else None
 
     async def _origin(self, request: ActionRequest) -> InboundMessage | None:
         return await self._origin_of(request.conversation_id, request.task_id)
