@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import pytest
 from gateway_bot.config.action_rules import ActionApprovalSettings
 from gateway_bot.core.action_approvals import ActionRequest
 from gateway_bot.core.application import Application, DaemonLiveState
+from gateway_bot.core.network_approvals import network_asker
 from gateway_bot.domain.lifecycle import TaskState
 from tests.core.conftest import World
 
@@ -225,5 +227,47 @@ async def test_a_request_naming_only_the_conversation_cards_its_running_task(
     assert not decided.allowed
     assert decided.reason == "denied by Owner: no pushes today"
     assert decided.decided_by == "Owner"
+    world.agent.release("net")
+    await world.reply(asked)
+
+
+@dataclass(frozen=True)
+class Held:
+    """The fields of the proxy's ``HeldRequest`` that the card reads."""
+
+    context_id: str
+    method: str = "POST"
+    host: str = "git.example.org"
+    path: str = "/team/app.git/git-receive-pack?x=1"
+    rule: str = "POST */git-receive-pack: ask"
+
+    def describe(self) -> str:
+        return f"git push to https://{self.host}/team/app.git\n  main: 1a2b -> 3c4d"
+
+
+async def test_a_held_push_at_the_proxy_is_a_card_and_always_covers_the_same_push(
+    approvals: Callable[..., Any],
+) -> None:
+    world: ApprovalWorld = await approvals()
+    asked = await world.say("hold:net")
+    await world.until(lambda: bool(world.agent.running), "the task to run")
+    conversation = str((await world.task(asked)).conversation_id)
+    assert world.service is not None
+    assert world.service.action_approvals is not None
+    ask = network_asker(world.service.action_approvals)
+
+    first = asyncio.ensure_future(ask(Held(conversation)))
+    text, code = await world.card("The agent's sandbox asks to send: git push to https://git")
+    assert "main: 1a2b -> 3c4d" in text
+    assert "POST \\*/git-receive-pack: ask" in text
+    await world.press(code, "always", sender="alice")
+    assert await first == (True, "allowed by alice")
+    # The same push again (another query string): no card; another repository asks.
+    again = Held(conversation, path="/team/app.git/git-receive-pack")
+    assert await ask(again) == (True, "always in this conversation")
+    other = asyncio.ensure_future(ask(Held(conversation, path="/team/lib.git/git-receive-pack")))
+    _, other_code = await world.card("The agent's sandbox asks to send", nth=1)
+    await world.press(other_code, "deny", sender="alice")
+    assert await other == (False, "denied by alice")
     world.agent.release("net")
     await world.reply(asked)
