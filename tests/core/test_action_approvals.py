@@ -22,6 +22,7 @@ from gateway_bot.core.application import Application, DaemonLiveState
 from gateway_bot.core.network_approvals import network_asker
 from gateway_bot.domain.lifecycle import TaskState
 from tests.core.conftest import World
+from tests.core.fakes import BareChannel
 
 
 class ApprovalWorld(World):
@@ -271,3 +272,25 @@ async def test_a_held_push_at_the_proxy_is_a_card_and_always_covers_the_same_pus
     assert await other == (False, "denied by alice")
     world.agent.release("net")
     await world.reply(asked)
+
+
+async def test_a_channel_without_buttons_gets_a_text_card_decided_by_command(
+    tmp_path: Path,
+) -> None:
+    """Email's way: the card is a notice naming the commands; ``!allow CODE always``."""
+    world = ApprovalWorld(tmp_path, channel=BareChannel(), actions=ActionApprovalSettings())
+    await world.start()
+    try:
+        asked = await world.say("ask:git_push")
+        notice = await world.until(
+            lambda: next((t for t in world.channel.texts("dm") if "asks to run" in t), None),
+            "the text card",
+        )
+        assert "$ git push\n(in /workspace)" in notice
+        code = re.findall(r"`!allow ([0-9a-f]{12})` to run it once", notice)[0]
+        assert f"`!allow {code} always`" in notice
+        answer = await world.command(f"!allow {code} always")
+        assert answer == f"Allowed {code} (always in this conversation)."
+        assert "[allowed: allowed by Alice]" in (await world.reply(asked)).text
+    finally:
+        await world.close()
