@@ -294,3 +294,18 @@ async def test_a_channel_without_buttons_gets_a_text_card_decided_by_command(
         assert "[allowed: allowed by Alice]" in (await world.reply(asked)).text
     finally:
         await world.close()
+
+
+async def test_a_command_of_the_wrong_kind_decides_nothing(approvals: Callable[..., Any]) -> None:
+    world: ApprovalWorld = await approvals()
+    asked = await world.say("ask:git_push")
+    _, code = await world.card("git push")
+    wrong = await world.command(f"!answer {code} yes please")
+    assert wrong == f"{code} is not a question: use !allow or !deny."
+    await world.command(f"!allow {code}")
+    assert "[allowed: allowed by Alice]" in (await world.reply(asked)).text
+
+    question = await world.say("question:yes|no")
+    _, qcode = await world.card("The agent asks a question")
+    await world.command(f"!deny {qcode} no idea")
+    assert "[denied: Alice declined to answer: no idea]" in (await world.reply(question)).text

@@ -178,7 +178,13 @@ class ActionApprovals:
                 return await self._close(
                     record.code, EXPIRED, "expiry", "nobody could be asked (no conversation)"
                 )
-            await self._post(record, origin)
+            try:
+                await self._post(record, origin)
+            except Exception:
+                log.warning("could not post action approval card %s", record.code, exc_info=True)
+                return await self._close(
+                    record.code, EXPIRED, "expiry", "the card could not be posted"
+                )
             log.info(
                 "action approval %s (%s) asked in conversation %s: %s",
                 record.code,
@@ -229,7 +235,13 @@ class ActionApprovals:
             )
             return None
         who = decider_name or decider_id
-        if record.kind == "question":
+        if record.kind != "question" and choice not in ("once", "always", "deny"):
+            return f"{record.code} is not a question: use !allow or !deny."
+        if record.kind == "question" and choice == "deny":
+            text = f"{who} declined to answer" + (f": {reason}" if reason else "")
+            decision = ActionDecision(False, text, who)
+            state, saved_reason = DENIED, reason
+        elif record.kind == "question":
             answer = _answer(record, choice, reason)
             if answer is None:
                 return f"That is not one of the options of {record.code}."
@@ -256,7 +268,7 @@ class ActionApprovals:
         if future is not None and not future.done():
             future.set_result(decision)
         log.info("action approval %s: %s by %s", record.code, state, who)
-        if record.kind == "question":
+        if record.kind == "question" and decision.allowed:
             return f"Answered {record.code}: {decision.answer}"
         verb = "Allowed" if state == ALLOWED else "Denied"
         return f"{verb} {record.code}" + (
