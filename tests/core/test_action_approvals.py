@@ -21,6 +21,7 @@ from gateway_bot.core.action_approvals import ActionRequest
 from gateway_bot.core.application import Application, DaemonLiveState
 from gateway_bot.core.network_approvals import network_asker
 from gateway_bot.domain.lifecycle import TaskState
+from gateway_bot.state.database import StateTarget
 from tests.core.conftest import World
 from tests.core.fakes import BareChannel
 
@@ -52,13 +53,16 @@ class ApprovalWorld(World):
 
 
 @pytest.fixture
-async def approvals(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
+async def approvals(tmp_path: Path, state_target: StateTarget) -> AsyncIterator[Callable[..., Any]]:
+    """One world per test, on SQLite and on PostgreSQL (``state_target``)."""
     made: list[ApprovalWorld] = []
 
     async def make(**settings: Any) -> ApprovalWorld:
         directory = tmp_path / f"world-{len(made)}"
         directory.mkdir()
-        world = ApprovalWorld(directory, actions=ActionApprovalSettings(**settings))
+        world = ApprovalWorld(
+            directory, actions=ActionApprovalSettings(**settings), state=state_target
+        )
         made.append(world)
         await world.start()
         return world
@@ -275,10 +279,12 @@ async def test_a_held_push_at_the_proxy_is_a_card_and_always_covers_the_same_pus
 
 
 async def test_a_channel_without_buttons_gets_a_text_card_decided_by_command(
-    tmp_path: Path,
+    tmp_path: Path, state_target: StateTarget
 ) -> None:
     """Email's way: the card is a notice naming the commands; ``!allow CODE always``."""
-    world = ApprovalWorld(tmp_path, channel=BareChannel(), actions=ActionApprovalSettings())
+    world = ApprovalWorld(
+        tmp_path, channel=BareChannel(), actions=ActionApprovalSettings(), state=state_target
+    )
     await world.start()
     try:
         asked = await world.say("ask:git_push")

@@ -17,9 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import aiosqlite
-
-from gateway_bot.state.database import Database
+from gateway_bot.state.database import Database, Row
 
 OWNER = "action_approvals"
 
@@ -228,7 +226,7 @@ class SqliteActionApprovals:
         ]
 
 
-def _record(row: aiosqlite.Row) -> ActionApprovalRecord:
+def _record(row: Row) -> ActionApprovalRecord:
     context = row["card_context_json"]
     return ActionApprovalRecord(
         code=row["code"],
