@@ -19,6 +19,11 @@ module serves ``POST /v1/messages`` on 127.0.0.1 with a deterministic script:
   tool call running exactly that command, so a test can make the agent do what an
   attacker's agent would (start strays, fill the disk); ``RUN_BASH timeout=<ms> <command>``
   also declares the call's own time limit, as the model may;
+* a prompt containing ``ASK_QUESTION <question>? <option>|<option>...`` gets an
+  ``AskUserQuestion`` tool call with those options; a prompt containing ``SHOW_RESULT`` (or
+  that question) gets a final text that also quotes the tool's result
+  (``Echo: <prompt> [tool result: <text>]``), so a test sees what the agent was told (a
+  refusal's reason, the chosen answer);
 * requests without ``tools`` are the CLI's side requests (titles, topics, other models):
   they get ``ok`` at once (JSON with ``"ok"`` values when ``output_config.format`` asks
   for a schema, as the title request does) and go to ``side_requests``, not ``requests``;
@@ -51,6 +56,7 @@ _CWD_RE = re.compile(r"^ - Primary working directory: (.+)$", re.MULTILINE)
 _HEADER_RE = re.compile(r"^\[.*\]$")
 _WRITE_RE = re.compile(r"WRITE_FILE name=(\S+) text=(.*)", re.DOTALL)
 _BASH_RE = re.compile(r"RUN_BASH (?:timeout=(\d+) )?(.+)")
+_QUESTION_RE = re.compile(r"ASK_QUESTION (.+\?) (\S+)")
 # Auto-compaction (after a 400 "prompt is too long") is a tools-carrying request whose
 # newest user text orders a summary: it is the CLI's business, so it is a side request.
 _COMPACT = "create a detailed summary of the conversation"
@@ -72,6 +78,18 @@ def _prompt_of(message: JSON) -> str:
 
 def _has_tool_result(message: JSON) -> bool:
     return any(b.get("type") == "tool_result" for b in _blocks(message))
+
+
+def _tool_result_text(message: JSON) -> str:
+    parts = []
+    for block in _blocks(message):
+        if block.get("type") != "tool_result":
+            continue
+        content = block.get("content")
+        if isinstance(content, list):
+            content = " ".join(str(c.get("text", "")) for c in content if isinstance(c, dict))
+        parts.append(" ".join(str(content).split()))
+    return " ".join(parts)
 
 
 def _user_messages(body: JSON) -> list[JSON]:
@@ -318,8 +336,18 @@ class FakeAnthropic:
     def _script(self, body: JSON, prompt: str) -> list[JSON]:
         users = _user_messages(body)
         if users and _has_tool_result(users[-1]):
-            return [{"type": "text", "text": f"Echo: {_words(prompt)}"}]
+            text = f"Echo: {_words(prompt)}"
+            if "SHOW_RESULT" in prompt or _QUESTION_RE.search(prompt):
+                text += f" [tool result: {_tool_result_text(users[-1])}]"
+            return [{"type": "text", "text": text}]
         tool_id = f"toolu_fake_{next(self._ids):06d}"
+        if question := _QUESTION_RE.search(prompt):
+            options = [{"label": o, "description": f"Use {o}"} for o in question[2].split("|")]
+            asked = {"question": question[1], "header": "Choice", "options": options}
+            tool_input = {"questions": [{**asked, "multiSelect": False}]}
+            return [
+                {"type": "tool_use", "id": tool_id, "name": "AskUserQuestion", "input": tool_input}
+            ]
         match = _WRITE_RE.search(prompt)
         cwd = _CWD_RE.search(_system_text(body))
         if match and cwd:

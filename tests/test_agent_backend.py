@@ -8,10 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from gateway_bot.agent_setup import agent_environment, agent_image_files, check_agent_setup
+from gateway_bot.agent_setup import (
+    agent_environment,
+    agent_image_files,
+    check_agent_setup,
+    describe_backends,
+)
 from gateway_bot.agents.claude_code import CLAUDE_CODE
 from gateway_bot.agents.registry import backend_named
-from gateway_bot.config.server import build_server_config
+from gateway_bot.config.server import build_server_config, load_server_config
 from gateway_bot.sandbox.egress.allowlist import parse_allowlist
 from gateway_bot.sandbox.egress.rules import decide, decide_connect
 from tests.test_config import run_cli
@@ -172,3 +177,30 @@ def test_check_names_each_enabled_cli_and_says_what_it_cannot_do(tmp_path: Path)
     assert "leave out request_user_input" in codex
     assert not any(line.startswith("note: claude-code") for line in lines)
     assert "warning" not in result.stdout
+
+
+def test_check_says_per_cli_what_action_approvals_can_ask(tmp_path: Path) -> None:
+    """The lines ``gateway-bot check`` prints (``describe_backends``), without running it."""
+    config = tmp_path / "gateway-bot.yaml"
+    config.write_text(
+        "repo: {url: /tmp/x}\n"
+        "sandbox: {kind: none}\n"
+        "agent:\n"
+        "  enabled: [gemini-cli, codex]\n"
+        "  approvals: {}\n"
+        "  env: {ANTHROPIC_API_KEY: a, GEMINI_API_KEY: g, OPENAI_API_KEY: o}\n"
+    )
+    described = describe_backends(load_server_config(config))
+    lines = [line for line in described if line.startswith("approvals: ")]
+    assert lines[0].startswith("approvals: claude-code asks before tool calls")
+    assert all(
+        "cannot ask before tool calls" in line for line in lines if "claude-code" not in line
+    )
+    assert {line.split()[1] for line in lines} == {"claude-code", "gemini-cli", "codex"}
+    without = config.read_text().replace("  approvals: {}\n", "")
+    config.write_text(without)
+    assert not [
+        line
+        for line in describe_backends(load_server_config(config))
+        if line.startswith("approvals:")
+    ]

@@ -183,7 +183,23 @@ def describe_backends(config: ServerConfig) -> list[str]:
             )
         if backend.limitations:
             lines.append(f"note: {name} cannot: {'; '.join(backend.limitations)}")
+        if config.agent.approvals is not None:
+            lines.append(approvals_line(name, backend.asks_tool_calls))
     return lines
+
+
+def approvals_line(name: str, asks: bool) -> str:
+    """What action approvals can do with this CLI (issue 20)."""
+    if asks:
+        return (
+            f"approvals: {name} asks before tool calls (each rule: allow, ask or deny; "
+            "AskUserQuestion becomes a card)"
+        )
+    return (
+        f"approvals: {name} cannot ask before tool calls (its headless run has no permission "
+        "prompt to route): its tool calls run unasked; only the egress proxy's rules can "
+        "hold its network writes"
+    )
 
 
 def agent_set(config: ServerConfig, sandbox: Sandbox) -> tuple[AgentSet, WarmRunner | None]:

@@ -24,6 +24,7 @@ from gateway_bot.core.application import Application, DaemonLiveState
 from gateway_bot.core.channel import ChannelAdapter
 from gateway_bot.core.executor import AgentDefaults, TaskExecutor
 from gateway_bot.core.feed import ChangeFeed
+from gateway_bot.core.network_approvals import network_asker
 from gateway_bot.core.schedule_test_clock import schedule_test_clock
 from gateway_bot.core.service import GatewayService
 from gateway_bot.core.status_snapshot import SnapshotWriter, snapshot_path
@@ -32,7 +33,9 @@ from gateway_bot.core.workspaces import Workspaces
 from gateway_bot.dashboard.metrics import TaskDurations
 from gateway_bot.dashboard.server import DashboardServer
 from gateway_bot.domain.lifecycle import TaskState
+from gateway_bot.sandbox.base import HoldsEgress
 from gateway_bot.sandbox.factory import create_sandbox
+from gateway_bot.state.action_approvals_store import SqliteActionApprovals
 from gateway_bot.state.database import Database
 from gateway_bot.state.schedules_store import SqliteSchedules
 from gateway_bot.state.sqlite_store import SqlStore
@@ -102,7 +105,22 @@ class Daemon:
                 else None
             ),
             agent_names=self.agents.names(),
+            action_records=(
+                SqliteActionApprovals(self.database)
+                if config.agent.approvals is not None
+                or config.agent.budget_usd is not None
+                or isinstance(self.sandbox, HoldsEgress)
+                else None
+            ),
+            action_settings=config.agent.approvals,
         )
+        if self.service.action_approvals is not None:
+            executor.action_settings = config.agent.approvals
+            executor.ask_action = self.service.action_approvals.ask
+            executor.budget_usd = config.agent.budget_usd
+            if isinstance(self.sandbox, HoldsEgress):
+                # The proxy's held requests (egress ask rules) become the same cards.
+                self.sandbox.set_egress_ask(network_asker(self.service.action_approvals))
         self.feed = ChangeFeed()
         """Every task state change, for in-process subscribers (the dashboard, next)."""
         self.store.on_transition(self.feed.publish_transition)

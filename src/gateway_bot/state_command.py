@@ -20,6 +20,7 @@ from gateway_bot.channels.matrix.undecrypted import MIGRATIONS as MATRIX_E2EE_MI
 from gateway_bot.channels.matrix.undecrypted import OWNER as MATRIX_E2EE
 from gateway_bot.channels.slack.records import OWNER as SLACK
 from gateway_bot.channels.slack.records import SLACK_MIGRATIONS
+from gateway_bot.state import action_approvals_store as actions
 from gateway_bot.state import migrations as core
 from gateway_bot.state import schedule_proposals_store as proposals
 from gateway_bot.state import schedules_store as schedules
@@ -43,6 +44,7 @@ OWNERS: dict[str, Sequence[Migration]] = {
     MATRIX_E2EE: MATRIX_E2EE_MIGRATIONS,
     SLACK: SLACK_MIGRATIONS,
     EMAIL: EMAIL_MIGRATIONS,
+    actions.OWNER: actions.MIGRATIONS,
 }
 """Every owner of tables in the state database and its migrations (the core first)."""
 

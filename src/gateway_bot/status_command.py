@@ -31,6 +31,8 @@ from gateway_bot.core.status_snapshot import (
 )
 from gateway_bot.domain.records import ApprovalRecord, TaskRecord
 from gateway_bot.sandbox.base import SandboxContainer
+from gateway_bot.state.action_approvals_store import OWNER as ACTIONS_OWNER
+from gateway_bot.state.action_approvals_store import ActionApprovalRecord, SqliteActionApprovals
 from gateway_bot.state.schedules_store import SqliteSchedules
 from gateway_bot.state.sqlite_store import SqliteStore
 
@@ -65,12 +67,51 @@ def run_status(state_dir: Path, *, as_json: bool, state_url: str | None = None) 
         return EXIT_NO_STATE
     present = not isinstance(database, Path) or database.is_file()
     overview = asyncio.run(_overview(database if present else None, snapshot))
+    actions = asyncio.run(_pending_actions(database)) if present else []
     note = not_running_note(snapshot, time.time())
     if as_json:
-        print(json.dumps(status_json(state_dir, snapshot, note, overview), indent=2))
+        shown = status_json(state_dir, snapshot, note, overview)
+        shown["action_approvals"] = [_action_json(a) for a in actions]
+        print(json.dumps(shown, indent=2))
     else:
-        print(status_text(state_dir, snapshot, note, overview))
+        print(status_text(state_dir, snapshot, note, overview) + _actions_text(actions))
     return 0
+
+
+async def _pending_actions(database: Path | str) -> list[ActionApprovalRecord]:
+    """What the agents wait for (issue 20); none when approvals never ran here."""
+    store = SqliteStore(database)
+    await store.open_read_only()
+    try:
+        if await store.database.schema_version(ACTIONS_OWNER) is None:
+            return []
+        return await SqliteActionApprovals(store.database).pending()
+    finally:
+        await store.close()
+
+
+def _action_json(action: ActionApprovalRecord) -> dict[str, Any]:
+    return {
+        "code": action.code,
+        "kind": action.kind,
+        "conversation_id": action.conversation_id,
+        "task_id": action.task_id,
+        "summary": _preview(action.summary),
+        "rule": action.rule,
+        "created_at": action.created_at,
+        "expires_at": action.expires_at,
+    }
+
+
+def _actions_text(actions: Sequence[ActionApprovalRecord]) -> str:
+    now = time.time()
+    rows = [
+        [a.code, a.kind, a.conversation_id, a.task_id or "-", _age(now - a.created_at),
+         _preview(a.summary)]
+        for a in actions
+    ]  # fmt: skip
+    columns = ["CODE", "KIND", "CONVERSATION", "TASK", "AGE", "WHAT"]
+    return "\n" + "\n".join(_table("Pending action approvals", columns, rows))
 
 
 async def _overview(database: Path | str | None, snapshot: Snapshot | None) -> Overview:

@@ -17,10 +17,12 @@ from typing import Any
 import pytest
 
 from gateway_bot.config.access import AccessSettings
+from gateway_bot.config.action_rules import ActionApprovalSettings
 from gateway_bot.core.retries import RetryPolicy
 from gateway_bot.core.service import GatewayService
 from gateway_bot.domain.messages import RawMessage
 from gateway_bot.domain.records import TaskRecord
+from gateway_bot.state.action_approvals_store import SqliteActionApprovals
 from gateway_bot.state.database import StateTarget
 from gateway_bot.state.sqlite_store import SqliteStore
 from tests.core.fakes import BareChannel, FakeAgent, FakeChannel, Sent
@@ -56,6 +58,7 @@ class World:
         policy: RetryPolicy = FAST,
         channel: BareChannel | None = None,
         state: StateTarget | None = None,
+        actions: ActionApprovalSettings | None = None,
     ) -> None:
         """``state``: where the store lives (default ``<tmp_path>/state.db``)."""
         self.store = SqliteStore(state if state is not None else tmp_path / "state.db")
@@ -66,6 +69,8 @@ class World:
         self.max_pending = max_pending
         self.policy = policy
         self.service: GatewayService | None = None
+        self.actions = actions
+        """Action approvals' settings; None: off (issue 20)."""
         self._ids = itertools.count(1)
         self._opened = False
 
@@ -83,7 +88,13 @@ class World:
             max_pending_per_conversation=self.max_pending,
             retry_policy=self.policy,
             sweep_interval_s=0.05,
+            action_records=(
+                SqliteActionApprovals(self.store.database) if self.actions is not None else None
+            ),
+            action_settings=self.actions,
         )
+        if self.service.action_approvals is not None:
+            self.agent.ask_action = self.service.action_approvals.ask
         await self.service.start()
         return self.service
 

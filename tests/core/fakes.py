@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gateway_bot.agents.base import OnEvent, ToolUseEvent
+from gateway_bot.core.action_approvals import ActionDecision, ActionRequest, AskAction
 from gateway_bot.core.channel import AttachmentDownloads, AuthenticationError, Submit
 from gateway_bot.core.executor import TaskResult
 from gateway_bot.core.inbox_files import InboxWriter
@@ -270,6 +271,11 @@ class FakeAgent:
     schedule_requests: list[RequestFile] = field(default_factory=list)
     """What a run whose message says ``propose`` left in outbox/schedule.json, in order."""
     _gates: dict[str, asyncio.Event] = field(default_factory=dict)
+    ask_action: AskAction | None = None
+    """Action approvals' ``ask``: a word ``ask:CMD`` asks to run ``CMD`` (underscores for
+    spaces), ``question:A|B`` asks a question with options A and B; the reply says what was
+    decided."""
+    decisions: list[ActionDecision] = field(default_factory=list)
 
     def gate(self, name: str) -> asyncio.Event:
         return self._gates.setdefault(name, asyncio.Event())
@@ -297,9 +303,14 @@ class FakeAgent:
         self.prompts.append(build_prompt(message, AGENT_PATHS, saved, "UTC"))
         self.running.add(task_id)
         self.peak = max(self.peak, len(self.running))
+        asked: list[ActionDecision] = []
         try:
             for word in message.body.split():
-                if word.startswith("hold:"):
+                if word.startswith(("ask:", "question:")) and self.ask_action is not None:
+                    decided = await self.ask_action(_action_request(task_id, conversation.id, word))
+                    self.decisions.append(decided)
+                    asked.append(decided)
+                elif word.startswith("hold:"):
                     await self.gate(word.removeprefix("hold:")).wait()
                 elif word == "step":
                     await on_event(ToolUseEvent("Bash", "ran a step"))
@@ -311,9 +322,31 @@ class FakeAgent:
         finally:
             self.running.discard(task_id)
         text = f"Echo: {message.body}"
+        for decision in asked:
+            text += f" [{'allowed' if decision.allowed else 'denied'}: {decision.reason}"
+            text += f"; answer: {decision.answer}]" if decision.answer else "]"
         if message.context:
             text += " [context: " + " | ".join(message.context) + "]"
         request = None
         if "propose" in message.body.split() and self.schedule_requests:
             request = self.schedule_requests.pop(0)
         return TaskResult(Reply(text=text), CompletionReason.SUCCESS, request)
+
+
+def _action_request(task_id: str, conversation_id: str, word: str) -> ActionRequest:
+    kind, _, what = word.partition(":")
+    if kind == "question":
+        options = tuple(what.split("|"))
+        return ActionRequest(
+            conversation_id, task_id, "question", "Which one?", "Which one?", "", "", options
+        )
+    command = what.replace("_", " ")
+    return ActionRequest(
+        conversation_id,
+        task_id,
+        "tool",
+        command,
+        f"$ {command}\n(in /workspace)",
+        'Bash "git push*": ask',
+        f"tool Bash {command}",
+    )

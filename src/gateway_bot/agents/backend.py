@@ -58,6 +58,9 @@ class AgentBackend:
     """How to get the program when it is missing: the end of the sentence ``check`` prints."""
     limitations: tuple[str, ...] = ()
     """What this CLI cannot do that others here can (``check`` prints them in one line)."""
+    asks_tool_calls: bool = False
+    """Its runner routes the agent's tool calls to the daemon (``AgentRequest.permissions``)
+    when action approvals are on; False: its tool calls run unasked."""
     make_warm_runner: Callable[[Sequence[str], WarmSettings], WarmRunner] | None = None
     """The runner that keeps one agent process per conversation between turns; None when
     the backend's CLI cannot take turn after turn on its stdin."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from gateway_bot.agents.event_log import EventLog
 from gateway_bot.sandbox.base import ExecutionContext, Sandbox
@@ -59,12 +59,31 @@ OnEvent = Callable[[AgentEvent], Awaitable[None]]
 
 
 @dataclass(frozen=True)
+class PermissionAnswer:
+    allow: bool
+    message: str = ""
+    """For a deny: what the model reads as the tool's error."""
+    updated_input: Mapping[str, Any] | None = None
+    """For an allow: the tool's input (AskUserQuestion's carries the answers)."""
+
+
+class ToolPermissions(Protocol):
+    """Decides the agent's tool calls for one task (the core's ``tool_permissions.py``); a backend
+    that cannot ask ignores it (``gateway-bot check`` says so)."""
+
+    async def decide(self, tool_name: str, tool_input: Mapping[str, Any]) -> PermissionAnswer: ...
+
+
+@dataclass(frozen=True)
 class AgentRequest:
     prompt: str
     resume_session_id: str | None
     model: str | None
     timeout_s: float
     env: dict[str, str] = field(default_factory=dict)
+    permissions: ToolPermissions | None = None
+    """Action approvals (issue 20): who decides the agent's tool calls; None: the agent
+    runs without asking (``--dangerously-skip-permissions``)."""
 
 
 @dataclass(frozen=True)

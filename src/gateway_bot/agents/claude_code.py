@@ -24,6 +24,12 @@ from gateway_bot.agents.base import (
     WarmRunner,
     WarmSettings,
 )
+from gateway_bot.agents.claude_control import (
+    PERMISSION_FLAGS,
+    answer_control_request,
+    parse_control_request,
+    user_message_line,
+)
 from gateway_bot.agents.claude_stream import parse_stream_line
 from gateway_bot.agents.cli_install import api_origin, pinned_or_on_path
 from gateway_bot.agents.event_log import EventLog
@@ -44,6 +50,9 @@ QUIET_ENV = {
 """IS_SANDBOX lets --dangerously-skip-permissions run as root: the sandbox is the boundary."""
 
 BLOCKED_TOOLS = "AskUserQuestion,EnterPlanMode,ExitPlanMode,EnterWorktree,ExitWorktree"
+BLOCKED_TOOLS_WITH_APPROVALS = "EnterPlanMode,ExitPlanMode,EnterWorktree,ExitWorktree"
+"""With action approvals someone can answer the agent's questions: AskUserQuestion is a
+card in the conversation (``core/tool_permissions.py``)."""
 """Interactive-only tools: nobody is at a terminal to answer them, and a worktree the agent
 switched into would leave the conversation's workspace (CLI 2.1.197 offers all five to
 ``-p`` runs unless they are named here; the first three it already drops by itself)."""
@@ -96,16 +105,19 @@ class ClaudeCodeRunner:
         self._command = list(command)
 
     def build_argv(self, request: AgentRequest) -> list[str]:
-        argv = [
-            *self._command,
-            "-p",
-            "--output-format",
-            "stream-json",
-            "--verbose",
-            "--dangerously-skip-permissions",
-            "--disallowedTools",
-            BLOCKED_TOOLS,
-        ]
+        argv = [*self._command, "-p", "--output-format", "stream-json", "--verbose"]
+        if request.permissions is not None:
+            # Every tool call is asked of the daemon (claude_control.py); the prompt goes in
+            # as a stream-json message, so stdin stays open for the answers.
+            argv += [
+                *PERMISSION_FLAGS,
+                "--input-format",
+                "stream-json",
+                "--disallowedTools",
+                BLOCKED_TOOLS_WITH_APPROVALS,
+            ]
+        else:
+            argv += ["--dangerously-skip-permissions", "--disallowedTools", BLOCKED_TOOLS]
         if request.resume_session_id:
             argv += ["--resume", request.resume_session_id]
         if request.model:
@@ -121,25 +133,39 @@ class ClaudeCodeRunner:
         on_event: OnEvent,
     ) -> AgentOutcome:
         env = agent_env(sandbox, context, request)
+        asking = request.permissions is not None
         process = await sandbox.start(
-            context, self.build_argv(request), env, stdin_data=request.prompt.encode()
+            context,
+            self.build_argv(request),
+            env,
+            stdin_data=b"" if asking else request.prompt.encode(),
+            keep_stdin=asking,
         )
         session_id: str | None = None
         result: ResultEvent | None = None
         timed_out = False
         try:
             async with asyncio.timeout(request.timeout_s):
+                if asking:
+                    await process.write(user_message_line(request.prompt))
                 async for raw_line in process.stdout:
                     line = raw_line.decode("utf-8", "replace").strip()
                     if not line:
                         continue
                     await event_log.append(line)
+                    if (control := parse_control_request(line)) is not None:
+                        await process.write(
+                            await answer_control_request(control, request.permissions)
+                        )
+                        continue
                     for event in parse_stream_line(line):
                         if isinstance(event, InitEvent):
                             session_id = event.session_id
                         elif isinstance(event, ResultEvent):
                             result = event
                             session_id = event.session_id or session_id
+                            if asking:
+                                process.close_stdin()  # one turn: the CLI then exits
                         await on_event(event)
                 exit_code: int | None = await process.wait()
         except TimeoutError:
@@ -249,5 +275,6 @@ CLAUDE_CODE = AgentBackend(
         "or set agent.command in the config"
     ),
     make_warm_runner=make_warm_runner,
+    asks_tool_calls=True,
 )
 """The Claude Code CLI (``claude -p``, stream-json): the default backend."""

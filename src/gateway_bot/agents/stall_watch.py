@@ -59,6 +59,17 @@ class StallWatch:
         """Declared time limits of the tool calls still running, oldest first (0: none)."""
         self._last_step: str | None = None
         self._heard = asyncio.Event()
+        self._holds = 0
+        """Questions to a person in progress (action approvals): no silence counts then."""
+
+    def hold(self) -> None:
+        """The run waits for a person, not for the agent: silence does not count."""
+        self._holds += 1
+
+    def release(self) -> None:
+        """The person answered: silence counts again, from now."""
+        self._holds = max(0, self._holds - 1)
+        self._last_event = time.monotonic()
 
     def wrap(self, on_event: OnEvent) -> OnEvent:
         async def watched(event: AgentEvent) -> None:
@@ -84,6 +95,8 @@ class StallWatch:
         await self._heard.wait()
         while True:
             assert self._last_event is not None
+            if self._holds:
+                self._last_event = time.monotonic()
             silent = time.monotonic() - self._last_event
             allowed = self._allowed_silence()
             if not math.isfinite(allowed):  # never from a parser, but the loop must sleep

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections import OrderedDict
@@ -42,6 +41,11 @@ from gateway_bot.agents.base import (
     WarmSettings,
 )
 from gateway_bot.agents.claude_code import ClaudeCodeRunner, agent_env, unresumable
+from gateway_bot.agents.claude_control import (
+    answer_control_request,
+    parse_control_request,
+    user_message_line,
+)
 from gateway_bot.agents.claude_stream import parse_stream_line
 from gateway_bot.agents.event_log import EventLog
 from gateway_bot.sandbox.base import ExecutionContext, Sandbox, SandboxProcess
@@ -50,16 +54,6 @@ log = logging.getLogger(__name__)
 
 END_GRACE_S = 5.0
 """How long an ended session may take to exit after its stdin closes before it is killed."""
-
-
-def user_message_line(prompt: str) -> bytes:
-    """One turn for ``--input-format stream-json``: a user message whose content is a list of
-    blocks (the shape the CLI 2.1.x answers turn after turn; see AGENTS.md Gotchas)."""
-    message = {
-        "type": "user",
-        "message": {"role": "user", "content": [{"type": "text", "text": prompt}]},
-    }
-    return (json.dumps(message) + "\n").encode()
 
 
 @dataclass
@@ -99,7 +93,10 @@ class WarmClaudeRunner:
         """How many warm processes this runner started (the benchmark and tests read it)."""
 
     def build_argv(self, request: AgentRequest) -> list[str]:
-        return [*self._cold.build_argv(request), "--input-format", "stream-json"]
+        argv = self._cold.build_argv(request)
+        if "--input-format" in argv:  # with approvals the cold argv has it already
+            return argv
+        return [*argv, "--input-format", "stream-json"]
 
     @property
     def live_sessions(self) -> int:
@@ -172,7 +169,7 @@ class WarmClaudeRunner:
         )
 
     def _fingerprint(self, request: AgentRequest, context: ExecutionContext) -> tuple[object, ...]:
-        no_session = AgentRequest("", None, request.model, 0, request.env)
+        no_session = AgentRequest("", None, request.model, 0, request.env, request.permissions)
         return (
             tuple(self.build_argv(no_session)),
             tuple(sorted(request.env.items())),
@@ -209,6 +206,13 @@ class WarmClaudeRunner:
                         continue
                     lines += 1
                     await event_log.append(line)
+                    if (control := parse_control_request(line)) is not None:
+                        # Answered with this turn's task's decisions (a warm process
+                        # outlives its tasks; each turn brings its own).
+                        await process.write(
+                            await answer_control_request(control, request.permissions)
+                        )
+                        continue
                     for event in parse_stream_line(line):
                         if isinstance(event, InitEvent):
                             session.session_id = event.session_id or session.session_id

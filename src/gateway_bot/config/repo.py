@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError, field_validator
 
+from gateway_bot.config.action_rules import RepoActionApprovals
 from gateway_bot.config.validation import describe_validation_errors
 from gateway_bot.config.yaml_tags import ConfigError, SecretRef, load_repo_yaml
 
@@ -51,6 +52,10 @@ class RepoConfig(BaseModel):
     )
     timeout_seconds: PositiveFloat | None = None
     container_env: dict[str, str | SecretRef] = Field(default_factory=dict)
+    approvals: RepoActionApprovals | None = Field(
+        default=None,
+        description="Action approvals rules added to the server's; only stricter ones count.",
+    )
 
     @field_validator("container_env")
     @classmethod

@@ -31,6 +31,7 @@ from pydantic_settings import (
 )
 
 from gateway_bot.config.access import AccessSettings
+from gateway_bot.config.action_rules import ActionApprovalSettings
 from gateway_bot.config.channels import ChannelsSettings
 from gateway_bot.config.sandbox import SandboxSettings
 from gateway_bot.config.section import Section
@@ -97,6 +98,16 @@ class AgentSettings(Section):
         "turns skip the CLI's start-up); the least recently used is ended first. What the "
         "agent left running in the background still ends after each turn. 0: none (every "
         "turn starts the CLI afresh).",
+    )
+    budget_usd: PositiveFloat | None = Field(
+        default=None,
+        description="Per conversation: ask (a card, as action approvals do) before the turn "
+        "that would likely take its spend past this many dollars.",
+    )
+    approvals: ActionApprovalSettings | None = Field(
+        default=None,
+        description="Action approvals (README, Action approvals): set (even to {}) to have "
+        "the agent's tool calls checked; the default rules ask before `git push`.",
     )
 
 

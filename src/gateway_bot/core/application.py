@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from gateway_bot.core.action_timeline import action_entries
 from gateway_bot.core.channel import ChannelAdapter
 from gateway_bot.core.network_log import NetworkLog, read_network_log
 from gateway_bot.core.schedules import rule_of
@@ -27,6 +28,7 @@ from gateway_bot.core.service import GatewayService
 from gateway_bot.core.timeline import (
     ParseLine,
     TaskTimeline,
+    TimelineEntry,
     agent_entries,
     agent_lines,
     read_log_tail,
@@ -275,6 +277,7 @@ class Application:
         """Raises KeyError for an unknown task."""
         task = await self._store.get_task(task_id)
         entries = state_entries(task)
+        entries = await self._with_action_approvals(task_id, entries)
         if (
             task.conversation_id is None
             or self._conversation_root is None
@@ -301,6 +304,16 @@ class Application:
             (n + 1 for n, e in enumerate(entries) if e.text.startswith("agent started")), 1
         )
         return TaskTimeline(task, tuple(entries[:split] + agent + entries[split:]), note)
+
+    async def _with_action_approvals(
+        self, task_id: str, entries: list[TimelineEntry]
+    ) -> list[TimelineEntry]:
+        """The task's action approvals (issue 20), before its last state entry."""
+        approvals = self._service.action_approvals if self._service is not None else None
+        if approvals is None:
+            return entries
+        asked = await action_entries(approvals.records, task_id)
+        return entries[:-1] + asked + entries[-1:]
 
     async def overview(self) -> Overview:
         running = await self._store.list_tasks(states=[TaskState.EXECUTING], limit=1000)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
+from gateway_bot.core.action_approvals import ActionApprovals
 from gateway_bot.core.approvals import Gatekeeper
 from gateway_bot.core.commands import HELP_TEXT, Command, CommandName
 from gateway_bot.core.conversation_mail import ConversationMailer
@@ -49,6 +50,8 @@ class ChatCommands:
         self._running = running
         self._new_conversation = new_conversation
         self._workspaces = workspaces
+        self.action_approvals: ActionApprovals | None = None
+        """Set by the service when action approvals are on (issue 20)."""
 
     async def reply(
         self,
@@ -83,6 +86,12 @@ class ChatCommands:
             text = await self._set_model(conversation, command.argument)
         elif command.name is CommandName.AGENT:
             text = await self._set_agent(conversation, command.argument)
+        elif command.name in (CommandName.ALLOW, CommandName.ANSWER, CommandName.RULES) or (
+            command.name in (CommandName.APPROVE, CommandName.DENY)
+            and self.action_approvals is not None
+            and await self.action_approvals.knows(command.argument.split(" ")[0])
+        ):
+            text = await self._action_command(conversation, message, command)
         elif command.name in (CommandName.APPROVE, CommandName.DENY):
             choice = "allow" if command.name is CommandName.APPROVE else "deny"
             decider = (message.channel, message.sender_id, message.sender_name)
@@ -108,6 +117,34 @@ class ChatCommands:
             text = HELP_TEXT
         return text
 
+    async def _action_command(
+        self, conversation: ConversationRecord, message: InboundMessage, command: Command
+    ) -> str:
+        """/allow CODE [always], /deny CODE [REASON], /answer CODE TEXT, /rules."""
+        approvals = self.action_approvals
+        if approvals is None:
+            return "Action approvals are not on here."
+        if command.name is CommandName.RULES:
+            rules = await approvals.always_rules(conversation.id)
+            if not rules:
+                return "This conversation has no rules of its own (Always adds one)."
+            lines = [f"- {rule.signature} (by {rule.added_by})" for rule in rules]
+            return "Allowed always in this conversation:\n" + "\n".join(lines)
+        code, _, rest = command.argument.partition(" ")
+        rest = rest.strip()
+        if not code:
+            return f"Usage: /{command.name.value} CODE …"
+        if command.name is CommandName.ANSWER:
+            choice = "text"
+        elif command.name is CommandName.DENY:
+            choice = "deny"
+        else:
+            choice = "always" if rest == "always" else "once"
+        decided = await approvals.decide(
+            message.channel, message.sender_id, message.sender_name, code, choice, rest
+        )
+        return decided or "You may not decide this request; your attempt was recorded."
+
     def _request_stop(self, conversation_id: str) -> str:
         running = self._running.get(conversation_id)
         if running is None:
@@ -130,6 +167,8 @@ class ChatCommands:
                 if not running or t.id != running.task_id
             ],
         )
+        if running is not None and running.waiting_for is not None:
+            text += f"\nWaiting for approval: {running.waiting_for}"
         if self._workspaces is not None:
             text += f"\n{self._workspaces.location(conversation.id)}"
         return text

@@ -35,6 +35,9 @@ class CommandName(enum.Enum):
     PAUSE = "pause"
     RESUME = "resume"
     MAIL = "mail"
+    ALLOW = "allow"
+    ANSWER = "answer"
+    RULES = "rules"
 
 
 HELP_TEXT = (
@@ -48,7 +51,9 @@ HELP_TEXT = (
     '/schedule [TZ=Zone] WHEN PROMPT (WHEN: a quoted cron rule "0 9 * * 1-5" or a phrase '
     "such as every weekday at 9:00, in 2 hours, tomorrow at 7:15), /schedules, "
     "/unschedule ID, /pause ID, /resume ID, "
-    "/mail (send the latest reply to your address; a reply to it continues here), /help. "
+    "/mail (send the latest reply to your address; a reply to it continues here), "
+    "/allow CODE [always], /deny CODE [REASON] and /answer CODE TEXT (an action the agent "
+    "asks to run, or its question), /rules (what this conversation allowed always), /help. "
     "`!` works instead of `/`."
 )
 

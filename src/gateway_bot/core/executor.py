@@ -18,14 +18,19 @@ from gateway_bot.agents.base import AgentOutcome, AgentRequest, OnEvent
 from gateway_bot.agents.enabled import AgentSet
 from gateway_bot.agents.event_log import EventLog
 from gateway_bot.agents.stall_watch import Stalled, StallWatch
+from gateway_bot.config.action_rules import ActionApprovalSettings
 from gateway_bot.config.repo import REPO_CONFIG_PATH, RepoConfig, parse_repo_config
 from gateway_bot.config.server import ExecutionSettings
 from gateway_bot.config.yaml_tags import ConfigError
+from gateway_bot.core.action_approvals import AskAction
+from gateway_bot.core.action_policy import merge_repo_policy
+from gateway_bot.core.budget import budget_request, spent_and_last
 from gateway_bot.core.channel import AttachmentDownloads
 from gateway_bot.core.disk_quota import AGENT_WRITABLE, MB, DiskLimit, DiskUsage
 from gateway_bot.core.inbox_files import InboxWriter, candidate_names
 from gateway_bot.core.prompts import build_prompt, context_lost_prompt
 from gateway_bot.core.schedule_request_file import RequestFile, take_request_file
+from gateway_bot.core.tool_permissions import ConversationToolPermissions
 from gateway_bot.core.workspaces import ConversationDirs, GitError, Workspaces
 from gateway_bot.domain.lifecycle import CompletionReason
 from gateway_bot.domain.messages import InboundMessage, Reply, Usage
@@ -79,6 +84,12 @@ class TaskExecutor:
         self._agents = agents
         self._defaults = defaults
         self._limits = limits or ExecutionSettings()
+        self.action_settings: ActionApprovalSettings | None = None
+        self.ask_action: AskAction | None = None
+        self.budget_usd: float | None = None
+        """``agent.budget_usd``: ask (through ``ask_action``) before a turn past it."""
+        """Action approvals (issue 20): set by the daemon once the service that cards the
+        conversations exists; with both, the agent's tool calls are asked of the daemon."""
 
     async def execute(
         self,
@@ -138,10 +149,24 @@ class TaskExecutor:
         timeout_s = repo_config.timeout_seconds or self._defaults.timeout_s
         event_log = EventLog(dirs.events, int(self._limits.events_log_limit_mb * MB))
 
+        if (refused := await self._within_budget(conversation.id, task_id)) is not None:
+            return refused
         request = AgentRequest(prompt, conversation.agent_session_id, model, timeout_s, agent_env)
+        policy = self._approvals_policy(repo_config)
 
         async def run_agent(request: AgentRequest) -> AgentOutcome | Stalled | DiskUsage:
             watch = StallWatch(self._defaults.stall_s)
+            if policy is not None and self.ask_action is not None:
+                permissions = ConversationToolPermissions(
+                    policy,
+                    self.ask_action,
+                    conversation.id,
+                    task_id,
+                    self._sandbox.paths(context).workspace,
+                    hold=watch.hold,
+                    release=watch.release,
+                )
+                request = replace(request, permissions=permissions)
             run = agent.runner.run(request, self._sandbox, context, event_log, watch.wrap(on_event))
             return await disk.run_within(watch.run_within(run))
 
@@ -169,6 +194,33 @@ class TaskExecutor:
                 Reply(text=text, is_error=True, stopped=True), CompletionReason.CANCELLED
             )
         return await self._conclude(task_id, conversation, model, agent_name, outcome, started)
+
+    async def _within_budget(self, conversation_id: str, task_id: str) -> TaskResult | None:
+        """None to run the turn; a refusal when a person said no to going past the
+        conversation's budget (or nobody answered)."""
+        if self.budget_usd is None or self.ask_action is None:
+            return None
+        tasks = await self._store.list_tasks(conversation_id=conversation_id, limit=10_000)
+        spent, last = spent_and_last(tasks)
+        question = budget_request(conversation_id, task_id, self.budget_usd, spent, last)
+        if question is None:
+            return None
+        decision = await self.ask_action(question)
+        if decision.allowed:
+            return None
+        return _failure(
+            f"Not run: this conversation has spent ${spent:.4f} of its "
+            f"${self.budget_usd:.2f} budget and going past it was not allowed "
+            f"({decision.reason}).",
+            CompletionReason.REJECTED,
+        )
+
+    def _approvals_policy(self, repo_config: RepoConfig) -> ActionApprovalSettings | None:
+        """The server's policy made stricter by the repo's (read from the default branch,
+        never the workspace); None when action approvals are off."""
+        if self.action_settings is None:
+            return None
+        return merge_repo_policy(self.action_settings, repo_config.approvals)
 
     async def _choose_agent(
         self, conversation: ConversationRecord, repo_config: RepoConfig

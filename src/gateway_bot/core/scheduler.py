@@ -33,7 +33,7 @@ from typing import Protocol
 
 import structlog
 
-from gateway_bot.agents.base import OnEvent
+from gateway_bot.agents.base import OnEvent, ToolUseEvent
 from gateway_bot.core.channel import (
     Acknowledges,
     AttachmentDownloads,
@@ -88,6 +88,8 @@ class RunningTask:
         self.started = time.monotonic()
         self.progress: ProgressReporter | None = None
         self.stop_requested = False
+        self.waiting_for: str | None = None
+        """What the run waits for a person to allow (action approvals), shown by /status."""
 
     def request_stop(self) -> None:
         """Cancel the agent's run; the scheduler answers "Stopped." and moves on."""
@@ -230,6 +232,18 @@ class Scheduler:
             lane.before[task_id] = after
         if lane.drainer is None:
             lane.drainer = self._jobs.spawn(self._drain(lane), name=f"drain-{conversation_id}")
+
+    async def set_waiting(self, task_id: str, what: str | None) -> None:
+        """The task's run waits for a person (``what``: the request's summary) or no longer
+        (None): a progress step says so, and /status."""
+        for running in self._running.values():
+            if running.task_id != task_id:
+                continue
+            running.waiting_for = what
+            if what is not None and running.progress is not None:
+                await running.progress.on_event(
+                    ToolUseEvent("approval", f"waiting for approval: {what}")
+                )
 
     def stop(self, conversation_id: str) -> RunningTask | None:
         """/stop: cancel the conversation's running task; None when nothing runs."""

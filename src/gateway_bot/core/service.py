@@ -26,6 +26,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from gateway_bot.config.access import AccessSettings, IgnoredMessages
+from gateway_bot.config.action_rules import ActionApprovalSettings
+from gateway_bot.core.action_approvals import ActionApprovals
+from gateway_bot.core.action_cards import parse_action_id
 from gateway_bot.core.approval_cards import parse_approval_action
 from gateway_bot.core.approvals import Gatekeeper
 from gateway_bot.core.channel import AuthenticationError, ChannelAdapter, SenderRecheck
@@ -52,6 +55,7 @@ from gateway_bot.core.workspace_diff import WorkspaceReports
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState
 from gateway_bot.domain.messages import Decision, InboundMessage, RawMessage, RoomInvite
 from gateway_bot.domain.records import ContextLine, ConversationRecord, TaskRecord
+from gateway_bot.state.action_approvals_store import SqliteActionApprovals
 from gateway_bot.state.schedules_store import SqliteSchedules
 from gateway_bot.state.store import Store
 
@@ -81,9 +85,13 @@ class GatewayService:
         schedule_sleep: Sleep = asyncio.sleep,
         conversation_link: Callable[[str], str | None] | None = None,
         agent_names: Sequence[str] = (),
+        action_records: SqliteActionApprovals | None = None,
+        action_settings: ActionApprovalSettings | None = None,
     ) -> None:
         """``schedules``: the store of /schedule (issue 17); without it the schedule
-        commands answer that they are not available. Clock and sleep: for tests."""
+        commands answer that they are not available. Clock and sleep: for tests.
+        ``action_records`` and ``action_settings``: action approvals (issue 20,
+        ``core/action_approvals.py``); without them nothing is asked."""
         self._store = store
         self._adapters = dict(adapters)
         self._access = access
@@ -139,6 +147,20 @@ class GatewayService:
             agent_names,
         )
         self._proposals = proposals
+        self.action_approvals: ActionApprovals | None = None
+        if action_records is not None:
+            settings = action_settings or ActionApprovalSettings()
+            self.action_approvals = ActionApprovals(
+                action_records,
+                store,
+                self._adapters,
+                access,
+                timeout_s=settings.timeout_s,
+                deciders=settings.deciders,
+                timezone=timezone,
+            )
+            self.action_approvals.on_waiting = self._scheduler.set_waiting
+            self._commands.action_approvals = self.action_approvals
         self._intake_locks: dict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
         self._taking_in: set[str] = set()
         """Tasks with an intake job now (waiting for the lock, parsing or backing off)."""
@@ -158,6 +180,9 @@ class GatewayService:
 
     async def start(self) -> None:
         """Recover what a previous run left, then start every channel's listener."""
+        if self.action_approvals is not None:
+            await self.action_approvals.records.open()
+            await self.action_approvals.recover()
         await self.recover()
         await self._gate.expire()
         await self._gate.resend_unsent_cards()
@@ -202,6 +227,8 @@ class GatewayService:
         """Stop listening, let running tasks finish for up to ``timeout_s``, then abandon
         the rest where they stand: the next start's recovery re-runs them."""
         await self.stop_listening()
+        if self.action_approvals is not None:
+            self.action_approvals.shutting_down()
         if not await self.wait_idle(timeout_s):
             log.warning(
                 "shutdown: tasks still running after %.0f s; they will be re-run at the next start",
@@ -372,6 +399,11 @@ class GatewayService:
             return
         room = self._access.room_settings(message.channel, message.room)
         started = await self._store.active_conversation(message.channel, message.conversation_key)
+        if trusted and started is not None and self.action_approvals is not None:
+            answered = await self.action_approvals.answer_reply(started.id, message)
+            if answered is not None:
+                await self._replies.answer_now(task, message, answered, CompletionReason.SUCCESS)
+                return
         if not engages(message, room, started is not None):
             if room.ignored is IgnoredMessages.ACCUMULATE and trusted:
                 line = ContextLine(message.sender_name, message.body, message.received_at)
@@ -439,8 +471,13 @@ class GatewayService:
     async def _apply_decision(self, task: TaskRecord, decision: Decision) -> None:
         parsed = parse_approval_action(decision.action_id)
         proposed = parse_proposal_action(decision.action_id)
+        action = parse_action_id(decision.action_id)
         reply = None
-        if proposed is not None and self._proposals is not None:
+        if action is not None and self.action_approvals is not None:
+            reply = await self.action_approvals.decide(
+                decision.channel, decision.decider_id, decision.decider_name, *action
+            )
+        elif proposed is not None and self._proposals is not None:
             reply = await self._proposals.decide(
                 decision.channel, decision.decider_id, decision.decider_name, *proposed
             )
