@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from gateway_bot.agents.base import AgentOutcome, AgentRequest, OnEvent
+from gateway_bot.agents.base import AgentEvent, AgentOutcome, AgentRequest, OnEvent
 from gateway_bot.agents.enabled import AgentSet
 from gateway_bot.agents.event_log import EventLog
 from gateway_bot.agents.stall_watch import Stalled, StallWatch
@@ -23,6 +23,7 @@ from gateway_bot.config.server import ExecutionSettings
 from gateway_bot.config.yaml_tags import ConfigError
 from gateway_bot.core.channel import AttachmentDownloads
 from gateway_bot.core.disk_quota import AGENT_WRITABLE, MB, DiskLimit, DiskUsage
+from gateway_bot.core.fault_points import reached
 from gateway_bot.core.inbox_files import InboxWriter, candidate_names
 from gateway_bot.core.prompts import build_prompt, context_lost_prompt
 from gateway_bot.core.schedule_request_file import RequestFile, take_request_file
@@ -140,11 +141,18 @@ class TaskExecutor:
 
         request = AgentRequest(prompt, conversation.agent_session_id, model, timeout_s, agent_env)
 
+        async def on_agent_event(event: AgentEvent) -> None:
+            reached("agent_running")
+            await on_event(event)
+
         async def run_agent(request: AgentRequest) -> AgentOutcome | Stalled | DiskUsage:
             watch = StallWatch(self._defaults.stall_s)
-            run = agent.runner.run(request, self._sandbox, context, event_log, watch.wrap(on_event))
+            run = agent.runner.run(
+                request, self._sandbox, context, event_log, watch.wrap(on_agent_event)
+            )
             return await disk.run_within(watch.run_within(run))
 
+        reached("sandbox_starting")
         outcome = await run_agent(request)
         if isinstance(outcome, AgentOutcome) and outcome.unresumable:
             log.warning(

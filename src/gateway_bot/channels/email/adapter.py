@@ -47,6 +47,7 @@ from gateway_bot.channels.email.smtp import SmtpError, open_transaction
 from gateway_bot.channels.email.store import EmailStore
 from gateway_bot.config.channels import EmailChannelSettings
 from gateway_bot.core.channel import AuthenticationError, MailRequest
+from gateway_bot.core.fault_points import reached
 from gateway_bot.core.inbox_files import InboxError, InboxWriter, safe_filename, size_text
 from gateway_bot.domain.messages import (
     Attachment,
@@ -320,6 +321,7 @@ class EmailAdapter:
                 if send_key and not exc.uncertain:  # refused, so not delivered: try again
                     await self._store.mark_send(send_key, "intended")
                 raise
+            reached("email_smtp_accepted")
             if send_key:
                 await self._store.mark_send(send_key, "sent")
 

@@ -26,6 +26,7 @@ from gateway_bot.channels.email.oauth import TokenSource
 from gateway_bot.channels.email.store import EmailStore
 from gateway_bot.config.channels import EmailChannelSettings
 from gateway_bot.core.channel import Submit
+from gateway_bot.core.fault_points import reached
 from gateway_bot.domain.messages import ChannelHealth, ChannelStatus, RawMessage
 
 log = logging.getLogger(__name__)
@@ -154,6 +155,7 @@ class EmailListener:
                     continue
                 await self._store.mark_uid(folder, validity, uid, "stored")
             await asyncio.to_thread(session.remove, uid)
+            reached("email_source_removed")
             await self._store.mark_uid(folder, validity, uid, "done")
 
     async def _claimed_sender(self, key: str) -> str:
