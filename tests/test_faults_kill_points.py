@@ -300,3 +300,12 @@ def test_email_answers_each_mail_once_through_every_kill_point(
     wait_until(lambda: dovecot.folder_uids(mailbox) == [], "an empty inbox")
     for word in [*words, "FAULTLAST"]:
         assert len(answers(word)) == 1, f"{word}: answered {len(answers(word))} times"
+
+
+def test_an_unknown_fault_point_stops_the_start(gateway, config_path: Path) -> None:
+    """A typo in a test's point must not pass as a walk that never crashed."""
+    daemon = gateway("chat", "--config", str(config_path), env={FAULT_POINT_ENV: "recieved"})
+    daemon.close_input()
+    assert daemon.wait() != 0
+    assert "is no fault point" in daemon.stderr
+    assert "received" in daemon.stderr, "the known names are listed"
