@@ -2,9 +2,9 @@
 status snapshot ``gateway-bot status`` reads), recovers by itself, and loses nothing.
 
 Already covered elsewhere: Dovecot restarted mid-IDLE (``test_email_resilience.py``), the
-homeserver unreachable mid-sync (``test_matrix_health.py``, a switchable proxy), the Slack
-websocket dropped (``test_slack_daemon.py``) and a listener that ends
-(``test_slack_listener_resilience.py``).
+homeserver unreachable mid-sync (``test_matrix_health.py``, a switchable proxy, in
+process), the Slack websocket dropped mid-task (``test_slack_daemon.py``) and a listener
+that ends (``test_slack_listener_resilience.py``).
 """
 
 from __future__ import annotations
@@ -17,8 +17,10 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import write_config
 from tests.email_fixtures import ALICE, Dovecot, SmtpCatcher, email_config, mail, text_of
 from tests.fake_anthropic import FakeAnthropic
+from tests.fake_slack import APP_TOKEN, BOT_TOKEN, TEAM, FakeSlack
 from tests.fast_agent import fast_agent_sections
 from tests.synapse_fixtures import SynapseServer, bot_text, matrix_config, membership
 
@@ -120,4 +122,42 @@ async def test_synapse_restarted_mid_sync_degrades_matrix_and_loses_nothing(
     for word in ("BEFORE-RESTART", "AFTER-RESTART"):
         echoes = [e for e in history if bot_text(bot.user_id, rf"Echo: .*{word} please")(e)]
         assert len(echoes) == 1, f"{word}: answered {len(echoes)} times"
+    assert daemon.process.poll() is None
+
+
+def test_a_dropped_slack_websocket_degrades_the_channel_and_loses_nothing(
+    gateway, tmp_path: Path, target_repo: Path, fake_api: FakeAnthropic, fake_slack: FakeSlack
+) -> None:
+    """The websocket is cut and Slack will not give a new one for a while: the channel
+    says so; a message said meanwhile arrives once the socket is back, answered once."""
+    fake_slack.add_user("U0ALICE", "Alice")
+    fake_slack.add_channel("D0ALICE", im_with="U0ALICE")
+    settings = {
+        "bot_token": BOT_TOKEN,
+        "app_token": APP_TOKEN,
+        "team_ids": [TEAM],
+        "allowed_users": ["U0ALICE"],
+        "api_base_url": fake_slack.base_url,
+        "reconnect_max_delay_seconds": 1.0,
+    }
+    config = write_config(
+        tmp_path, target_repo, fake_api, channels={"console": None, "slack": settings},
+        **fast_agent_sections(tmp_path),
+    )  # fmt: skip
+    state = tmp_path / "state"
+    daemon = gateway("run", "--config", str(config))
+    fake_slack.wait_connected()
+    wait_for_health(state, "slack", "connected", daemon)
+
+    fake_slack.connection_error = "internal_error"
+    fake_slack.drop_sockets()
+    during = fake_slack.user_says("U0ALICE", "D0ALICE", "SAID-OFFLINE please")
+    wait_for_health(state, "slack", "degraded", daemon)
+    fake_slack.connection_error = None
+    wait_for_health(state, "slack", "connected", daemon)
+
+    fake_slack.wait_for_reply("D0ALICE", during, "Echo: SAID-OFFLINE please")
+    fake_slack.wait_until(lambda: not fake_slack.pending, what="every envelope acknowledged")
+    echoes = [t for t in fake_slack.texts("D0ALICE", during) if "Echo: SAID-OFFLINE" in t]
+    assert len(echoes) == 1, echoes
     assert daemon.process.poll() is None
