@@ -1,5 +1,5 @@
 """Load on the chat channels: 20 conversations sending at once, each a message a second for
-``GATEWAY_BOT_LOAD_SECONDS`` (3 in CI; longer by hand): no reply lost, none doubled, and
+``GATEWAY_BOT_LOAD_SECONDS`` (2 in CI; longer by hand): no reply lost, none doubled, and
 each conversation's replies in the order its messages were sent.
 
 What is under test is the daemon (intake, the per-conversation scheduler, the channel's
@@ -26,7 +26,7 @@ from tests.synapse_fixtures import SynapseServer, bot_text, matrix_config, membe
 pytestmark = pytest.mark.faults
 
 CONVERSATIONS = 20
-SECONDS = int(os.environ.get("GATEWAY_BOT_LOAD_SECONDS", "3"))
+SECONDS = int(os.environ.get("GATEWAY_BOT_LOAD_SECONDS", "2"))
 ECHO = re.compile(r"Echo: LOAD-(\d+)-(\d+)")
 
 
