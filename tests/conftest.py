@@ -34,6 +34,7 @@ pytest_plugins: list[str] = [
     "tests.fake_slack",
     "tests.sandbox_fixtures",
     "tests.email_fixtures",
+    "tests.pg_fixtures",
 ]
 
 GIT_IDENTITY = ["-c", "user.name=Test", "-c", "user.email=test@example.test"]
@@ -270,6 +271,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     same host are never looked at: only this session's labels, children and temp dir."""
     from tests.sandbox_fixtures import SESSION_PODMAN, podman
 
+    if session.config.pluginmanager.has_plugin("dsession"):
+        return  # pytest-xdist's controller: each worker is a session and checks itself
     if SESSION_PODMAN.socket is not None:
         service = f"unix://{SESSION_PODMAN.socket}"
         _end_processes(live_processes(lambda pid, argv: service in argv))

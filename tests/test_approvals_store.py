@@ -12,13 +12,15 @@ from types import SimpleNamespace
 import pytest
 
 from gateway_bot.state import approvals as approvals_module
+from gateway_bot.state.database import StateTarget
 from gateway_bot.state.migrations import MIGRATIONS
 from gateway_bot.state.sqlite_store import SqliteStore
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
-    opened = SqliteStore(tmp_path / "state.db")
+async def store(state_target: StateTarget) -> AsyncIterator[SqliteStore]:
+    """On both engines."""
+    opened = SqliteStore(state_target)
     await opened.open()
     yield opened
     await opened.close()
@@ -98,3 +100,22 @@ async def test_upgrade_keeps_what_an_old_card_showed(tmp_path: Path) -> None:
         assert await store.approvals.shown_tasks("abc123") == ["task-one", "task-two"]
     finally:
         await store.close()
+
+
+async def test_a_nul_in_a_strangers_name_and_message_cannot_break_the_card(
+    store: SqliteStore,
+) -> None:
+    """PostgreSQL refuses NUL in text: the engine stores U+FFFD there instead of failing."""
+    record = await store.approvals.create(
+        channel="matrix",
+        room="!team:hs",
+        room_title="Team",
+        sender_id="@evil:hs",
+        sender_name="Ev\x00il",
+        preview="hello\x00world",
+        expires_at=time.time() + 3600,
+    )
+    found = await store.approvals.get(record.code)
+    assert found is not None
+    assert found.sender_name.replace("\x00", "\ufffd") == "Ev\ufffdil"
+    assert found.preview.replace("\x00", "\ufffd") == "hello\ufffdworld"

@@ -103,6 +103,14 @@ async def test_a_loopback_scraper_reads_them_without_a_login(served: Served) -> 
     assert 'gateway_bot_channel_up{channel="fake"}' in text
 
 
+async def test_a_rebound_web_page_on_loopback_does_not_read_them(served: Served) -> None:
+    """The attack: a page at evil.example rebinds its name to 127.0.0.1, so the operator's
+    browser connects over loopback, but the request says ``Host: evil.example``."""
+    status, text = await fetch(served.url("127.0.0.1"), Host="evil.example:8090")
+    assert status == 401, text
+    assert "gateway_bot_" not in text
+
+
 async def test_behind_a_proxy_loopback_is_no_longer_trusted(proxied: Served) -> None:
     """The proxy connects over loopback for everyone on the internet: only the token (or a
     login) reads the metrics there, whatever X-Forwarded-For says."""
@@ -137,8 +145,13 @@ def test_the_peer_rule() -> None:
     with_token = DashboardSettings(token=TOKEN, metrics_token=METRICS_TOKEN)
     proxied = DashboardSettings(token=TOKEN, metrics_token=METRICS_TOKEN, behind_proxy=True)
     for peer in ("127.0.0.1", "127.8.9.10", "::1", "::ffff:127.0.0.1"):
-        assert metrics_readable(peer, None, plain), peer
-        assert not metrics_readable(peer, None, proxied), peer
+        assert metrics_readable(peer, None, plain, "127.0.0.1:8090"), peer
+        assert not metrics_readable(peer, None, proxied, "127.0.0.1:8090"), peer
+    for host in ("localhost", "localhost:9", "127.0.0.1", "[::1]:8090", "[::1]", "::1"):
+        assert metrics_readable("127.0.0.1", None, plain, host), host
+    for host in (None, "", "evil.example", "evil.example:8090", "127.0.0.1.evil.example",
+                 "localhost.evil.example:1", "[::1", "0.0.0.0:8090"):  # fmt: skip
+        assert not metrics_readable("127.0.0.1", None, plain, host), f"Host {host!r}"
     for peer in ("203.0.113.9", "2001:db8::1", "::ffff:203.0.113.9", "", None, "localhost"):
         assert not metrics_readable(peer, None, with_token), peer
         assert not metrics_readable(peer, f"Bearer {METRICS_TOKEN}x", with_token), peer

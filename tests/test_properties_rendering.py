@@ -68,10 +68,26 @@ def test_slack_text_never_carries_a_live_mention_or_a_foreign_link(text: str) ->
                 text,
                 rendered,
             )
-    # Split below Slack's limit, a chunk may cut a long link in two (seen: "<https:/" at a
-    # chunk's end; cosmetic, noted), but never makes a mention, broadcast or channel link.
+    # Split below Slack's limit, a chunk never makes a mention, broadcast or channel link.
     for chunk in split_mrkdwn(rendered, limit=120):
         assert not any(live in chunk for live in ("<!", "<@", "<#")), (text, chunk)
+
+
+_links = st.builds(
+    "<https://example.test/{}|{}>".format,
+    st.text("abcdefgh", min_size=1, max_size=20),
+    st.text("xyz", min_size=1, max_size=10),
+)
+_glued = st.lists(st.one_of(_links, st.text("abc&;", min_size=1, max_size=30)), max_size=40)
+
+
+@given(_glued.map("".join))
+@example("a" * 90 + "<https://example.test/abcdefgh|label> tail")
+def test_slack_split_never_cuts_a_short_link_in_two(text: str) -> None:
+    """A hard cut (a line without spaces) moves back to the start of a link that would
+    straddle it; seen before: a chunk ending in ``<https:/``."""
+    for chunk in split_mrkdwn(text, limit=120):
+        assert chunk.count("<") == chunk.count(">"), (text, chunk)
 
 
 _ALLOWED_TAGS = {

@@ -9,7 +9,9 @@ hours" is due now."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +148,39 @@ async def test_matrix_one_off_run_fires_once_in_its_room(
     elsewhere = await alice.history(other)
     assert not [e for e in elsewhere if bot_text(bot.user_id, r"Scheduled run|MATRIX-PING")(e)]
     assert daemon.process.poll() is None, daemon.stderr
+
+
+async def test_matrix_run_of_a_user_removed_from_allowed_users_does_not_run(
+    gateway,
+    meet,
+    synapse: SynapseServer,
+    tmp_path: Path,
+    target_repo: Path,
+    fake_api: FakeAnthropic,
+) -> None:
+    """Alice schedules while allowed; the owner takes her out of ``allowed_users`` and
+    restarts: her run is dropped (the homeserver is asked again, not the old verdict)."""
+    alice = await meet("alice")
+    bot = await synapse.register("bot")
+    room = await alice.create_room([bot.user_id], name="Removed room")
+    clock, env = moved_clock(tmp_path)
+    config = matrix_config(tmp_path, target_repo, fake_api, synapse, bot, [alice.user_id])
+    first = gateway("run", "--config", str(config), env=env)
+    await alice.wait_for(room, membership(bot.user_id, "join"))
+    await alice.say(room, "!schedule in 2 hours MATRIX-GONE delete the branch")
+    await alice.wait_for(room, bot_text(bot.user_id, r"^Scheduled #1: once at "))
+    first.terminate()
+
+    matrix_config(tmp_path, target_repo, fake_api, synapse, bot, ["@someone-else:localhost"])
+    clock.write_text(str(LATER))
+    second = gateway("run", "--config", str(config), env=env)
+    deadline = time.monotonic() + 120
+    while "dropped scheduled run from unapproved sender" not in second.stderr:
+        assert time.monotonic() < deadline, f"the run was never dropped:\n{second.stderr}"
+        await asyncio.sleep(0.2)
+    history = await alice.history(room)
+    assert not [e for e in history if bot_text(bot.user_id, r"Echo: MATRIX-GONE")(e)]
+    assert "MATRIX-GONE" not in json.dumps(fake_api.requests), "the agent never saw it"
 
 
 def _reaction(event_id: str, key: str) -> dict[str, Any]:

@@ -10,11 +10,12 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState
 from gateway_bot.domain.messages import RawMessage, Reply
-from gateway_bot.state.database import Database, SchemaTooNew
+from gateway_bot.state.database import Database, SchemaTooNew, StateTarget
 from gateway_bot.state.migrations import MIGRATIONS
 from gateway_bot.state.sqlite_store import SqliteStore
 
@@ -50,9 +51,10 @@ def make_legacy_database(path: Path, *, with_tasks: bool = True) -> None:
 
 
 @pytest.fixture
-async def database(tmp_path: Path) -> AsyncIterator[Database]:
+async def database(state_target: StateTarget) -> AsyncIterator[Database]:
+    """On both engines."""
     opened = Database()
-    await opened.open(tmp_path / "state.db")
+    await opened.open(state_target)
     yield opened
     await opened.close()
 
@@ -60,6 +62,11 @@ async def database(tmp_path: Path) -> AsyncIterator[Database]:
 def versions(path: Path) -> dict[str, int]:
     with sqlite3.connect(path) as db:
         return dict(db.execute("SELECT owner, version FROM schema_versions"))
+
+
+async def versions_in(database: Database) -> dict[str, int]:
+    rows = await database.fetch_all("SELECT owner, version FROM schema_versions")
+    return {str(row[0]): int(row[1]) for row in rows}
 
 
 async def test_a_database_from_before_owner_versions_is_upgraded_in_place(
@@ -94,7 +101,7 @@ async def test_a_database_from_before_owner_versions_is_upgraded_in_place(
     assert versions(path) == {"core": len(MIGRATIONS)}
 
 
-async def test_owners_migrate_independently(database: Database, tmp_path: Path) -> None:
+async def test_owners_migrate_independently(database: Database) -> None:
     alpha = [
         "CREATE TABLE alpha_items (id TEXT PRIMARY KEY);",
         "ALTER TABLE alpha_items ADD COLUMN note TEXT;",
@@ -103,32 +110,32 @@ async def test_owners_migrate_independently(database: Database, tmp_path: Path) 
 
     await database.migrate("alpha", alpha)
     await database.migrate("beta", beta)
-    assert versions(tmp_path / "state.db") == {"alpha": 2, "beta": 1}
+    assert await versions_in(database) == {"alpha": 2, "beta": 1}
 
     # A later release appends to alpha only: beta's migrations are not run again.
     await database.write("INSERT INTO beta_items (id, n) VALUES ('kept', 1)")
     await database.migrate("alpha", [*alpha, "CREATE INDEX alpha_note ON alpha_items(note);"])
     await database.migrate("beta", beta)
-    assert versions(tmp_path / "state.db") == {"alpha": 3, "beta": 1}
+    assert await versions_in(database) == {"alpha": 3, "beta": 1}
     assert [tuple(r) for r in await database.fetch_all("SELECT id FROM beta_items")] == [("kept",)]
 
 
 async def test_a_failing_migration_leaves_its_owner_at_the_last_good_version(
-    database: Database, tmp_path: Path
+    database: Database,
 ) -> None:
     good = "CREATE TABLE gamma_items (id TEXT PRIMARY KEY);"
     broken = "CREATE TABLE gamma_more (id TEXT); INSERT INTO no_such_table VALUES (1);"
     await database.migrate("gamma", [good])
-    with pytest.raises(sqlite3.OperationalError):
+    with pytest.raises((sqlite3.OperationalError, psycopg.errors.UndefinedTable)):
         await database.migrate("gamma", [good, broken])
 
-    assert versions(tmp_path / "state.db") == {"gamma": 1}
-    tables = await database.fetch_all("SELECT name FROM sqlite_master WHERE name LIKE 'gamma%'")
-    assert [row[0] for row in tables] == ["gamma_items"]  # the half-applied one rolled back
+    assert await versions_in(database) == {"gamma": 1}
+    tables = [t for t in await database.backend.table_names() if t.startswith("gamma")]
+    assert tables == ["gamma_items"]  # the half-applied one rolled back
     # The database is usable afterwards (no transaction left open).
     await database.write("INSERT INTO gamma_items (id) VALUES ('x')")
     await database.migrate("gamma", [good, "CREATE TABLE gamma_more (id TEXT);"])
-    assert versions(tmp_path / "state.db") == {"gamma": 2}
+    assert await versions_in(database) == {"gamma": 2}
 
 
 async def test_a_schema_newer_than_the_code_is_refused(database: Database) -> None:
@@ -142,10 +149,10 @@ async def test_owner_names_cannot_smuggle_sql(database: Database) -> None:
         await database.migrate("x'); DROP TABLE tasks; --", ["SELECT 1;"])
 
 
-async def test_the_core_and_a_channel_share_one_file(tmp_path: Path) -> None:
+async def test_the_core_and_a_channel_share_one_file(state_target: StateTarget) -> None:
     """The daemon's store opens the database that channels were built on."""
     database = Database()
-    store = SqliteStore(tmp_path / "state.db", database)
+    store = SqliteStore(state_target, database)
     await store.open()
     try:
         await database.migrate("slack", ["CREATE TABLE slack_probe (id TEXT);"])
@@ -155,6 +162,6 @@ async def test_the_core_and_a_channel_share_one_file(tmp_path: Path) -> None:
         await store.transition(task_id, TaskState.AUTHENTICATING)
         await store.transition(task_id, TaskState.COMPLETED, reason=CompletionReason.UNAUTHORIZED)
         await store.record_reply(task_id, Reply(text="no"))
+        assert await versions_in(database) == {"core": len(MIGRATIONS), "slack": 1}
     finally:
         await store.close()
-    assert versions(tmp_path / "state.db") == {"core": len(MIGRATIONS), "slack": 1}

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from gateway_bot.channels.matrix.store import MatrixStateStore
@@ -22,7 +23,8 @@ from gateway_bot.config.yaml_tags import ConfigError
 from gateway_bot.daemon import Daemon
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState
 from gateway_bot.domain.messages import InboundMessage, RawMessage, Reply
-from gateway_bot.state.database import Database
+from gateway_bot.state.database import Database, StateTarget
+from gateway_bot.state.postgres_sql import placeholders
 from gateway_bot.state.sqlite_store import SqliteStore
 
 DAY = 86400.0
@@ -30,7 +32,7 @@ DAY = 86400.0
 
 @dataclass
 class State:
-    path: Path
+    path: StateTarget
     database: Database
     store: SqliteStore
     slack: SlackRecords
@@ -39,17 +41,23 @@ class State:
     def backdate(self, sql: str, days: float, *params: object) -> None:
         """Move rows into the past, as if written ``days`` ago (a second connection, as
         the passing of time would)."""
-        with sqlite3.connect(self.path) as db:
-            db.execute(sql, (time.time() - days * DAY, *params))
+        values = (time.time() - days * DAY, *params)
+        if isinstance(self.path, Path):
+            with sqlite3.connect(self.path) as db:
+                db.execute(sql, values)
+        else:
+            with psycopg.connect(self.path, autocommit=True) as db:
+                db.execute(placeholders(sql), values)  # type: ignore[arg-type]
 
 
 @pytest.fixture
-async def state(tmp_path: Path) -> AsyncIterator[State]:
+async def state(tmp_path: Path, state_target: StateTarget) -> AsyncIterator[State]:
+    """On both engines."""
     database = Database()
     made = State(
-        tmp_path / "state.db",
+        state_target,
         database,
-        SqliteStore(tmp_path / "state.db", database),
+        SqliteStore(state_target, database),
         SlackRecords(database, legacy_path=tmp_path / "slack" / "slack.db"),
         MatrixStateStore(database, legacy_path=tmp_path / "matrix" / "matrix.db"),
     )
@@ -264,11 +272,13 @@ def make_legacy_matrix_file(path: Path) -> None:
     db.close()
 
 
-async def test_a_slack_deployment_keeps_its_records_after_the_upgrade(tmp_path: Path) -> None:
+async def test_a_slack_deployment_keeps_its_records_after_the_upgrade(
+    tmp_path: Path, state_target: StateTarget
+) -> None:
     legacy = tmp_path / "slack" / "slack.db"
     make_legacy_slack_file(legacy)
     database = Database()
-    await database.open(tmp_path / "state.db")
+    await database.open(state_target)
     try:
         records = SlackRecords(database, legacy_path=legacy)
         ack = await records.post("t1", "ack", 0)
@@ -292,12 +302,12 @@ async def test_a_slack_deployment_keeps_its_records_after_the_upgrade(tmp_path: 
 
 
 async def test_a_matrix_deployment_keeps_its_position_and_cards_after_the_upgrade(
-    tmp_path: Path,
+    tmp_path: Path, state_target: StateTarget
 ) -> None:
     legacy = tmp_path / "matrix" / "matrix.db"
     make_legacy_matrix_file(legacy)
     database = Database()
-    await database.open(tmp_path / "state.db")
+    await database.open(state_target)
     try:
         store = MatrixStateStore(database, legacy_path=legacy)
         assert await store.load_login("http://hs", "@bot:hs") == ("OLDDEV", "tok")

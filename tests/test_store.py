@@ -1,4 +1,5 @@
-"""The SQLite store: durable acceptance, de-duplication, the lifecycle rules, migrations."""
+"""The store on both engines (SQLite and PostgreSQL, ``state_target``): durable acceptance,
+de-duplication, the lifecycle rules, migrations."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 from gateway_bot.domain.lifecycle import CompletionReason, IllegalTransition, TaskState
 from gateway_bot.domain.messages import RawMessage, Reply
+from gateway_bot.state.database import Database, StateTarget
 from gateway_bot.state.migrations import MIGRATIONS
 from gateway_bot.state.sqlite_store import SqliteStore
 
@@ -19,23 +21,32 @@ def raw(message_id: str) -> RawMessage:
 
 
 @pytest.fixture
-async def store(tmp_path: Path):
-    opened = SqliteStore(tmp_path / "state.db")
+async def store(state_target: StateTarget):
+    opened = SqliteStore(state_target)
     await opened.open()
     yield opened
     await opened.close()
 
 
+async def read_other(target: StateTarget, sql: str, params: tuple[object, ...] = ()) -> list[tuple]:
+    """Rows as a second connection (another process after a crash) reads them."""
+    other = Database()
+    await other.open_read_only(target)
+    try:
+        return [tuple(row) for row in await other.fetch_all(sql, params)]
+    finally:
+        await other.close()
+
+
 async def test_accepted_message_is_on_disk_before_returning(
-    store: SqliteStore, tmp_path: Path
+    store: SqliteStore, state_target: StateTarget
 ) -> None:
     task_id, is_new = await store.accept_inbound(raw("m1"))
     assert is_new
     assert len(task_id) == 12
     # A second connection (another process after a crash) sees it at once.
-    with sqlite3.connect(tmp_path / "state.db") as other:
-        row = other.execute("SELECT state FROM tasks WHERE id = ?", (task_id,)).fetchone()
-    assert row == ("queued",)
+    rows = await read_other(state_target, "SELECT state FROM tasks WHERE id = ?", (task_id,))
+    assert rows == [("queued",)]
 
 
 async def test_redelivered_message_is_not_a_second_task(store: SqliteStore) -> None:
@@ -82,21 +93,23 @@ async def test_new_conversation_retires_the_old_one(store: SqliteStore) -> None:
     assert not (await store.get_conversation(old.id)).active
 
 
-async def test_schema_is_versioned(store: SqliteStore, tmp_path: Path) -> None:
-    with sqlite3.connect(tmp_path / "state.db") as other:
-        versions = dict(other.execute("SELECT owner, version FROM schema_versions"))
-        (mode,) = other.execute("PRAGMA journal_mode").fetchone()
+async def test_schema_is_versioned(store: SqliteStore, state_target: StateTarget) -> None:
+    versions = dict(await read_other(state_target, "SELECT owner, version FROM schema_versions"))
     assert versions == {"core": len(MIGRATIONS)}
-    assert mode == "wal"
+    if isinstance(state_target, Path):
+        with sqlite3.connect(state_target) as other:
+            (mode,) = other.execute("PRAGMA journal_mode").fetchone()
+        assert mode == "wal"
 
 
-async def test_newer_schema_is_refused_with_a_clear_error(tmp_path: Path) -> None:
-    path = tmp_path / "state.db"
-    with sqlite3.connect(path) as db:
-        db.execute("CREATE TABLE schema_versions (owner TEXT PRIMARY KEY, version INTEGER)")
-        db.execute("INSERT INTO schema_versions VALUES ('core', ?)", (len(MIGRATIONS) + 1,))
+async def test_newer_schema_is_refused_with_a_clear_error(state_target: StateTarget) -> None:
+    newer = Database()
+    await newer.open(state_target)
+    await newer.write("CREATE TABLE schema_versions (owner TEXT PRIMARY KEY, version INTEGER)")
+    await newer.write("INSERT INTO schema_versions VALUES ('core', ?)", (len(MIGRATIONS) + 1,))
+    await newer.close()
     with pytest.raises(RuntimeError, match="upgrade gateway-bot"):
-        await SqliteStore(path).open()
+        await SqliteStore(state_target).open()
 
 
 async def test_a_legacy_schema_newer_than_this_code_is_refused_too(tmp_path: Path) -> None:

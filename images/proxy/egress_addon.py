@@ -10,23 +10,37 @@ conversation's ``events.jsonl``) and which credential header its requests to the
 get (the agent only holds a placeholder; no other host ever sees the real value).
 
 Blocked requests get 403 with the reason, before any connection to the target is made.
+
+A request the allow rules let out that matches an ask rule (default: every git push over
+HTTP) is held: the hook awaits the daemon's answer on ``/egress/asks.sock`` (one connection
+per request, see ``sandbox/podman/egress_asks.py``) while other flows go on. Nothing is
+dialled before the answer. A refusal (the daemon said no, did not answer in time, or is not
+there) is a 403 with the reason, or for a git push the rejection git prints per ref.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import datetime
 import json
 import logging
 import os
 import socket
+import zlib
 from pathlib import Path
 from typing import Any
 
+from egress_git_push import (  # type: ignore[import-not-found]  # copied beside this file
+    is_empty_push,
+    parse_push,
+    refusal_report,
+)
 from egress_rules import (  # type: ignore[import-not-found]  # copied beside this file
     EgressRule,
     HeaderInjection,
     Verdict,
+    ask_rule_for,
     decide,
     decide_address,
     decide_connect,
@@ -39,6 +53,11 @@ EGRESS_DIR = Path(os.environ.get("GATEWAY_BOT_EGRESS_DIR", "/egress"))
 ROUTES = EGRESS_DIR / "routes.json"
 LOGS = EGRESS_DIR / "logs"
 READY = LOGS / "ready"
+ASKS = EGRESS_DIR / "asks.sock"
+MAX_ASK_BODY = 1024 * 1024
+"""The daemon sees at most this much of a held body (a push's refs come first)."""
+ANSWER_GRACE_S = 30
+"""How much longer than the daemon's own timeout a held request waits for an answer."""
 
 log = logging.getLogger("gateway-bot-egress")
 
@@ -47,18 +66,24 @@ class Route:
     """What the proxy knows of one source address."""
 
     def __init__(
-        self, context: str, rules: tuple[EgressRule, ...], inject: tuple[HeaderInjection, ...]
+        self,
+        context: str,
+        rules: tuple[EgressRule, ...],
+        inject: tuple[HeaderInjection, ...],
+        ask_timeout_s: float = 600.0,
     ) -> None:
         self.context = context
         self.rules = rules
         self.inject = inject
+        self.ask_timeout_s = ask_timeout_s
 
     @classmethod
     def from_json(cls, entry: dict[str, Any]) -> Route:
         return cls(
             str(entry["context"]),
-            rules_from_json(entry.get("rules", [])),
+            rules_from_json([*entry.get("rules", []), *entry.get("ask", [])]),
             tuple(HeaderInjection.from_json(item) for item in entry.get("inject", [])),
+            float(entry.get("ask_timeout_s", 600.0)),
         )
 
 
@@ -115,7 +140,7 @@ class EgressAllowlist:
         if not verdict.allowed:
             self._block(flow, route.context, f"{host}:{port}", verdict)
 
-    def request(self, flow: http.HTTPFlow) -> None:
+    async def request(self, flow: http.HTTPFlow) -> None:
         if flow.response is not None:
             return
         route = self._route(flow.client_conn.peername[0])
@@ -133,6 +158,16 @@ class EgressAllowlist:
         if not verdict.allowed:
             self._block(flow, context, url, verdict)
             return
+        hosts = (flow.request.host, header_host)
+        ask = ask_rule_for(rules, method, hosts, path, port)
+        if ask is not None:
+            body = _body_head(flow.request)
+            if not (path.split("?", 1)[0].endswith("/git-receive-pack") and is_empty_push(body)):
+                allowed, why = await _hold(flow, route, ask, body)
+                if not allowed:
+                    _refuse(flow, context, url, why, body)
+                    return
+                verdict = Verdict(True, f"approved: {why}")
         _inject(flow, route.inject)
         _write_log(
             context, {"method": method, "url": url, "allowed": True, "reason": verdict.reason}
@@ -198,6 +233,91 @@ class EgressAllowlist:
             "Allowed hosts are listed in the repo's .gateway/network-allowlist.yaml.\n",
             {"Content-Type": "text/plain; charset=utf-8", "X-Gateway-Bot-Blocked": verdict.reason},
         )
+
+
+def _body_head(request: http.Request) -> bytes:
+    """The first ``MAX_ASK_BODY`` bytes of the body, decoded when it is compressed (inflated
+    only that far: a small gzip bomb costs nothing)."""
+    raw = request.raw_content or b""
+    encoding = request.headers.get("content-encoding", "").strip().lower()
+    if encoding in ("gzip", "x-gzip", "deflate"):
+        try:
+            return zlib.decompressobj(47).decompress(raw, MAX_ASK_BODY)  # gzip or zlib
+        except zlib.error:
+            return raw[:MAX_ASK_BODY]
+    return raw[:MAX_ASK_BODY]
+
+
+async def _hold(
+    flow: http.HTTPFlow, route: Route, rule: EgressRule, body: bytes
+) -> tuple[bool, str]:
+    """Ask the daemon; (allowed, why). Every failure is a refusal that says what happened."""
+    request = flow.request
+    url = request.pretty_url
+    _write_log(
+        route.context,
+        {"method": request.method, "url": url, "allowed": False, "held": True,
+         "reason": f"held for approval ({rule.describe()})"},
+    )  # fmt: skip
+    ask = {
+        "context": route.context,
+        "method": request.method,
+        "scheme": request.scheme,
+        "host": request.host,
+        "port": request.port,
+        "path": request.path,
+        "rule": rule.describe(),
+        "body": base64.b64encode(body).decode("ascii"),
+        "body_size": len(request.raw_content or b""),
+    }
+    try:
+        reader, writer = await asyncio.open_unix_connection(str(ASKS))
+    except OSError:
+        return False, "the gateway-bot daemon is not there to approve it"
+    try:
+        writer.write(json.dumps(ask).encode() + b"\n")
+        await writer.drain()
+        line = await asyncio.wait_for(reader.readline(), route.ask_timeout_s + ANSWER_GRACE_S)
+    except (TimeoutError, OSError, ValueError):
+        return False, "no answer from the gateway-bot daemon"
+    finally:
+        writer.close()
+    if not line:
+        return False, "the gateway-bot daemon stopped while the request waited for approval"
+    try:
+        answer = json.loads(line)
+        allowed, why = answer["allow"], answer["reason"]
+    except (ValueError, KeyError, TypeError):
+        return False, "the gateway-bot daemon's answer was unreadable"
+    if allowed is not True:
+        return False, str(why)[:300] or "denied"
+    return True, str(why)[:300] or "approved"
+
+
+def _refuse(flow: http.HTTPFlow, context: str, url: str, why: str, body: bytes) -> None:
+    """A held request that may not go: git gets a per-ref rejection it prints (a bare 403
+    on the push would show only "RPC failed; HTTP 403"), anything else a 403."""
+    reason = f"not approved: {why}"
+    _write_log(
+        context, {"method": flow.request.method, "url": url, "allowed": False, "reason": reason}
+    )
+    header = reason.encode("ascii", "replace").decode("ascii")
+    report = None
+    if flow.request.path.split("?", 1)[0].endswith("/git-receive-pack"):
+        report = refusal_report(parse_push(body), f"gateway-bot: {reason}")
+    if report is not None:
+        flow.response = http.Response.make(
+            200,
+            report,
+            {"Content-Type": "application/x-git-receive-pack-result",
+             "Cache-Control": "no-cache", "X-Gateway-Bot-Blocked": header},
+        )  # fmt: skip
+        return
+    flow.response = http.Response.make(
+        403,
+        f"Blocked by gateway-bot's egress proxy: {reason}.\n",
+        {"Content-Type": "text/plain; charset=utf-8", "X-Gateway-Bot-Blocked": header},
+    )
 
 
 def _inject(flow: http.HTTPFlow, injections: tuple[HeaderInjection, ...]) -> None:

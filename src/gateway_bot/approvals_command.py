@@ -34,9 +34,10 @@ EXIT_REFUSED = 1
 EXIT_NO_DAEMON = 4
 
 
-def run_list(state_dir: Path, *, as_json: bool) -> int:
-    database = state_dir / "state.db"
-    if not database.is_file():
+def run_list(state_dir: Path, *, as_json: bool, state_url: str | None = None) -> int:
+    """``state_url``: the PostgreSQL database (``state.url``) instead of the SQLite file."""
+    database: Path | str = state_url or state_dir / "state.db"
+    if isinstance(database, Path) and not database.is_file():
         print(f"No gateway-bot state in {state_dir}: nothing has run here yet.", file=sys.stderr)
         return EXIT_NO_STATE
     pending = asyncio.run(_pending(database))
@@ -57,7 +58,7 @@ def run_list(state_dir: Path, *, as_json: bool) -> int:
     return 0
 
 
-async def _pending(database: Path) -> list[ApprovalRecord]:
+async def _pending(database: Path | str) -> list[ApprovalRecord]:
     store = SqliteStore(database)
     await store.open_read_only()
     try:

@@ -60,7 +60,8 @@ from gateway_bot.service_unit import (
     this_program,
     valid_unit_name,
 )
-from gateway_bot.state.database import Database
+from gateway_bot.state.database import Database, StateUnavailable
+from gateway_bot.state_command import add_state_commands, run_migrate, run_state_copy
 from gateway_bot.status_command import run_status
 
 EXIT_CONFIG = 2
@@ -130,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         help="make the bot's cross-signing keys and print the recovery key once",
     )
     cross_signing.add_argument("--config", type=Path, required=True)
+    add_state_commands(commands)
     args = parser.parse_args(argv)
 
     if args.command == "check":
@@ -141,7 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "matrix":
         matrix_config = _load(args.config)
         return EXIT_CONFIG if matrix_config is None else bootstrap_cross_signing(matrix_config)
-    if args.command in ("status", "approvals", "approve", "deny"):
+    if args.command == "state":
+        return run_state_copy(args.source, args.target, replace=args.replace)
+    if args.command in ("status", "approvals", "approve", "deny", "migrate"):
         # Not _built_in_config: these only read or ask the daemon, never make the sample repo.
         status_config = (
             _load(args.config)
@@ -150,12 +154,18 @@ def main(argv: list[str] | None = None) -> int:
         )
         if status_config is None:
             return EXIT_CONFIG
+        if args.command == "migrate":
+            return run_migrate(status_config.state_target)
         if args.command == "approvals":
-            return run_list(status_config.state_dir, as_json=args.json)
+            return run_list(
+                status_config.state_dir, as_json=args.json, state_url=status_config.state.url
+            )
         if args.command in ("approve", "deny"):
             choice = "allow" if args.command == "approve" else "deny"
             return run_decision(status_config.state_dir, args.code, choice, args.owner)
-        return run_status(status_config.state_dir, as_json=args.json)
+        return run_status(
+            status_config.state_dir, as_json=args.json, state_url=status_config.state.url
+        )
     config = _load(args.config) if args.config else _built_in_config()
     if config is None:
         return EXIT_CONFIG
@@ -190,7 +200,8 @@ async def _serve(config: ServerConfig, agent_env: dict[str, str], *, chat: bool,
         if chat:
             holder[0].end_of_input.set()
 
-    database = Database()  # shared by the store and the channels' own state
+    # shared by the store and the channels' own state
+    database = Database(pool_size=config.state.pool_size)
     adapters = create_adapters(config, on_console_eof=on_console_eof, database=database)
     if not adapters:
         print("No channel is enabled in the config: nothing to listen to.", file=sys.stderr)
@@ -203,6 +214,10 @@ async def _serve(config: ServerConfig, agent_env: dict[str, str], *, chat: bool,
         await daemon.open()
     except SandboxUnavailable as exc:
         print(f"The sandbox cannot run: {exc}", file=sys.stderr)
+        await daemon.store.close()
+        return EXIT_CONFIG
+    except StateUnavailable as exc:
+        print(f"The state database cannot be used: {exc}", file=sys.stderr)
         await daemon.store.close()
         return EXIT_CONFIG
     if chat:

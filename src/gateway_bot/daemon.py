@@ -36,7 +36,7 @@ from gateway_bot.domain.lifecycle import TaskState
 from gateway_bot.sandbox.factory import create_sandbox
 from gateway_bot.state.database import Database
 from gateway_bot.state.schedules_store import SqliteSchedules
-from gateway_bot.state.sqlite_store import SqliteStore
+from gateway_bot.state.sqlite_store import SqlStore
 
 log = logging.getLogger(__name__)
 
@@ -56,13 +56,15 @@ class Daemon:
         makes it before the adapters); the store opens it and every owner migrates in it."""
         check_fault_point(os.environ)  # tests only: a typo'd point fails here, loudly
         self.config = config
-        self.database = database if database is not None else Database()
+        self.database = (
+            database if database is not None else Database(pool_size=config.state.pool_size)
+        )
         self.backend = agent_backend(config)
         self.agent_env = dict(agent_env)
         """The agent's model variables. The executor reads this same dict: ``open`` points
         a loopback model API URL (``backend.base_url_env``) at the address the sandbox
         gives for it."""
-        self.store = SqliteStore(config.state_dir / "state.db", self.database)
+        self.store = SqlStore(config.state_target, self.database)
         self.sandbox = create_sandbox(config.sandbox, config.state_dir, agent_image_files(config))
         self.workspaces = Workspaces(config.state_dir, config.repo.url, config.repo.default_branch)
         self.workspace_reports = WorkspaceReports(self.workspaces, self.sandbox)

@@ -20,7 +20,7 @@ async def _with_session(config: ServerConfig, bootstrap: bool) -> list[str]:
     assert settings is not None
     await asyncio.to_thread(config.state_dir.mkdir, parents=True, exist_ok=True)
     database = Database()
-    await database.open(config.state_dir / "state.db")
+    await database.open(config.state_target)
     try:
         session = MatrixSession(settings, config.state_dir, database)
         if bootstrap:

@@ -53,16 +53,18 @@ class SnapshotLiveState:
         return list(self._snapshot.containers) if self._snapshot else []
 
 
-def run_status(state_dir: Path, *, as_json: bool) -> int:
-    database = state_dir / "state.db"
+def run_status(state_dir: Path, *, as_json: bool, state_url: str | None = None) -> int:
+    """``state_url``: the PostgreSQL database (``state.url``) instead of the SQLite file."""
+    database: Path | str = state_url or state_dir / "state.db"
     snapshot = read_snapshot(snapshot_path(state_dir))
-    if snapshot is None and not database.is_file():
+    if snapshot is None and isinstance(database, Path) and not database.is_file():
         print(
             f"No gateway-bot state in {state_dir}: nothing has run with this config yet.",
             file=sys.stderr,
         )
         return EXIT_NO_STATE
-    overview = asyncio.run(_overview(database if database.is_file() else None, snapshot))
+    present = not isinstance(database, Path) or database.is_file()
+    overview = asyncio.run(_overview(database if present else None, snapshot))
     note = not_running_note(snapshot, time.time())
     if as_json:
         print(json.dumps(status_json(state_dir, snapshot, note, overview), indent=2))
@@ -71,7 +73,7 @@ def run_status(state_dir: Path, *, as_json: bool) -> int:
     return 0
 
 
-async def _overview(database: Path | None, snapshot: Snapshot | None) -> Overview:
+async def _overview(database: Path | str | None, snapshot: Snapshot | None) -> Overview:
     live = SnapshotLiveState(snapshot)
     if database is None:
         channels = tuple(live.channels())

@@ -21,6 +21,7 @@ from gateway_bot.core.retries import RetryPolicy
 from gateway_bot.core.service import GatewayService
 from gateway_bot.domain.messages import RawMessage
 from gateway_bot.domain.records import TaskRecord
+from gateway_bot.state.database import StateTarget
 from gateway_bot.state.sqlite_store import SqliteStore
 from tests.core.fakes import BareChannel, FakeAgent, FakeChannel, Sent
 
@@ -54,8 +55,10 @@ class World:
         max_pending: int = 3,
         policy: RetryPolicy = FAST,
         channel: BareChannel | None = None,
+        state: StateTarget | None = None,
     ) -> None:
-        self.store = SqliteStore(tmp_path / "state.db")
+        """``state``: where the store lives (default ``<tmp_path>/state.db``)."""
+        self.store = SqliteStore(state if state is not None else tmp_path / "state.db")
         self.channel = channel if channel is not None else FakeChannel()
         self.agent = FakeAgent()
         self.access = access or owners_access()
@@ -141,10 +144,9 @@ class World:
             await asyncio.sleep(0.005)
 
     async def task_id(self, message_id: str) -> str:
-        async with self.store.db.execute(
+        row = await self.store.database.fetch_one(
             "SELECT task_id FROM inbound_messages WHERE message_id = ?", (message_id,)
-        ) as cursor:
-            row = await cursor.fetchone()
+        )
         assert row is not None, f"message {message_id} was not stored"
         return str(row[0])
 

@@ -216,6 +216,10 @@ class FakeChannel(BareChannel):
 
     progress_interval_s = 1.0
 
+    async def still_allowed(self, message: InboundMessage) -> bool:
+        await self._call("recheck", message.room)
+        return message.sender_id in self.allowed
+
     async def send_acknowledgement(self, context: JsonDict, task_id: str, text: str) -> None:
         await self._send("ack", context, text, task_id=task_id)
 

@@ -103,11 +103,10 @@ class Gateway:
         return message_id
 
     async def task(self, channel: str, message_id: str) -> TaskRecord:
-        async with self.store.db.execute(
+        row = await self.store.database.fetch_one(
             "SELECT task_id FROM inbound_messages WHERE channel = ? AND message_id = ?",
             (channel, message_id),
-        ) as cursor:
-            row = await cursor.fetchone()
+        )
         assert row is not None
         return await self.store.get_task(str(row[0]))
 
@@ -199,6 +198,29 @@ async def test_mail_sends_the_latest_reply_and_a_reply_by_mail_continues_the_con
     assert gw.mail.texts("dm", "reply") == ["Echo: which word?"]
     copy = gw.chat.texts("dm", "reply")[-1]
     assert copy == "✉️ Continued by mail: Alice wrote “which word?”\n\nEcho: which word?"
+
+
+async def test_mail_right_after_the_reply_appears_mails_that_reply_not_a_command_answer(
+    make_gateway: Callable[..., Gateway],
+) -> None:
+    """The reply is on screen before its task completes (the progress display is closed
+    after it): /mail typed at that moment mails it. CI once saw "Nothing to mail yet"."""
+    gw = make_gateway()
+    await gw.start()
+    closing = gw.chat.hang("done")  # the closing progress update
+    asked = await gw.chat_says("remember heron")
+    await gw.until(lambda: gw.chat.texts("dm", "reply"), "the reply on screen")
+    assert (await gw.task("matrix", asked)).state.value != "completed"
+
+    answer = await gw.answer("/mail")
+    assert answer.startswith(f"Mailed the latest reply to {ALICE_MAIL}"), answer
+    assert "Echo: remember heron" in gw.mail.requests[-1].text
+    closing.release()
+    await gw.done("matrix", asked)
+
+    await gw.answer("/status")
+    await gw.answer("/mail")
+    assert "Echo: remember heron" in gw.mail.requests[-1].text, "not the /status answer"
 
 
 async def test_mail_says_why_it_cannot_work(make_gateway: Callable[..., Gateway]) -> None:

@@ -13,13 +13,15 @@ from pathlib import Path
 import pytest
 
 from gateway_bot.core.schedule_request_file import BadRequest, ScheduleAsk
+from gateway_bot.state.database import StateTarget
 from tests.core.fakes import BareChannel
 from tests.core.test_schedules import ScheduleWorld
 
 
 @pytest.fixture
-async def bare(tmp_path: Path) -> AsyncIterator[ScheduleWorld]:
-    made = ScheduleWorld(tmp_path, channel=BareChannel())
+async def bare(tmp_path: Path, state_target: StateTarget) -> AsyncIterator[ScheduleWorld]:
+    """On both engines."""
+    made = ScheduleWorld(tmp_path, channel=BareChannel(), state=state_target)
     await made.start()
     yield made
     await made.close()

@@ -21,6 +21,7 @@ from gateway_bot.core.schedules import ScheduleRunner
 from gateway_bot.core.service import GatewayService
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState
 from gateway_bot.domain.messages import RawMessage
+from gateway_bot.state.database import StateTarget
 from gateway_bot.state.schedules_store import RUN_DUE, SqliteSchedules, run_message_id
 from tests.core.conftest import World, owners_access
 
@@ -87,8 +88,9 @@ class ScheduleWorld(World):
 
 
 @pytest.fixture
-async def sworld(tmp_path: Path) -> AsyncIterator[ScheduleWorld]:
-    made = ScheduleWorld(tmp_path)
+async def sworld(tmp_path: Path, state_target: StateTarget) -> AsyncIterator[ScheduleWorld]:
+    """On both engines."""
+    made = ScheduleWorld(tmp_path, state=state_target)
     await made.start()
     yield made
     await made.close()
@@ -259,6 +261,27 @@ async def test_a_run_after_its_creator_was_revoked_does_not_run(tmp_path: Path) 
         assert world.agent.runs == []
     finally:
         await world.close()
+
+
+async def test_a_run_after_its_creator_left_the_allowed_users_does_not_run(
+    sworld: ScheduleWorld,
+) -> None:
+    """Alice was in the channel's allowed users when she scheduled; the owner removed her
+    from them: her runs are dropped (the channel is asked again, not the verdict stored with
+    the /schedule message). A channel that cannot tell right now delays the run."""
+    assert (await sworld.command("/schedule every day at 18:30 report")).startswith("Scheduled")
+    sworld.channel.fail("recheck", times=1)  # the homeserver is down for a moment
+    await sworld.advance_to("2026-11-24 18:30")
+    [first] = await sworld.scheduled_tasks()
+    await sworld.idle()
+    assert (await sworld.store.get_task(first)).completion_reason is CompletionReason.SUCCESS
+    sworld.channel.allowed.discard("alice")
+    await sworld.advance_to("2026-11-25 18:30")
+    [_, second] = await sworld.scheduled_tasks()
+    await sworld.idle()
+    task = await sworld.store.get_task(second)
+    assert task.completion_reason is CompletionReason.UNAUTHORIZED
+    assert len(sworld.agent.runs) == 1
 
 
 async def test_daylight_saving_days_run_once(sworld: ScheduleWorld) -> None:

@@ -92,6 +92,52 @@ class LimitSettings(Section):
     cpus: PositiveFloat = 2.0
 
 
+class EgressAskRule(Section):
+    """A request shape the egress proxy holds until someone approves it (see
+    ``sandbox/egress/rules.py``: an ask rule opens nothing by itself)."""
+
+    host: str = Field(min_length=1, pattern=r"^[A-Za-z0-9*?.\-\[\]:]+$")
+    paths: list[str] = Field(default_factory=list)
+    methods: list[str] = Field(default_factory=list)
+    ports: list[int] = Field(default_factory=list)
+
+    @field_validator("paths")
+    @classmethod
+    def _absolute(cls, values: list[str]) -> list[str]:
+        for value in values:
+            if not value.startswith(("/", "*")):
+                raise ValueError(f"path {value!r} must start with / or * (a glob)")
+        return values
+
+    @field_validator("methods")
+    @classmethod
+    def _are_methods(cls, values: list[str]) -> list[str]:
+        for value in values:
+            if not value.isalpha():
+                raise ValueError(f"{value!r} is not an HTTP method")
+        return [value.upper() for value in values]
+
+
+def _git_push_ask() -> list[EgressAskRule]:
+    return [EgressAskRule(host="*", paths=["*/git-receive-pack"], methods=["POST"])]
+
+
+class EgressApprovalSettings(Section):
+    ask: list[EgressAskRule] = Field(
+        default_factory=_git_push_ask,
+        description=(
+            "Requests the egress proxy holds until the daemon approves them (host glob, path "
+            "globs, methods, ports). Default: POST to */git-receive-pack, i.e. every git push "
+            "over HTTP(S). A repo's .gateway/network-allowlist.yaml may add ask rules, never "
+            "remove these. []: nothing is held."
+        ),
+    )
+    timeout_s: PositiveFloat = Field(
+        default=600.0,
+        description="A held request nobody decides within this many seconds is refused.",
+    )
+
+
 class SandboxSettings(Section):
     kind: Literal["podman", "none"] = Field(
         default="podman",
@@ -115,6 +161,7 @@ class SandboxSettings(Section):
         default="podman",
         description="The podman network the egress proxy reaches the outside through.",
     )
+    egress_approvals: EgressApprovalSettings = Field(default_factory=EgressApprovalSettings)
     idle_stop_minutes: PositiveFloat = Field(
         default=30.0, description="Stop a conversation's container after this long unused."
     )

@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from dotenv import dotenv_values
-from pydantic import Field, PositiveFloat, PositiveInt, ValidationError, model_validator
+from pydantic import (
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -121,6 +128,22 @@ class StateSettings(Section):
         description="Completed tasks' message bodies and channels' send records older than "
         "this are pruned (at start, then daily); the tasks themselves and their outcome stay.",
     )
+    url: str | None = Field(
+        default=None,
+        description="A postgresql:// URL (write it as a !env value: it may hold a password): "
+        "the state lives in that PostgreSQL database. Unset: <state_dir>/state.db (SQLite).",
+    )
+    pool_size: PositiveInt = Field(
+        default=10, description="Most PostgreSQL connections the daemon holds (with url)."
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _postgres_only(cls, url: str | None) -> str | None:
+        # The message never repeats the value: the URL may hold a password.
+        if url is not None and not url.startswith(("postgresql://", "postgres://")):
+            raise ValueError("must be a postgresql:// URL (unset: SQLite in state_dir)")
+        return url
 
 
 class DashboardSettings(Section):
@@ -226,6 +249,11 @@ class ServerConfig(BaseSettings):
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
 
     _yaml_data: ClassVar[dict[str, Any]] = {}
+
+    @property
+    def state_target(self) -> Path | str:
+        """Where the state database is: ``state.url``, else ``<state_dir>/state.db``."""
+        return self.state.url or self.state_dir / "state.db"
 
     @classmethod
     def settings_customise_sources(

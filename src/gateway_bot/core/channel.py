@@ -22,6 +22,9 @@ falls back from when it is missing:
 - ``ConversationMail``: a mail thread opened for a conversation of another channel (``/mail``,
   ``core/conversation_mail.py``), whose authenticated replies continue that conversation.
   Without any: ``/mail`` says no channel can send mail.
+- ``SenderRecheck``: whether a sender its channel admitted once is admitted still (allowed
+  users, membership, a deleted account), asked before a scheduled run, which replays a
+  message parsed when the schedule was made. Without it: the verdict stored then stands.
 """
 
 from __future__ import annotations
@@ -174,6 +177,18 @@ class RoomInvitations(Protocol):
     async def leave_room(self, room: str) -> None:
         """Decline an invitation or leave."""
         ...
+
+
+@runtime_checkable
+class SenderRecheck(Protocol):
+    """A channel that can say again whether a stored message's sender is allowed now.
+
+    A schedule's runs replay the message that made it, with the ``sender_allowed`` its
+    channel decided then; the owner may have removed that person from the allowed users
+    since, or they may have left the room. Raise a transient error (the retry policy's)
+    when the channel cannot tell right now; answer False when it can and they are not."""
+
+    async def still_allowed(self, message: InboundMessage) -> bool: ...
 
 
 @runtime_checkable

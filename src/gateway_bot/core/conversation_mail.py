@@ -32,6 +32,7 @@ from collections.abc import Mapping
 
 from gateway_bot.config.access import AccessSettings
 from gateway_bot.core.channel import ChannelAdapter, ConversationMail, MailRequest
+from gateway_bot.core.commands import UnknownCommand, parse_command
 from gateway_bot.core.retries import DEFAULT_POLICY, RetryPolicy, call_channel
 from gateway_bot.domain.lifecycle import TaskState
 from gateway_bot.domain.messages import InboundMessage, JsonDict, Reply
@@ -111,10 +112,19 @@ class ConversationMailer:
         )
 
     async def _latest_reply(self, conversation_id: str) -> Reply | None:
-        done = await self._store.conversation_tasks(conversation_id, [TaskState.COMPLETED])
-        for task in reversed(done):
-            if task.reply is not None and not task.reply.is_error and task.reply_delivered:
-                return task.reply
+        """The agent's latest reply the user has seen. Seen means delivered, not completed:
+        a task completes only after its progress display is closed (another round trip),
+        and a user who types /mail the moment the reply appears must get that reply. A
+        command's answer (a /status, an earlier /mail) is not the agent's reply."""
+        seen = await self._store.conversation_tasks(
+            conversation_id, [TaskState.EXECUTING, TaskState.COMPLETED]
+        )
+        for task in reversed(seen):
+            if task.reply is None or task.reply.is_error or not task.reply_delivered:
+                continue
+            if task.parsed is not None and _is_command(task.parsed.body):
+                continue
+            return task.reply
         return None
 
     # -- replies by mail -----------------------------------------------------------------
@@ -204,3 +214,10 @@ class ConversationMailer:
 def _one_line(text: str, limit: int) -> str:
     flat = " ".join(_UNPRINTABLE.sub(" ", text).split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _is_command(body: str) -> bool:
+    try:
+        return parse_command(body) is not None
+    except UnknownCommand:
+        return True

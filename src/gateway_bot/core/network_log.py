@@ -1,6 +1,7 @@
 """A conversation's network log (``network.log`` beside ``events.jsonl``): every request its
 sandbox's egress proxy allowed or blocked, one JSON object a line
-(``{"time", "method", "url", "allowed", "reason"?}``, ``images/proxy/egress_addon.py``).
+(``{"time", "method", "url", "allowed", "reason"?, "held"?}``, ``images/proxy/egress_addon.py``;
+a request an ask rule held has a ``held`` line, then an allowed or a refused one).
 
 The lines are written by the proxy about requests the agent chose: hostile input. So the
 file is read without following a link the agent or the proxy could have planted: the
@@ -38,6 +39,8 @@ class NetworkRequest:
     allowed: bool | None
     """None when the line could not be read as a request (then ``url`` holds the line)."""
     reason: str
+    held: bool = False
+    """The proxy held it for approval (a later line says how it was decided)."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,7 @@ def _request(line: str) -> NetworkRequest:
         url=_cut(_text(entry.get("url"))),
         allowed=entry["allowed"],
         reason=_cut(_text(entry.get("reason"))),
+        held=entry.get("held") is True,
     )
 
 

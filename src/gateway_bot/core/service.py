@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from gateway_bot.config.access import AccessSettings, IgnoredMessages
 from gateway_bot.core.approval_cards import parse_approval_action
 from gateway_bot.core.approvals import Gatekeeper
-from gateway_bot.core.channel import AuthenticationError, ChannelAdapter
+from gateway_bot.core.channel import AuthenticationError, ChannelAdapter, SenderRecheck
 from gateway_bot.core.chat_commands import ChatCommands
 from gateway_bot.core.commands import (
     UnknownCommand,
@@ -405,7 +405,13 @@ class GatewayService:
 
     async def _route_scheduled(self, task: TaskRecord, message: InboundMessage) -> None:
         """A schedule's run, as its creator's message: queued if the gate still trusts
-        them here (an approval revoked since stops their schedules' runs)."""
+        them here (an approval revoked since, or the sender removed from the channel's
+        allowed users, stops their schedules' runs)."""
+        message = await self._mail.vetted(message)
+        adapter = self._adapters[message.channel]
+        if isinstance(adapter, SenderRecheck) and message.sender_allowed:
+            allowed = await adapter.still_allowed(message)
+            message = dataclasses.replace(message, sender_allowed=allowed)
         if not await self._gate.trusts(message):
             await self._drop_untrusted(task, message, "scheduled run")
             return

@@ -6,6 +6,9 @@ loopback" is the socket's real peer address, never a header: ``X-Forwarded-For``
 read at all. Behind a proxy (``behind_proxy: true``) every request reaches us from the
 proxy, usually over loopback, so there the loopback exemption is off and only the token (or
 a login) reads them: a proxy that forwards the internet must not make the internet local.
+The exemption also needs a ``Host`` header naming loopback (``localhost``, ``127.x``,
+``[::1]``): a web page the operator visits can rebind its own name to 127.0.0.1 (DNS
+rebinding) and read a loopback URL from their browser, but its requests carry its name.
 
 What they say is read when scraped (tasks per state and reason, queue depth, containers,
 channel health, pending approvals: the same answers ``gateway-bot status`` gives), except
@@ -71,7 +74,10 @@ class TaskDurations:
 
 
 def metrics_readable(
-    peer: str | None, authorization: str | None, settings: DashboardSettings
+    peer: str | None,
+    authorization: str | None,
+    settings: DashboardSettings,
+    host: str | None = None,
 ) -> bool:
     """May a request from socket peer ``peer`` with this ``Authorization`` header read the
     metrics without a login? (The rule in the module docstring.)"""
@@ -84,7 +90,20 @@ def metrics_readable(
             return True
     if settings.behind_proxy:
         return False
-    return peer is not None and _is_loopback(peer)
+    return peer is not None and _is_loopback(peer) and _names_loopback(host)
+
+
+def _names_loopback(host: str | None) -> bool:
+    """Does a ``Host`` header (``name[:port]``, ``[v6][:port]``) name this machine's
+    loopback? A missing header does not."""
+    if not host:
+        return False
+    name = host.strip().lower()
+    if name.startswith("["):
+        name = name[1 : name.find("]")] if "]" in name else ""
+    elif name.count(":") == 1:
+        name = name.split(":", 1)[0]
+    return name == "localhost" or _is_loopback(name)
 
 
 def request_peer(request: web.Request) -> str | None:

@@ -105,7 +105,10 @@ async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         return await handler(request)
     scraping = request.path == METRICS_PATH
     if scraping and metrics.metrics_readable(
-        metrics.request_peer(request), request.headers.get("Authorization"), request.app[SETTINGS]
+        metrics.request_peer(request),
+        request.headers.get("Authorization"),
+        request.app[SETTINGS],
+        request.headers.get("Host"),
     ):
         return await handler(request)
     signer = request.app[SIGNER]

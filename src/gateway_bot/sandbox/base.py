@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from gateway_bot.sandbox.egress.held import EgressAsk
 from gateway_bot.sandbox.egress.rules import EgressRule
 
 REPO_CONTAINERFILE_PATH = ".gateway/Containerfile"
@@ -89,6 +90,15 @@ class SandboxContainer:
     """As the runtime says it: "running", "exited", ..."""
     created_at: float | None = None
     """Seconds since the epoch, when the runtime says."""
+
+
+@runtime_checkable
+class HoldsEgress(Protocol):
+    """A sandbox whose egress proxy holds requests matching ask rules (default: every git
+    push over HTTP) until the daemon decides: the daemon sets who decides. Without one,
+    held requests are refused."""
+
+    def set_egress_ask(self, ask: EgressAsk | None) -> None: ...
 
 
 @runtime_checkable

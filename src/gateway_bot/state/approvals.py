@@ -1,4 +1,4 @@
-"""Approvals and room memberships, in the same SQLite database.
+"""Approvals and room memberships, in the shared state database.
 
 Its own class (sharing the store's connection) so the task store stays small; the core
 reaches it as ``store.approvals`` through the ApprovalStore protocol.
@@ -11,10 +11,8 @@ import secrets
 import time
 from typing import Any
 
-import aiosqlite
-
 from gateway_bot.domain.records import ApprovalRecord, ApprovalState
-from gateway_bot.state.database import Database
+from gateway_bot.state.database import Database, Row
 
 CODE_BYTES = 6
 """Approval codes are 12 hex characters (48 bits): still short enough to type as
@@ -27,22 +25,16 @@ class SqliteApprovals:
     def __init__(self, database: Database) -> None:
         self._database = database
 
-    @property
-    def db(self) -> aiosqlite.Connection:
-        return self._database.connection
-
     async def pending_for(self, channel: str, room: str, sender_id: str) -> ApprovalRecord | None:
-        async with self.db.execute(
+        row = await self._database.fetch_one(
             "SELECT * FROM approvals WHERE channel = ? AND room = ? AND sender_id = ?"
             " AND state = 'pending'",
             (channel, room, sender_id),
-        ) as cursor:
-            row = await cursor.fetchone()
+        )
         return _approval(row) if row else None
 
     async def get(self, code: str) -> ApprovalRecord | None:
-        async with self.db.execute("SELECT * FROM approvals WHERE code = ?", (code,)) as cursor:
-            row = await cursor.fetchone()
+        row = await self._database.fetch_one("SELECT * FROM approvals WHERE code = ?", (code,))
         return _approval(row) if row else None
 
     async def create(
@@ -97,24 +89,25 @@ class SqliteApprovals:
     async def hold(self, code: str, task_id: str) -> None:
         """Attach a task to the approval (idempotent: a re-authenticated task stays once)."""
         await self._database.write(
-            "INSERT OR IGNORE INTO approval_tasks (code, task_id, held_at) VALUES (?, ?, ?)",
+            "INSERT INTO approval_tasks (code, task_id, held_at) VALUES (?, ?, ?)"
+            " ON CONFLICT DO NOTHING",
             (code, task_id, time.time()),
         )
 
     async def held_tasks(self, code: str) -> list[str]:
-        async with self.db.execute(
+        rows = await self._database.fetch_all(
             "SELECT task_id FROM approval_tasks WHERE code = ? ORDER BY held_at, rowid", (code,)
-        ) as cursor:
-            return [str(row[0]) for row in await cursor.fetchall()]
+        )
+        return [str(row[0]) for row in rows]
 
     async def shown_tasks(self, code: str) -> list[str]:
         """The held tasks whose messages an owner has seen on the card: what Allow runs."""
-        async with self.db.execute(
+        rows = await self._database.fetch_all(
             "SELECT task_id FROM approval_tasks WHERE code = ? AND shown = 1"
             " ORDER BY held_at, rowid",
             (code,),
-        ) as cursor:
-            return [str(row[0]) for row in await cursor.fetchall()]
+        )
+        return [str(row[0]) for row in rows]
 
     async def mark_shown(self, code: str, task_ids: list[str]) -> None:
         """Record that the card (as sent or edited) now quotes these held messages."""
@@ -135,41 +128,41 @@ class SqliteApprovals:
         return changed == 1
 
     async def expired(self, now: float) -> list[ApprovalRecord]:
-        async with self.db.execute(
+        rows = await self._database.fetch_all(
             "SELECT * FROM approvals WHERE state = 'pending' AND expires_at <= ?", (now,)
-        ) as cursor:
-            return [_approval(row) for row in await cursor.fetchall()]
+        )
+        return [_approval(row) for row in rows]
 
     async def unsent_cards(self) -> list[ApprovalRecord]:
-        async with self.db.execute(
+        rows = await self._database.fetch_all(
             "SELECT * FROM approvals WHERE state = 'pending' AND card_ref IS NULL"
             " ORDER BY created_at, rowid"
-        ) as cursor:
-            return [_approval(row) for row in await cursor.fetchall()]
+        )
+        return [_approval(row) for row in rows]
 
     async def add_member(self, channel: str, room: str, sender_id: str, added_by: str) -> None:
         await self._database.write(
-            "INSERT OR IGNORE INTO room_members (channel, room, sender_id, added_by, added_at)"
-            " VALUES (?, ?, ?, ?, ?)",
+            "INSERT INTO room_members (channel, room, sender_id, added_by, added_at)"
+            " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
             (channel, room, sender_id, added_by, time.time()),
         )
 
     async def is_member(self, channel: str, room: str, sender_id: str) -> bool:
-        async with self.db.execute(
+        row = await self._database.fetch_one(
             "SELECT 1 FROM room_members WHERE channel = ? AND room = ? AND sender_id = ?",
             (channel, room, sender_id),
-        ) as cursor:
-            return await cursor.fetchone() is not None
+        )
+        return row is not None
 
     async def member_rooms(self, channel: str, sender_id: str) -> list[tuple[str, str]]:
         """The rooms ``sender_id`` was approved in, as (room, its latest known title)."""
-        async with self.db.execute(
+        rows = await self._database.fetch_all(
             "SELECT m.room, (SELECT a.room_title FROM approvals a WHERE a.channel = m.channel"
             " AND a.room = m.room ORDER BY a.created_at DESC LIMIT 1)"
             " FROM room_members m WHERE m.channel = ? AND m.sender_id = ? ORDER BY m.added_at",
             (channel, sender_id),
-        ) as cursor:
-            return [(str(r[0]), str(r[1] or r[0])) for r in await cursor.fetchall()]
+        )
+        return [(str(r[0]), str(r[1] or r[0])) for r in rows]
 
     async def remove_member(self, channel: str, sender_id: str, room: str | None) -> int:
         """Revoke an approval in ``room``, or in every room of the channel when None."""
@@ -184,7 +177,7 @@ class SqliteApprovals:
         )
 
 
-def _approval(row: aiosqlite.Row) -> ApprovalRecord:
+def _approval(row: Row) -> ApprovalRecord:
     return ApprovalRecord(
         code=row["code"],
         channel=row["channel"],

@@ -33,12 +33,12 @@ class SqliteContextLines:
     async def take(self, channel: str, key: str) -> list[ContextLine]:
         """Return and forget the accumulated context, oldest first."""
         async with self._database.transaction() as db:
-            async with db.execute(
+            rows = await db.fetch_all(
                 "SELECT sender_name, body, received_at FROM context_messages"
                 " WHERE channel = ? AND conversation_key = ? ORDER BY received_at, rowid",
                 (channel, key),
-            ) as cursor:
-                lines = [ContextLine(r[0], r[1], r[2]) for r in await cursor.fetchall()]
+            )
+            lines = [ContextLine(r[0], r[1], r[2]) for r in rows]
             await db.execute(
                 "DELETE FROM context_messages WHERE channel = ? AND conversation_key = ?",
                 (channel, key),

@@ -1,16 +1,22 @@
-"""One database for every owner of state (the core, each channel), with writes serialised.
+"""One database for every owner of state (the core, each channel), on SQLite or PostgreSQL.
 
-All coroutines share one aiosqlite connection (one writer). Without a lock, a coroutine's
+``open`` picks the engine: a path is a SQLite file (``sqlite_backend``: one connection, one
+writer), a ``postgresql://`` URL a pooled PostgreSQL server (``postgres_backend``). Stores
+write portable SQL (``?`` placeholders, ON CONFLICT, RETURNING, ``rowid`` for insertion
+order; AGENTS.md) and use only this class's methods, never an engine's connection.
+
+On SQLite all coroutines share one connection. Without a lock, a coroutine's
 single-statement write could land inside another coroutine's open ``BEGIN IMMEDIATE`` (and
 vanish with its ROLLBACK), and two transactions could try to begin at once ("cannot start
 a transaction within a transaction"). Every write goes through ``write``, ``write_many``,
-``write_batch`` or ``transaction``, which take the same lock. Reads need no lock.
+``write_batch`` or ``transaction``, which take the same lock. Reads need no lock. On
+PostgreSQL single statements run on their own pooled connections; transactions still take
+the lock, so one process behaves the same on both engines.
 
-Owners share the file, not their schemas: each owner ("core", "matrix", "slack", ...) has
-its own append-only migrations, applied by ``migrate`` and counted in ``schema_versions``,
-and its own tables (a channel's are prefixed with its name). A channel's store uses only
-this class's methods (never the aiosqlite connection), so a PostgreSQL ``Database`` with the
-same methods can take its place; AGENTS.md lists what such a backend must translate.
+Owners share the database, not their schemas: each owner ("core", "matrix", "slack", ...)
+has its own append-only migrations (a text in SQLite's dialect, translated for PostgreSQL,
+or ``Dialects`` with both), applied by ``migrate`` and counted in ``schema_versions``, and
+its own tables (a channel's are prefixed with its name).
 
 Retention: an owner registers a pruner (``add_pruner``); the daemon calls ``prune`` at start
 and daily, and each owner deletes what it keeps only for a while.
@@ -22,15 +28,37 @@ import asyncio
 import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
 import aiosqlite
 
-log = logging.getLogger(__name__)
+from gateway_bot.state.backend import (
+    Backend,
+    Dialects,
+    Migration,
+    Params,
+    Row,
+    StateUnavailable,
+    Transaction,
+)
+from gateway_bot.state.postgres_backend import PostgresBackend, is_postgres_url
+from gateway_bot.state.sqlite_backend import SqliteBackend
 
-Params = Iterable[Any]
+__all__ = [
+    "Database",
+    "Dialects",
+    "Migration",
+    "Params",
+    "Row",
+    "SchemaTooNew",
+    "StateTarget",
+    "StateUnavailable",
+    "Transaction",
+]
+
+log = logging.getLogger(__name__)
 
 Pruner = Callable[[float], Awaitable[int]]
 """Deletes (or empties) what its owner keeps only until the given time (epoch seconds);
@@ -45,102 +73,115 @@ _VERSIONS_TABLE = """
     )
 """
 
+StateTarget = Path | str
+"""Where the state lives: a SQLite file's path, or a ``postgresql://`` URL."""
+
 
 class SchemaTooNew(RuntimeError):
     """The database was migrated by a newer gateway-bot than this one."""
 
 
 class Database:
-    def __init__(self) -> None:
-        self._connection: aiosqlite.Connection | None = None
+    def __init__(self, *, pool_size: int = 10) -> None:
+        """``pool_size``: most PostgreSQL connections this process holds."""
+        self._backend: Backend | None = None
         self._lock = asyncio.Lock()
         self._migrating = asyncio.Lock()
         self._pruners: dict[str, Pruner] = {}
+        self._pool_size = pool_size
+
+    @property
+    def backend(self) -> Backend:
+        if self._backend is None:
+            raise RuntimeError("store is not open")
+        return self._backend
+
+    @property
+    def dialect(self) -> str:
+        """ "sqlite" or "postgresql"."""
+        return self.backend.dialect
+
+    @property
+    def skip_locked(self) -> str:
+        """What a claiming ``SELECT ... `` ends with: `` FOR UPDATE SKIP LOCKED`` on
+        PostgreSQL; nothing on SQLite, where ``transaction`` already excludes every other
+        writer (BEGIN IMMEDIATE)."""
+        return " FOR UPDATE SKIP LOCKED" if self.dialect == "postgresql" else ""
 
     @property
     def connection(self) -> aiosqlite.Connection:
-        if self._connection is None:
-            raise RuntimeError("store is not open")
-        return self._connection
+        """The SQLite connection (SQLite-only tools and tests; stores never use it)."""
+        backend = self.backend
+        if not isinstance(backend, SqliteBackend):
+            raise RuntimeError("the state database is not SQLite")
+        return backend.connection
 
     @property
     def is_open(self) -> bool:
-        return self._connection is not None
+        return self._backend is not None
 
-    def attach(self, connection: aiosqlite.Connection | None) -> None:
-        self._connection = connection
+    async def open(self, target: StateTarget) -> None:
+        """Open a SQLite file (a path) or a PostgreSQL database (a URL)."""
+        if is_postgres_url(target):
+            self._backend = await PostgresBackend.open(str(target), pool_size=self._pool_size)
+        else:
+            self._backend = await SqliteBackend.open(Path(target))
 
-    async def open(self, path: Path) -> None:
-        """WAL (readers never wait for the writer), FULL sync ("written" means "on disk"),
-        foreign keys on, and a busy timeout for a second process (``gateway-bot status``)."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        connection = await aiosqlite.connect(path, isolation_level=None)
-        connection.row_factory = aiosqlite.Row
-        try:
-            await connection.execute("PRAGMA journal_mode=WAL")
-            await connection.execute("PRAGMA synchronous=FULL")
-            await connection.execute("PRAGMA foreign_keys=ON")
-            await connection.execute("PRAGMA busy_timeout=5000")
-        except BaseException:
-            await connection.close()
-            raise
-        self._connection = connection
+    async def open_read_only(self, target: StateTarget) -> None:
+        """For reading beside a running daemon: a SQLite file opened read-only (no pragma
+        that writes); a PostgreSQL database as usual (its server keeps readers apart)."""
+        if is_postgres_url(target):
+            await self.open(target)
+        else:
+            self._backend = await SqliteBackend.open_read_only(Path(target))
 
     async def close(self) -> None:
-        connection, self._connection = self._connection, None
-        if connection is not None:
-            await connection.close()
+        backend, self._backend = self._backend, None
+        if backend is not None:
+            await backend.close()
 
     # -- reads and writes ------------------------------------------------------------------
 
-    async def fetch_one(self, sql: str, params: Params = ()) -> aiosqlite.Row | None:
-        async with self.connection.execute(sql, tuple(params)) as cursor:
-            row: aiosqlite.Row | None = await cursor.fetchone()
-            return row
+    async def fetch_one(self, sql: str, params: Params = ()) -> Row | None:
+        return await self.backend.fetch_one(sql, tuple(params))
 
-    async def fetch_all(self, sql: str, params: Params = ()) -> list[aiosqlite.Row]:
-        async with self.connection.execute(sql, tuple(params)) as cursor:
-            return list(await cursor.fetchall())
+    async def fetch_all(self, sql: str, params: Params = ()) -> list[Row]:
+        return await self.backend.fetch_all(sql, tuple(params))
 
     async def write(self, sql: str, params: Params = ()) -> int:
         """One statement in its own (auto-committed) transaction; returns the row count."""
-        async with self._lock:
-            cursor = await self.connection.execute(sql, tuple(params))
-            return cursor.rowcount
+        backend = self.backend
+        guard: AbstractAsyncContextManager[Any] = (
+            self._lock if backend.needs_write_lock else nullcontext()
+        )
+        async with guard:
+            return await backend.write(sql, tuple(params))
 
     async def write_many(self, sql: str, rows: Iterable[Params]) -> None:
         """One statement for each row, all in one transaction."""
         await self.write_batch([(sql, row) for row in rows])
 
     async def write_batch(self, statements: Sequence[tuple[str, Params]]) -> None:
-        """Several statements that commit together or not at all, without handing out the
-        connection (what a channel's store uses instead of ``transaction``)."""
-        async with self.transaction() as connection:
+        """Several statements that commit together or not at all."""
+        async with self.transaction() as transaction:
             for sql, params in statements:
-                await connection.execute(sql, tuple(params))
+                await transaction.execute(sql, params)
 
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
-        """Several statements that commit together or not at all."""
-        async with self._lock:
-            await self.connection.execute("BEGIN IMMEDIATE")
-            try:
-                yield self.connection
-            except BaseException:
-                await self.connection.execute("ROLLBACK")
-                raise
-            await self.connection.execute("COMMIT")
+    async def transaction(self) -> AsyncIterator[Transaction]:
+        """Several statements that commit together or not at all (rolled back when the
+        block raises). SQLite: BEGIN IMMEDIATE; PostgreSQL: BEGIN (READ COMMITTED), where
+        rows a decision depends on are read ``FOR UPDATE`` (see ``skip_locked``)."""
+        async with self._lock, self.backend.transaction() as transaction:
+            yield transaction
 
     # -- schema ----------------------------------------------------------------------------
 
     async def schema_version(self, owner: str) -> int | None:
         """The owner's migrated version, or None when it never migrated here."""
         _check_owner(owner)
-        exists = await self.fetch_one(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_versions'"
-        )
-        if exists is None:  # reads only, so a read-only connection can ask too
-            return None
+        if not await self.backend.has_table("schema_versions"):
+            return None  # reads only, so a read-only connection can ask too
         row = await self.fetch_one("SELECT version FROM schema_versions WHERE owner = ?", (owner,))
         return int(row[0]) if row else None
 
@@ -158,45 +199,38 @@ class Database:
         the owner has a recorded version already: how a database whose schema was tracked
         another way (the core's former ``PRAGMA user_version``) joins this table."""
         _check_owner(owner)
-        await self.write(_VERSIONS_TABLE)
+        await self._ensure_versions_table()
         await self.write(
             "INSERT INTO schema_versions (owner, version) VALUES (?, ?)"
             " ON CONFLICT (owner) DO NOTHING",
             (owner, int(version)),
         )
 
-    async def migrate(self, owner: str, migrations: Sequence[str]) -> None:
+    async def migrate(self, owner: str, migrations: Sequence[Migration]) -> list[int]:
         """Apply ``owner``'s pending migrations in order, each in its own transaction with
         the new version number, so a crash leaves the schema at a version, never between.
+        Returns the version numbers applied.
 
         ``migrations`` is append-only: entry N (from 1) moves the owner from version N-1 to
         N. A database at a higher version than the list knows is refused (SchemaTooNew):
         an older gateway-bot must not write into a schema it does not understand.
         """
         _check_owner(owner)
-        await self.write(_VERSIONS_TABLE)
+        await self._ensure_versions_table()
+        applied: list[int] = []
         async with self._migrating:  # two callers for one owner must not both apply N
             await self.check_not_newer(owner, len(migrations))
             current = await self.schema_version(owner) or 0
-            for number, script in enumerate(migrations[current:], start=current + 1):
-                await self._apply(owner, number, script)
-                log.info("state: migrated %s to schema version %d", owner, number)
+            for number, migration in enumerate(migrations[current:], start=current + 1):
+                async with self._lock:
+                    if await self.backend.apply_migration(owner, number, migration):
+                        applied.append(number)
+                        log.info("state: migrated %s to schema version %d", owner, number)
+        return applied
 
-    async def _apply(self, owner: str, number: int, script: str) -> None:
-        # executescript commits an open transaction before it runs, so BEGIN goes inside the
-        # script; the owner name is checked against _OWNER, the version is an int.
-        record = (
-            f"INSERT INTO schema_versions (owner, version) VALUES ('{owner}', {number})"
-            " ON CONFLICT (owner) DO UPDATE SET version = excluded.version;"
-        )
+    async def _ensure_versions_table(self) -> None:
         async with self._lock:
-            connection = self.connection
-            try:
-                await connection.executescript(f"BEGIN IMMEDIATE;\n{script}\n;\n{record}\nCOMMIT;")
-            except BaseException:
-                if connection.in_transaction:
-                    await connection.execute("ROLLBACK")
-                raise
+            await self.backend.ensure_versions_table(_VERSIONS_TABLE)
 
     # -- retention -------------------------------------------------------------------------
 

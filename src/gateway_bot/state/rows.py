@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 
-import aiosqlite
-
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState
 from gateway_bot.domain.messages import InboundMessage, RawMessage, Reply
 from gateway_bot.domain.records import ConversationRecord, TaskRecord
+from gateway_bot.state.backend import Row
 
 
 def without_payload(raw_json: str) -> str:
@@ -18,7 +17,7 @@ def without_payload(raw_json: str) -> str:
     return json.dumps(raw)
 
 
-def task_from_row(row: aiosqlite.Row) -> TaskRecord:
+def task_from_row(row: Row) -> TaskRecord:
     return TaskRecord(
         id=row["id"],
         channel=row["channel"],
@@ -45,7 +44,7 @@ def task_from_row(row: aiosqlite.Row) -> TaskRecord:
     )
 
 
-def conversation_from_row(row: aiosqlite.Row) -> ConversationRecord:
+def conversation_from_row(row: Row) -> ConversationRecord:
     return ConversationRecord(
         id=row["id"],
         channel=row["channel"],

@@ -13,10 +13,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import aiosqlite
-
 from gateway_bot.domain.messages import InboundMessage
-from gateway_bot.state.database import Database
+from gateway_bot.state.database import Database, Row
 
 OWNER = "schedule_proposals"
 
@@ -119,7 +117,7 @@ class SqliteScheduleProposals:
         return changed == 1
 
 
-def _proposal(row: aiosqlite.Row) -> ProposalRecord:
+def _proposal(row: Row) -> ProposalRecord:
     origin: dict[str, Any] = json.loads(row["origin_json"])
     return ProposalRecord(
         code=row["code"],

@@ -16,10 +16,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import aiosqlite
-
 from gateway_bot.domain.messages import InboundMessage
-from gateway_bot.state.database import Database
+from gateway_bot.state.database import Database, Row
 from gateway_bot.state.schedule_proposals_store import SqliteScheduleProposals
 
 OWNER = "schedules"
@@ -138,18 +136,17 @@ class SqliteSchedules:
         """Save a schedule unless its conversation already has ``limit`` (None then): the
         count and the insert in one transaction, so two /schedule at once cannot pass it."""
         async with self._db.transaction() as db:
-            async with db.execute(
+            row = await db.fetch_one(
                 "SELECT COUNT(*) FROM schedules WHERE channel = ? AND conversation_key = ?"
                 " AND state IN (?, ?)",
                 (origin.channel, origin.conversation_key, ACTIVE, PAUSED),
-            ) as cursor:
-                row = await cursor.fetchone()
+            )
             if row is not None and int(row[0]) >= limit:
                 return None
-            cursor = await db.execute(
+            inserted = await db.fetch_one(
                 "INSERT INTO schedules (channel, conversation_key, kind, expression, timezone,"
                 " prompt, creator_id, origin_json, state, next_due, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
                 (
                     origin.channel,
                     origin.conversation_key,
@@ -164,7 +161,8 @@ class SqliteSchedules:
                     time.time(),
                 ),
             )
-            schedule_id = int(cursor.lastrowid or 0)
+            assert inserted is not None
+            schedule_id = int(inserted[0])
         found = await self.get(schedule_id)
         assert found is not None
         return found
@@ -230,16 +228,16 @@ class SqliteSchedules:
         state = ACTIVE if next_due is not None else FINISHED
         now = time.time()
         async with self._db.transaction() as db:
-            cursor = await db.execute(
+            moved = await db.execute(
                 "UPDATE schedules SET next_due = ?, state = ?"
                 " WHERE id = ? AND state = ? AND next_due = ?",
                 (next_due, state, schedule.id, ACTIVE, schedule.next_due),
             )
-            if cursor.rowcount != 1:
+            if moved != 1:
                 return False
             await db.execute(
-                "INSERT OR IGNORE INTO schedule_runs"
-                " (schedule_id, due_at, state, message_id, recorded_at) VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO schedule_runs (schedule_id, due_at, state, message_id, recorded_at)"
+                " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
                 (schedule.id, due_at, run_state, run_message_id(schedule.id, due_at), now),
             )
         return True
@@ -280,7 +278,7 @@ class SqliteSchedules:
         return [_run(row) for row in rows]
 
 
-def _schedule(row: aiosqlite.Row) -> ScheduleRecord:
+def _schedule(row: Row) -> ScheduleRecord:
     origin: dict[str, Any] = json.loads(row["origin_json"])
     return ScheduleRecord(
         id=int(row["id"]),
@@ -298,7 +296,7 @@ def _schedule(row: aiosqlite.Row) -> ScheduleRecord:
     )
 
 
-def _run(row: aiosqlite.Row) -> RunRecord:
+def _run(row: Row) -> RunRecord:
     return RunRecord(
         schedule_id=int(row["schedule_id"]),
         due_at=float(row["due_at"]),

@@ -1,7 +1,7 @@
-"""SQLite implementation of the Store: WAL mode, one connection, one writer.
+"""The Store on the shared state database, SQLite or PostgreSQL (``state/database.py``).
 
-aiosqlite runs the blocking sqlite3 calls on its own thread, so the event loop never waits
-on disk. Every write commits before returning: "accepted" means "on disk".
+Every write commits before returning: "accepted" means "on disk". The SQL is portable:
+the engine is chosen by what ``open`` is given (a file's path or a ``postgresql://`` URL).
 """
 
 from __future__ import annotations
@@ -11,10 +11,7 @@ import logging
 import secrets
 import time
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
-
-import aiosqlite
 
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState, check_transition
 from gateway_bot.domain.messages import InboundMessage, RawMessage, Reply, Usage
@@ -22,7 +19,7 @@ from gateway_bot.domain.records import ApprovalRecord, ConversationRecord, TaskR
 from gateway_bot.state.approvals import SqliteApprovals
 from gateway_bot.state.approvals import _approval as _approval_from_row
 from gateway_bot.state.context_lines import SqliteContextLines
-from gateway_bot.state.database import Database, SchemaTooNew
+from gateway_bot.state.database import Database, SchemaTooNew, StateTarget
 from gateway_bot.state.migrations import MIGRATIONS, OWNER
 from gateway_bot.state.rows import conversation_from_row as _conversation_from_row
 from gateway_bot.state.rows import task_from_row as _task_from_row
@@ -32,11 +29,12 @@ from gateway_bot.state.store import TransitionListener
 log = logging.getLogger(__name__)
 
 
-class SqliteStore:
-    def __init__(self, path: Path, database: Database | None = None) -> None:
-        """``database``: the one the channels' stores share (the daemon passes it); this
-        store opens and closes it, and registers the core's pruning on it."""
-        self._path = path
+class SqlStore:
+    def __init__(self, target: StateTarget, database: Database | None = None) -> None:
+        """``target``: a SQLite file's path or a ``postgresql://`` URL. ``database``: the
+        one the channels' stores share (the daemon passes it); this store opens and closes
+        it, and registers the core's pruning on it."""
+        self._target = target
         self._database = database if database is not None else Database()
         self._database.add_pruner(OWNER, self.prune_payloads)
         self.approvals = SqliteApprovals(self._database)
@@ -44,15 +42,11 @@ class SqliteStore:
         self._transition_listeners: list[TransitionListener] = []
 
     @property
-    def db(self) -> aiosqlite.Connection:
-        return self._database.connection
-
-    @property
     def database(self) -> Database:
         return self._database
 
     async def open(self) -> None:
-        await self._database.open(self._path)
+        await self._database.open(self._target)
         try:
             await self._migrate()
         except BaseException:
@@ -62,18 +56,11 @@ class SqliteStore:
     async def open_read_only(self) -> None:
         """Open for reading only (``gateway-bot status`` beside a running daemon): no
         migration, no pragma that writes; a schema newer than this code is refused."""
-        if not self._path.is_file():
-            raise FileNotFoundError(f"no state database at {self._path}")
-        connection = await aiosqlite.connect(
-            f"{self._path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None
-        )
-        connection.row_factory = aiosqlite.Row
-        self._database.attach(connection)
+        await self._database.open_read_only(self._target)
         try:
-            await connection.execute("PRAGMA busy_timeout=5000")
             await self._database.check_not_newer(OWNER, len(MIGRATIONS))
-            if await self._legacy_version() > len(MIGRATIONS):
-                raise SchemaTooNew(f"state database {self._path} is newer: upgrade gateway-bot")
+            if await self._database.backend.legacy_user_version() > len(MIGRATIONS):
+                raise SchemaTooNew(f"state database {self._target} is newer: upgrade gateway-bot")
         except BaseException:
             await self.close()
             raise
@@ -94,15 +81,13 @@ class SqliteStore:
     async def _migrate(self) -> None:
         """The core is owner "core"; a database made before per-owner versions kept the
         core's version in PRAGMA user_version, adopted once (later opens find the row)."""
-        legacy = await self._legacy_version()
+        legacy = await self._legacy_version()  # SQLite only; 0 on PostgreSQL
         if legacy:
             await self._database.adopt_version(OWNER, legacy)
         await self._database.migrate(OWNER, MIGRATIONS)
 
     async def _legacy_version(self) -> int:
-        async with self.db.execute("PRAGMA user_version") as cursor:
-            row = await cursor.fetchone()
-        return int(row[0]) if row else 0
+        return await self._database.backend.legacy_user_version()
 
     async def prune_payloads(self, before: float) -> int:
         """Retention: completed tasks finished before ``before`` keep their row and outcome
@@ -125,22 +110,16 @@ class SqliteStore:
         return len(rows)
 
     async def close(self) -> None:
-        try:
-            connection = self._database.connection
-        except RuntimeError:
-            return
-        self._database.attach(None)
-        await connection.close()
+        await self._database.close()
 
     # -- tasks -------------------------------------------------------------------------
 
     async def accept_inbound(self, raw: RawMessage) -> tuple[str, bool]:
         async with self._database.transaction() as db:
-            async with db.execute(
+            existing = await db.fetch_one(
                 "SELECT task_id FROM inbound_messages WHERE channel = ? AND message_id = ?",
                 (raw.channel, raw.message_id),
-            ) as cursor:
-                existing = await cursor.fetchone()
+            )
             if existing is not None:
                 return str(existing[0]), False
             task_id = secrets.token_hex(6)
@@ -167,8 +146,7 @@ class SqliteStore:
         return task_id, True
 
     async def get_task(self, task_id: str) -> TaskRecord:
-        async with self.db.execute("SELECT * FROM tasks WHERE id = ?", (task_id,)) as cursor:
-            row = await cursor.fetchone()
+        row = await self._database.fetch_one("SELECT * FROM tasks WHERE id = ?", (task_id,))
         if row is None:
             raise KeyError(f"no task {task_id}")
         return _task_from_row(row)
@@ -176,22 +154,22 @@ class SqliteStore:
     async def tasks_in_states(self, states: Iterable[TaskState]) -> list[TaskRecord]:
         values = [s.value for s in states]
         marks = ",".join("?" * len(values))
-        async with self.db.execute(
+        rows = await self._database.fetch_all(
             f"SELECT * FROM tasks WHERE state IN ({marks}) ORDER BY created_at, rowid", values
-        ) as cursor:
-            return [_task_from_row(row) for row in await cursor.fetchall()]
+        )
+        return [_task_from_row(row) for row in rows]
 
     async def conversation_tasks(
         self, conversation_id: str, states: Iterable[TaskState]
     ) -> list[TaskRecord]:
         values = [s.value for s in states]
         marks = ",".join("?" * len(values))
-        async with self.db.execute(
+        rows = await self._database.fetch_all(
             f"SELECT * FROM tasks WHERE conversation_id = ? AND state IN ({marks})"
             " ORDER BY created_at, rowid",
             [conversation_id, *values],
-        ) as cursor:
-            return [_task_from_row(row) for row in await cursor.fetchall()]
+        )
+        return [_task_from_row(row) for row in rows]
 
     async def transition(
         self,
@@ -246,27 +224,27 @@ class SqliteStore:
             where.append("conversation_id = ?")
             values.append(conversation_id)
         clause = f"WHERE {' AND '.join(where)}" if where else ""
-        async with self.db.execute(
+        rows = await self._database.fetch_all(
             f"SELECT * FROM (SELECT rowid AS n, * FROM tasks {clause}"
-            " ORDER BY created_at DESC, rowid DESC LIMIT ?) ORDER BY created_at, n",
+            " ORDER BY created_at DESC, rowid DESC LIMIT ?) AS newest ORDER BY created_at, n",
             [*values, limit],
-        ) as cursor:
-            return [_task_from_row(row) for row in await cursor.fetchall()]
+        )
+        return [_task_from_row(row) for row in rows]
 
     async def pending_approvals(self) -> list[ApprovalRecord]:
-        async with self.db.execute(
+        rows = await self._database.fetch_all(
             "SELECT * FROM approvals WHERE state = 'pending' ORDER BY created_at, rowid"
-        ) as cursor:
-            return [_approval_from_row(row) for row in await cursor.fetchall()]
+        )
+        return [_approval_from_row(row) for row in rows]
 
     async def count_tasks(self) -> dict[tuple[TaskState, CompletionReason | None], int]:
-        async with self.db.execute(
+        rows = await self._database.fetch_all(
             "SELECT state, completion_reason, COUNT(*) FROM tasks GROUP BY state, completion_reason"
-        ) as cursor:
-            return {
-                (TaskState(state), CompletionReason(reason) if reason else None): count
-                for state, reason, count in await cursor.fetchall()
-            }
+        )
+        return {
+            (TaskState(state), CompletionReason(reason) if reason else None): int(count)
+            for state, reason, count in rows
+        }
 
     async def save_parsed(self, task_id: str, parsed: InboundMessage) -> None:
         await self._database.write(
@@ -299,11 +277,10 @@ class SqliteStore:
     # -- conversations -----------------------------------------------------------------
 
     async def active_conversation(self, channel: str, key: str) -> ConversationRecord | None:
-        async with self.db.execute(
+        row = await self._database.fetch_one(
             "SELECT * FROM conversations WHERE channel = ? AND channel_key = ? AND active = 1",
             (channel, key),
-        ) as cursor:
-            row = await cursor.fetchone()
+        )
         return _conversation_from_row(row) if row else None
 
     async def list_conversations(
@@ -318,17 +295,16 @@ class SqliteStore:
             where.append("channel = ?")
             values.append(channel)
         clause = f"WHERE {' AND '.join(where)}" if where else ""
-        async with self.db.execute(
+        rows = await self._database.fetch_all(
             f"SELECT * FROM conversations {clause} ORDER BY updated_at DESC, rowid DESC LIMIT ?",
             [*values, limit],
-        ) as cursor:
-            return [_conversation_from_row(row) for row in await cursor.fetchall()]
+        )
+        return [_conversation_from_row(row) for row in rows]
 
     async def get_conversation(self, conversation_id: str) -> ConversationRecord:
-        async with self.db.execute(
+        row = await self._database.fetch_one(
             "SELECT * FROM conversations WHERE id = ?", (conversation_id,)
-        ) as cursor:
-            row = await cursor.fetchone()
+        )
         if row is None:
             raise KeyError(f"no conversation {conversation_id}")
         return _conversation_from_row(row)
@@ -383,3 +359,7 @@ class SqliteStore:
             [*values, conversation_id],
         )
         return await self.get_conversation(conversation_id)
+
+
+SqliteStore = SqlStore
+"""The former name (from when SQLite was the only engine), kept for its callers."""

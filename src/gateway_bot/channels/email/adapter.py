@@ -82,6 +82,13 @@ class EmailAdapter:
 
     # -- inbound -----------------------------------------------------------------------
 
+    async def still_allowed(self, message: InboundMessage) -> bool:
+        """Still in ``allowed_senders`` (a scheduled run replays a mail parsed when the
+        schedule was made). A thread continuing a chat conversation is the core's to vet."""
+        if message.continues_conversation is not None:
+            return True
+        return is_allowed(message.sender_id, self._settings.allowed_senders)
+
     async def authenticate_and_parse(self, raw: RawMessage) -> InboundMessage | None:
         await self._listener.open_store()
         key = str(raw.payload["message_key"])

@@ -120,8 +120,8 @@ class EmailStore:
         an earlier copy was seen). Per sender: another sender's mail reusing the id (it is
         no secret) never makes the real one a duplicate."""
         await self._db.write(
-            "INSERT OR IGNORE INTO email_seen (sender, message_id, message_key, seen_at)"
-            " VALUES (?, ?, ?, ?)",
+            "INSERT INTO email_seen (sender, message_id, message_key, seen_at)"
+            " VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
             (sender, message_id, message_key, time.time()),
         )
         row = await self._db.fetch_one(
@@ -146,14 +146,14 @@ class EmailStore:
         await self._db.write_batch(
             [
                 (
-                    "INSERT OR IGNORE INTO email_raw (message_key, raw, received_at)"
-                    " VALUES (?, ?, ?)",
+                    "INSERT INTO email_raw (message_key, raw, received_at)"
+                    " VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
                     (message_key, raw, now),
                 ),
                 (
-                    "INSERT OR IGNORE INTO email_uids"
+                    "INSERT INTO email_uids"
                     " (folder, uidvalidity, uid, message_key, state, updated_at)"
-                    " VALUES (?, ?, ?, ?, 'fetched', ?)",
+                    " VALUES (?, ?, ?, ?, 'fetched', ?) ON CONFLICT DO NOTHING",
                     (folder, uidvalidity, uid, message_key, now),
                 ),
             ]
@@ -182,7 +182,8 @@ class EmailStore:
 
     async def remember_thread(self, message_id: str, thread: str) -> None:
         await self._db.write(
-            "INSERT OR IGNORE INTO email_threads (message_id, thread, created_at) VALUES (?, ?, ?)",
+            "INSERT INTO email_threads (message_id, thread, created_at) VALUES (?, ?, ?)"
+            " ON CONFLICT DO NOTHING",
             (message_id, thread, time.time()),
         )
 
@@ -195,7 +196,7 @@ class EmailStore:
     async def claim_thread(self, thread: str, owner: str) -> str:
         """The thread's owner: the first sender who claimed it."""
         await self._db.write(
-            "INSERT OR IGNORE INTO email_thread_owners (thread, owner) VALUES (?, ?)",
+            "INSERT INTO email_thread_owners (thread, owner) VALUES (?, ?) ON CONFLICT DO NOTHING",
             (thread, owner),
         )
         found = await self.thread_owner(thread)
@@ -230,8 +231,8 @@ class EmailStore:
     async def intend_send(self, send_key: str, message_id: str) -> SendRecord:
         """Record the intent with its Message-ID; an existing intent keeps its own."""
         await self._db.write(
-            "INSERT OR IGNORE INTO email_sends (send_key, message_id, state, updated_at)"
-            " VALUES (?, ?, 'intended', ?)",
+            "INSERT INTO email_sends (send_key, message_id, state, updated_at)"
+            " VALUES (?, ?, 'intended', ?) ON CONFLICT DO NOTHING",
             (send_key, message_id, time.time()),
         )
         record = await self.send_record(send_key)

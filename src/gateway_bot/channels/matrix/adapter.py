@@ -141,6 +141,21 @@ class MatrixAdapter:
             return await self._decision(room_id, event, sender, members[sender])
         return await self._parse_message(raw, room_id, event, sender, members)
 
+    async def still_allowed(self, message: InboundMessage) -> bool:
+        """Still in ``allowed_users`` and still a joined member of the room (a scheduled
+        run replays a message parsed when the schedule was made)."""
+        if not user_allowed(message.sender_id, self._settings.allowed_users):
+            return False
+        api = self._session.api
+        room_id = message.room
+        try:
+            members = await self._when_ready(lambda: api.joined_members(room_id))
+        except MatrixError as exc:
+            if exc.transient:
+                raise
+            return False
+        return message.sender_id in members
+
     async def _parse_message(
         self,
         raw: RawMessage,

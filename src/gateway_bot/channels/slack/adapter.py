@@ -160,6 +160,15 @@ class SlackAdapter:
             received_at=raw.received_at,
         )
 
+    async def still_allowed(self, message: InboundMessage) -> bool:
+        """Still a live person of our workspace and still allowed (users, groups, the
+        whole workspace): a scheduled run replays a message parsed when it was made."""
+        try:
+            user = await self._person(message.sender_id)
+        except AuthenticationError:
+            return False
+        return await self._allowed(user)
+
     async def _person(self, user_id: str) -> SlackUser:
         """The Slack user behind an event, refused if not a live person of our workspace."""
         if not user_id:

@@ -151,11 +151,24 @@ def _lines_within(text: str, budget: int) -> list[str]:
     for line in text.split("\n"):
         while len(line) > width:
             cut = line.rfind(" ", 0, width)
-            cut = cut if cut > width // 2 else width
+            cut = _outside_tokens(line, cut if cut > width // 2 else width)
             out.append(line[:cut])
             line = line[cut:].lstrip(" ")
         out.append(line)
     return out
+
+
+def _outside_tokens(line: str, cut: int) -> int:
+    """Move a hard cut back to the start of the link, mention or entity it would halve
+    (``<https://…|label>``, ``<@U1>``, ``&amp;``): half a link is neither link nor text.
+    A token longer than half the width is cut all the same (it could never fit)."""
+    opened = line.rfind("<", 0, cut)
+    if opened > line.rfind(">", 0, cut) and opened > cut // 2:
+        cut = opened
+    entity = line.rfind("&", 0, cut)
+    if entity > line.rfind(";", 0, cut) and cut - entity <= len("&amp;"):
+        cut = entity
+    return cut
 
 
 def _close(chunk: str, in_fence: bool) -> str:

@@ -13,6 +13,14 @@ first: without them the agent cannot run, so a repo cannot forget them. Format::
         paths: ["/simple/*", "/pypi/*"]
       - host: git.example.org
         ports: [443]                    # only these ports (default: any)
+    ask:                                # held by the proxy until someone approves
+      - host: api.example.org
+        methods: [POST, PUT, DELETE]
+        paths: ["/v1/deploy*"]
+
+``ask`` rules only add approvals on top of the server's (``sandbox.egress_approvals``, whose
+default asks before every git push over HTTPS); a repo cannot remove one, and an ask rule
+opens nothing the allow rules do not (``rules.ask_rule_for``).
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gateway_bot.config.validation import describe_validation_errors
 from gateway_bot.config.yaml_tags import ConfigError, load_repo_yaml
-from gateway_bot.sandbox.egress.rules import EgressRule
+from gateway_bot.sandbox.egress.rules import ASK, EgressRule
 
 ALLOWLIST_PATH = ".gateway/network-allowlist.yaml"
 
@@ -78,6 +86,17 @@ class _AllowlistModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     allow: list[_RuleModel] = Field(default_factory=list)
+    ask: list[_RuleModel] = Field(default_factory=list)
+
+
+def _bare_hosts(items: Any) -> Any:
+    """A list's bare host names as ``{"host": name}``; anything else as it is (the model
+    then says what is wrong with it)."""
+    if not items:
+        return []
+    if not isinstance(items, list):
+        return items
+    return [{"host": item} if isinstance(item, str) else item for item in items]
 
 
 def rule_for_url(url: str) -> EgressRule:
@@ -95,7 +114,8 @@ def rule_for_url(url: str) -> EgressRule:
 
 def parse_allowlist(text: str | None, required: Iterable[EgressRule]) -> tuple[EgressRule, ...]:
     """The rules for one task: ``required`` (the model API), then the repo's rules (none
-    without the file). Raises ConfigError listing every problem of the file."""
+    without the file), its ask rules last. Raises ConfigError listing every problem of the
+    file."""
     rules = list(required)
     if text is None:
         return tuple(rules)
@@ -105,10 +125,8 @@ def parse_allowlist(text: str | None, required: Iterable[EgressRule]) -> tuple[E
     if not isinstance(data, dict):
         raise ConfigError(ALLOWLIST_PATH, ["the top level must be a mapping with an 'allow' list"])
     data = {
-        "allow": [
-            {"host": item} if isinstance(item, str) else item for item in data.get("allow") or []
-        ],
-        **{key: value for key, value in data.items() if key != "allow"},
+        **{key: value for key, value in data.items() if key not in ("allow", "ask")},
+        **{key: _bare_hosts(data.get(key)) for key in ("allow", "ask")},
     }
     try:
         parsed = _AllowlistModel.model_validate(data)
@@ -117,5 +135,11 @@ def parse_allowlist(text: str | None, required: Iterable[EgressRule]) -> tuple[E
     for item in parsed.allow:
         rules.append(
             EgressRule(item.host, tuple(item.paths), tuple(item.methods), tuple(item.ports))
+        )
+    for item in parsed.ask:
+        rules.append(
+            EgressRule(
+                item.host, tuple(item.paths), tuple(item.methods), tuple(item.ports), action=ASK
+            )
         )
     return tuple(rules)

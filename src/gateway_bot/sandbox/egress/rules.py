@@ -1,5 +1,5 @@
-"""Egress allowlist rules and the decisions made with them: may this request go out, and
-does it get a credential header on its way?
+"""Egress allowlist rules and the decisions made with them: may this request go out, must it
+wait for a person's approval first, and does it get a credential header on its way?
 
 Standard library only, on purpose: the proxy image gets a copy of this file next to its
 mitmproxy addon, so the daemon (which validates a repo's allowlist) and the proxy (which
@@ -16,17 +16,25 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
+ALLOW = "allow"
+ASK = "ask"
+
 
 @dataclass(frozen=True)
 class EgressRule:
     """Requests to hosts matching ``host`` (a glob: ``*.github.com``) are allowed, limited to
     ``paths`` (globs on the path without the query), ``methods`` and ``ports`` when those
-    are given."""
+    are given.
+
+    An ``ask`` rule (``action``) opens nothing: a request the allow rules let out that also
+    matches an ask rule is held by the proxy until the daemon says yes or no
+    (``ask_rule_for``). So adding ask rules only ever makes a list stricter."""
 
     host: str
     paths: tuple[str, ...] = ()
     methods: tuple[str, ...] = ()
     ports: tuple[int, ...] = ()
+    action: str = ALLOW
 
     def matches_host(self, host: str, port: int | None = None) -> bool:
         """The host matches, and so does the port when the rule names ports (a rule for the
@@ -45,16 +53,70 @@ class EgressRule:
             "paths": list(self.paths),
             "methods": list(self.methods),
             "ports": list(self.ports),
+            "action": self.action,
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> EgressRule:
+        action = str(data.get("action", ALLOW))
+        if action not in (ALLOW, ASK):
+            raise ValueError(f"unknown rule action {action!r}")
         return cls(
             host=str(data["host"]),
             paths=tuple(str(p) for p in data.get("paths", ())),
             methods=tuple(str(m).upper() for m in data.get("methods", ())),
             ports=tuple(int(p) for p in data.get("ports", ())),
+            action=action,
         )
+
+    def describe(self) -> str:
+        """One line for a card or a log: ``ask POST *:*/git-receive-pack``."""
+        methods = ",".join(self.methods) or "any method"
+        paths = ",".join(self.paths) or "any path"
+        ports = ":" + ",".join(str(p) for p in self.ports) if self.ports else ""
+        return f"{self.action} {methods} {self.host}{ports} {paths}"
+
+
+GIT_PUSH_ASK = EgressRule(host="*", paths=("*/git-receive-pack",), methods=("POST",), action=ASK)
+"""The default ask rule: every git push over HTTPS (smart HTTP posts the pack there)."""
+
+
+def allow_rules(rules: Iterable[EgressRule]) -> list[EgressRule]:
+    return [rule for rule in rules if rule.action == ALLOW]
+
+
+def ask_rule_for(
+    rules: Sequence[EgressRule],
+    method: str,
+    hosts: Iterable[str],
+    path: str,
+    port: int | None = None,
+) -> EgressRule | None:
+    """The first ask rule matching a request (None: it needs no approval). ``hosts`` are every
+    name the request goes by (where the proxy connects, its Host header): any one matching
+    asks. The path is matched as written and as the most eager server reads it; a path that
+    cannot be read one way only matches every ask rule of its host and method, so no
+    spelling of ``/repo.git/git-receive-pack`` slips past an ask."""
+    bare_path = path.split("?", 1)[0] or "/"
+    try:
+        readings = {bare_path, normal_path(bare_path)}
+        unsafe = False
+    except UnsafePath:
+        readings, unsafe = {bare_path}, True
+    method = method.upper()
+    names = [host for host in hosts if host]
+    for rule in rules:
+        if rule.action != ASK:
+            continue
+        if rule.methods and method not in rule.methods:
+            continue
+        if not any(rule.matches_host(host, port) for host in names):
+            continue
+        if not rule.paths or unsafe:
+            return rule
+        if any(fnmatch.fnmatchcase(r, p) for r in readings for p in rule.paths):
+            return rule
+    return None
 
 
 @dataclass(frozen=True)
@@ -75,8 +137,9 @@ def decide(
     Path rules match the path as the most eager server would read it (``normal_path``), so
     ``/pub/../etc`` is ``/etc``, not something under ``/pub/``. A path that cannot be read
     one way only (an encoded slash, a backslash) never satisfies a path rule; rules without
-    paths do not look at the path, so there it still goes (npm's ``@scope%2fname``)."""
-    for_host = [rule for rule in rules if rule.matches_host(host, port)]
+    paths do not look at the path, so there it still goes (npm's ``@scope%2fname``). Ask
+    rules are not looked at here (``ask_rule_for``)."""
+    for_host = [rule for rule in allow_rules(rules) if rule.matches_host(host, port)]
     if not for_host:
         return Verdict(False, f"host {_normal_host(host)} is not in the network allowlist")
     bare_path = path.split("?", 1)[0] or "/"
@@ -174,7 +237,7 @@ def decide_address(rules: Sequence[EgressRule], host: str, address: str) -> Verd
         ip = ip.ipv4_mapped
     if ip.is_global and not ip.is_multicast:
         return Verdict(True, "a public address")
-    if any(_normal_host(rule.host) == str(ip) for rule in rules):
+    if any(_normal_host(rule.host) == str(ip) for rule in allow_rules(rules)):
         return Verdict(True, f"{ip} is named by a rule")
     return Verdict(
         False,
@@ -186,15 +249,23 @@ def decide_address(rules: Sequence[EgressRule], host: str, address: str) -> Verd
 def decide_connect(rules: Sequence[EgressRule], host: str, port: int | None = None) -> Verdict:
     """A tunnel (CONNECT) to ``host``: allowed when any rule names the host; the requests
     inside it are then checked one by one with ``decide``."""
-    if any(rule.matches_host(host, port) for rule in rules):
+    if any(rule.matches_host(host, port) for rule in allow_rules(rules)):
         return Verdict(True, "host is in the network allowlist")
     return Verdict(False, f"host {_normal_host(host)} is not in the network allowlist")
 
 
 def decide_raw_stream(rules: Sequence[EgressRule], host: str, port: int | None = None) -> Verdict:
     """A tunnel that carries no HTTP (ssh, a database): only hosts with a rule free of path
-    and method limits, since nothing in the stream can be checked against those."""
-    if any(rule.matches_host(host, port) and rule.unrestricted for rule in rules):
+    and method limits, since nothing in the stream can be checked against those, and none
+    an ask rule names (a push over ssh would pass an ask for pushes over HTTP unseen)."""
+    for rule in rules:
+        if rule.action == ASK and rule.matches_host(host, port):
+            return Verdict(
+                False,
+                f"non-HTTP traffic to {_normal_host(host)} is not allowed: requests to it may "
+                f"need approval ({rule.describe()}), which a stream cannot be checked for",
+            )
+    if any(rule.matches_host(host, port) and rule.unrestricted for rule in allow_rules(rules)):
         return Verdict(True, "host is allowed without path or method limits")
     return Verdict(False, f"non-HTTP traffic to {_normal_host(host)} is not allowed")
 

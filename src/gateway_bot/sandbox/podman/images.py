@@ -54,6 +54,7 @@ _PROJECT_ROOT = Path(__file__).resolve().parents[4]
 DEFAULT_CONTAINERFILE = _PROJECT_ROOT / "Containerfile"
 PROXY_CONTEXT = _PROJECT_ROOT / "images" / "proxy"
 _RULES_MODULE = Path(__file__).resolve().parents[1] / "egress" / "rules.py"
+_GIT_PUSH_MODULE = Path(__file__).resolve().parents[1] / "egress" / "git_push.py"
 UNTRUSTED_BUILD_FLAGS = [
     "--network=none",
     "--cap-drop=all",
@@ -264,14 +265,15 @@ class ImageBuilder:
 
 
 def _proxy_context() -> tuple[str, dict[str, Path]]:
-    """The proxy's Containerfile and context: its addon, the shared rules module, and the
-    host's CA bundle for pip (an empty file when the host has none)."""
+    """The proxy's Containerfile and context: its addon, the shared rules and git push
+    modules, and the host's CA bundle for pip (an empty file when the host has none)."""
     files = {
         path.name: path
         for path in PROXY_CONTEXT.iterdir()
         if path.is_file() and path.name != "Containerfile"
     }
     files["egress_rules.py"] = _RULES_MODULE
+    files["egress_git_push.py"] = _GIT_PUSH_MODULE
     ca_bundle = Path(ssl.get_default_verify_paths().cafile or "/etc/ssl/certs/ca-certificates.crt")
     files["host-ca.pem"] = ca_bundle if ca_bundle.is_file() else Path(os.devnull)
     return (PROXY_CONTEXT / "Containerfile").read_text(), files

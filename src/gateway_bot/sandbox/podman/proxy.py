@@ -35,7 +35,7 @@ from typing import Any
 from podman.errors import NotFound, PodmanError
 
 from gateway_bot.sandbox.base import InjectedCredential, SandboxUnavailable
-from gateway_bot.sandbox.egress.rules import EgressRule, HeaderInjection, rules_to_json
+from gateway_bot.sandbox.egress.rules import ASK, EgressRule, HeaderInjection, rules_to_json
 from gateway_bot.sandbox.podman.images import ImageBuilder
 from gateway_bot.sandbox.podman.service import PodmanService, api_error_text
 
@@ -174,14 +174,24 @@ class EgressProxy:
         context_id: str,
         rules: Sequence[EgressRule],
         credentials: Sequence[InjectedCredential] = (),
+        ask_timeout_s: float = 600.0,
     ) -> None:
         """Requests from ``source`` belong to ``context_id`` and follow ``rules``; those to a
-        credential's host get its header."""
+        credential's host get its header. A request held by an ask rule waits at most
+        ``ask_timeout_s`` (and a grace) for the daemon's answer."""
         inject = [
             HeaderInjection(c.scheme, c.host, c.port, c.header, c.value).to_json()
             for c in credentials
         ]
-        entry = {"context": context_id, "rules": rules_to_json(rules), "inject": inject}
+        entry = {
+            "context": context_id,
+            # Ask rules apart: a proxy still on an older addon (kept while other tasks run)
+            # ignores the key, where in "rules" it would take them for allow rules.
+            "rules": rules_to_json(r for r in rules if r.action != ASK),
+            "ask": rules_to_json(r for r in rules if r.action == ASK),
+            "inject": inject,
+            "ask_timeout_s": ask_timeout_s,
+        }
         await self._edit_routes(lambda sources: sources.__setitem__(source, entry))
 
     async def drop_routes(self, context_id: str) -> None:

@@ -34,8 +34,11 @@ from gateway_bot.sandbox.base import (
     SandboxUnavailable,
 )
 from gateway_bot.sandbox.child import RUN_MARK, spawn_fed
+from gateway_bot.sandbox.egress.held import EgressAsk
+from gateway_bot.sandbox.egress.rules import ASK, EgressRule
 from gateway_bot.sandbox.podman import containers as spec
 from gateway_bot.sandbox.podman.container_calls import ContainerCalls, created_at
+from gateway_bot.sandbox.podman.egress_asks import EgressAskListener
 from gateway_bot.sandbox.podman.exec_env import ExecEnvError, ExecEnvFiles
 from gateway_bot.sandbox.podman.images import ImageBuilder
 from gateway_bot.sandbox.podman.model_relay import ModelRelay, loopback_target
@@ -95,9 +98,17 @@ class PodmanSandbox:
         self.proxy = EgressProxy(
             self.service, self.images, self.deployment, settings.egress_network, work_dir / "egress"
         )
+        approvals = settings.egress_approvals
+        self._ask_rules = tuple(
+            EgressRule(r.host, tuple(r.paths), tuple(r.methods), tuple(r.ports), action=ASK)
+            for r in approvals.ask
+        )
         self._env_files = ExecEnvFiles(work_dir / "exec-env")
         self._podman = ContainerCalls(self.service, self.deployment)
         self._contexts: dict[str, _Context] = {}
+        self.egress_asks = EgressAskListener(
+            work_dir / "egress", self._contexts.__contains__, approvals.timeout_s
+        )
         self._foreign: set[str] = set()
         self._housekeeping: asyncio.Task[None] | None = None
         self._relays: list[ModelRelay] = []
@@ -108,6 +119,11 @@ class PodmanSandbox:
     def settings(self) -> SandboxSettings:
         return self._settings
 
+    def set_egress_ask(self, ask: EgressAsk | None) -> None:
+        """Who decides a request the egress proxy holds (an ask rule matched). Unset: every
+        held request is refused, and the log says so."""
+        self.egress_asks.ask = ask
+
     # -- daemon lifecycle -----------------------------------------------------------------
 
     async def check(self) -> None:
@@ -116,6 +132,7 @@ class PodmanSandbox:
     async def open(self, is_known: IsKnown) -> None:
         await self.service.ensure_running()
         await asyncio.to_thread(self._env_files.clear)
+        await self.egress_asks.start()
         any_running = False
         for info in await self._podman.our_containers():
             name, context_id = info["Names"][0], info["Labels"][LABEL_CONTEXT]
@@ -148,6 +165,7 @@ class PodmanSandbox:
         for relay in self._relays:
             await relay.close()
         self._relays.clear()
+        await self.egress_asks.close()
         await self.images.close()
 
     async def stop_all(self) -> None:
@@ -267,8 +285,13 @@ class PodmanSandbox:
         await self.proxy.ensure(
             [(network.name, network.proxy_address)], may_recreate=not others_busy
         )
+        await self.egress_asks.start()
         await self.proxy.set_route(
-            network.agent_address, context.id, context.allowlist, context.credentials
+            network.agent_address,
+            context.id,
+            (*context.allowlist, *self._ask_rules),  # the repo's asks add to the server's
+            context.credentials,
+            self.egress_asks.timeout_s,
         )
         if context.network_log is not None:
             await asyncio.to_thread(_link, context.network_log, self.proxy.log_path(context.id))

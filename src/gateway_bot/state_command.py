@@ -1,0 +1,152 @@
+"""``gateway-bot migrate`` and ``gateway-bot state copy``: the state database's commands.
+
+Both need every owner's migrations (the core's and each channel's), so the list of owners
+lives here, above the layers, rather than in ``state`` (which never imports a channel).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from gateway_bot.channels.email.store import EMAIL_MIGRATIONS
+from gateway_bot.channels.email.store import OWNER as EMAIL
+from gateway_bot.channels.matrix.store import MATRIX_MIGRATIONS
+from gateway_bot.channels.matrix.store import OWNER as MATRIX
+from gateway_bot.channels.matrix.undecrypted import MIGRATIONS as MATRIX_E2EE_MIGRATIONS
+from gateway_bot.channels.matrix.undecrypted import OWNER as MATRIX_E2EE
+from gateway_bot.channels.slack.records import OWNER as SLACK
+from gateway_bot.channels.slack.records import SLACK_MIGRATIONS
+from gateway_bot.state import migrations as core
+from gateway_bot.state import schedule_proposals_store as proposals
+from gateway_bot.state import schedules_store as schedules
+from gateway_bot.state.copy import CopiedTable, CopyRefused, copy_state
+from gateway_bot.state.database import (
+    Database,
+    Migration,
+    SchemaTooNew,
+    StateTarget,
+    StateUnavailable,
+)
+from gateway_bot.state.postgres_backend import is_postgres_url
+
+EXIT_REFUSED = 1
+
+OWNERS: dict[str, Sequence[Migration]] = {
+    core.OWNER: core.MIGRATIONS,
+    schedules.OWNER: schedules.MIGRATIONS,
+    proposals.OWNER: proposals.MIGRATIONS,
+    MATRIX: MATRIX_MIGRATIONS,
+    MATRIX_E2EE: MATRIX_E2EE_MIGRATIONS,
+    SLACK: SLACK_MIGRATIONS,
+    EMAIL: EMAIL_MIGRATIONS,
+}
+"""Every owner of tables in the state database and its migrations (the core first)."""
+
+
+def add_state_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    migrate = commands.add_parser(
+        "migrate", help="bring the state database's schema up to date, then exit"
+    )
+    migrate.add_argument("--config", type=Path, help="server config (default: built-in)")
+    state = commands.add_parser("state", help="the state database")
+    state_commands = state.add_subparsers(dest="state_command", required=True)
+    copy = state_commands.add_parser(
+        "copy", help="copy a SQLite state database into another (PostgreSQL), verified"
+    )
+    copy.add_argument("--from", dest="source", required=True, help="sqlite:///path/state.db")
+    copy.add_argument("--to", dest="target", required=True, help="postgresql://... URL")
+    copy.add_argument(
+        "--replace", action="store_true", help="empty the target's tables first (else refused)"
+    )
+
+
+def run_migrate(target: StateTarget) -> int:
+    try:
+        lines = asyncio.run(_migrate(target))
+    except (SchemaTooNew, StateUnavailable) as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_REFUSED
+    print("\n".join(lines))
+    return 0
+
+
+async def migrate_all(database: Database) -> dict[str, list[int]]:
+    """Every owner's pending migrations (the core's former PRAGMA version adopted first, as
+    the store does); the versions applied, per owner."""
+    legacy = await database.backend.legacy_user_version()
+    if legacy:
+        await database.adopt_version(core.OWNER, legacy)
+    return {owner: await database.migrate(owner, steps) for owner, steps in OWNERS.items()}
+
+
+async def _migrate(target: StateTarget) -> list[str]:
+    database = Database(pool_size=1)
+    await database.open(target)
+    try:
+        applied = await migrate_all(database)
+        lines = [f"state database: {_shown(target)} ({database.dialect})"]
+        for owner, numbers in applied.items():
+            version = await database.schema_version(owner)
+            done = f"applied {', '.join(map(str, numbers))}" if numbers else "up to date"
+            lines.append(f"  {owner}: {done} (schema version {version})")
+        return lines
+    finally:
+        await database.close()
+
+
+def run_state_copy(source: str, target: str, *, replace: bool) -> int:
+    path = _sqlite_path(source)
+    if path is None:
+        print(f"--from must be sqlite:///path/to/state.db, not {source!r}", file=sys.stderr)
+        return EXIT_REFUSED
+    if not is_postgres_url(target) and _sqlite_path(target) is None:
+        print(f"--to must be a postgresql:// URL, not {_shown(target)!r}", file=sys.stderr)
+        return EXIT_REFUSED
+    destination: StateTarget = _sqlite_path(target) or target
+    try:
+        copied = asyncio.run(_copy(path, destination, replace=replace))
+    except (CopyRefused, SchemaTooNew, StateUnavailable) as exc:
+        print(f"state copy refused: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    width = max((len(c.name) for c in copied), default=5)
+    print(f"{'TABLE'.ljust(width)}  {'SOURCE':>8}  {'TARGET':>8}")
+    for table in copied:
+        print(f"{table.name.ljust(width)}  {table.source_rows:>8}  {table.target_rows:>8}")
+    total = sum(c.target_rows for c in copied)
+    print(
+        f"copied {total} rows in {len(copied)} tables from {path} to {_shown(target)}; "
+        "every table's row count matches"
+    )
+    return 0
+
+
+async def _copy(source: Path, target: StateTarget, *, replace: bool) -> list[CopiedTable]:
+    database = Database(pool_size=1)
+    await database.open(target)
+    try:
+        return await copy_state(source, database, OWNERS, replace=replace)
+    finally:
+        await database.close()
+
+
+def _sqlite_path(location: str) -> Path | None:
+    prefix = "sqlite://"
+    if not location.startswith(prefix):
+        return None
+    rest = location[len(prefix) :]
+    return Path(rest) if rest.startswith("/") else None
+
+
+def _shown(target: StateTarget) -> str:
+    """A URL without its password (printed and logged)."""
+    text = str(target)
+    if "://" in text and "@" in text.split("://", 1)[1]:
+        scheme, rest = text.split("://", 1)
+        credentials, host = rest.rsplit("@", 1)
+        user = credentials.split(":", 1)[0]
+        return f"{scheme}://{user}@{host}"
+    return text
