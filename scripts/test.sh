@@ -25,7 +25,8 @@ first=(tests/core tests/test_matrix_*.py tests/test_email_*.py tests/test_securi
        tests/test_agent_backends_podman.py tests/test_codex_backend.py
        tests/test_mail_continuation.py tests/test_schedules_channels.py
        tests/test_dashboard_browser.py tests/test_sandbox_hosts.py
-       tests/test_action_approvals_channels.py tests/test_action_approvals_podman.py)
+       tests/test_action_approvals_channels.py tests/test_action_approvals_podman.py
+       tests/test_faults_*.py)
 second=()
 for file in tests/test_*.py; do
   case " ${first[*]} " in *" $file "*) ;; *) second+=("$file") ;; esac

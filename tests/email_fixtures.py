@@ -249,9 +249,11 @@ def email_config(
     *,
     extra_channels: dict[str, Any] | None = None,
     access: dict[str, Any] | None = None,
+    sections: dict[str, Any] | None = None,
     **email: Any,
 ) -> Path:
-    """A daemon config with the email channel on ``address`` (and no console)."""
+    """A daemon config with the email channel on ``address`` (and no console);
+    ``sections``: other top-level keys (``agent``, ``execution``...)."""
     settings = {
         "address": address,
         "imap_host": "127.0.0.1",
@@ -268,7 +270,7 @@ def email_config(
     }
     channels = {"console": None, "email": settings, **(extra_channels or {})}
     extra = {"access": access} if access else {}
-    return write_config(tmp_path, repo, api, channels=channels, **extra)
+    return write_config(tmp_path, repo, api, channels=channels, **extra, **(sections or {}))
 
 
 def text_of(message: EmailMessage) -> str:

@@ -45,6 +45,14 @@ class _Catch:
         self._sink.logins.append((user, token, ok))
         return AuthResult(success=ok, auth_data=user)
 
+    async def handle_RCPT(
+        self, server: Any, session: Any, envelope: Any, address: str, options: list[str]
+    ) -> str:
+        if self._sink.refusing:
+            return "451 4.3.2 System not accepting messages now"
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
+
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
         message = email.message_from_bytes(envelope.content, policy=email.policy.default)
         self._sink.add(list(envelope.rcpt_tos), message)
@@ -71,6 +79,8 @@ class SmtpCatcher:
         self.released = threading.Event()
         self.controller: Controller | None = None
         self.port = 0
+        self.refusing = False
+        """While True every recipient gets a 451 (a server that refuses mail for now)."""
 
     def add(self, recipients: list[str], message: EmailMessage) -> None:
         with self._changed:

@@ -23,6 +23,7 @@ from gateway_bot.control_socket import ControlServer
 from gateway_bot.core.application import Application, DaemonLiveState
 from gateway_bot.core.channel import ChannelAdapter
 from gateway_bot.core.executor import AgentDefaults, TaskExecutor
+from gateway_bot.core.fault_points import check_fault_point
 from gateway_bot.core.feed import ChangeFeed
 from gateway_bot.core.network_approvals import network_asker
 from gateway_bot.core.schedule_test_clock import schedule_test_clock
@@ -56,6 +57,7 @@ class Daemon:
     ) -> None:
         """``database``: the state database the channels' stores were built on (cli.py
         makes it before the adapters); the store opens it and every owner migrates in it."""
+        check_fault_point(os.environ)  # tests only: a typo'd point fails here, loudly
         self.config = config
         self.database = (
             database if database is not None else Database(pool_size=config.state.pool_size)

@@ -7,12 +7,15 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from gateway_bot.channels.matrix.session import MatrixSession
 from gateway_bot.config.server import ServerConfig
 from gateway_bot.state.database import Database
 
 
 async def _with_session(config: ServerConfig, bootstrap: bool) -> list[str]:
+    # Imported here: the CLI imports this module at every start, and matrix-nio alone takes
+    # seconds to import (see channels/factory.py).
+    from gateway_bot.channels.matrix.session import MatrixSession
+
     settings = config.channels.matrix
     assert settings is not None
     await asyncio.to_thread(config.state_dir.mkdir, parents=True, exist_ok=True)

@@ -1,14 +1,12 @@
 """Builds the configured channels' adapters. The only module that imports every channel;
-the daemon calls it, the core never does."""
+the daemon calls it, the core never does. Each channel is imported only when configured:
+matrix-nio, slack-sdk and the mail libraries take seconds to import, and every start of the
+daemon (a crash's restart, ``chat``) would pay for channels it does not run."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from gateway_bot.channels.console import ConsoleAdapter
-from gateway_bot.channels.email import EmailAdapter
-from gateway_bot.channels.matrix import MatrixAdapter
-from gateway_bot.channels.slack import SlackAdapter
 from gateway_bot.config.server import ServerConfig
 from gateway_bot.core.channel import ChannelAdapter
 from gateway_bot.state.database import Database
@@ -22,13 +20,21 @@ def create_adapters(
     adapters: dict[str, ChannelAdapter] = {}
     console = config.channels.console
     if console is not None and console.enabled:
+        from gateway_bot.channels.console import ConsoleAdapter
+
         adapters["console"] = ConsoleAdapter(console.conversation, on_eof=on_console_eof)
     slack = config.channels.slack
     if slack is not None and slack.enabled:
+        from gateway_bot.channels.slack import SlackAdapter
+
         adapters["slack"] = SlackAdapter(slack, config.state_dir, database)
     if config.channels.matrix is not None and config.channels.matrix.enabled:
+        from gateway_bot.channels.matrix import MatrixAdapter
+
         adapters["matrix"] = MatrixAdapter(config.channels.matrix, config.state_dir, database)
     email = config.channels.email
     if email is not None and email.enabled:
+        from gateway_bot.channels.email import EmailAdapter
+
         adapters["email"] = EmailAdapter(email, database)
     return adapters

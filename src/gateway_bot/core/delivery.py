@@ -21,6 +21,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 
 from gateway_bot.core.channel import ChannelAdapter, ProgressDisplay
+from gateway_bot.core.fault_points import reached
 from gateway_bot.core.jobs import Jobs
 from gateway_bot.core.retries import DEFAULT_POLICY, RetryPolicy, call_channel
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState
@@ -92,6 +93,7 @@ class ReplyDelivery:
         await self._store.record_reply(task_id, reply)
         if reply.usage is not None:
             await self._store.record_usage(task_id, reply.usage)
+        reached("reply_stored")
         await self._send(task_id, message, reply, reason, closing)
 
     async def answer_now(
@@ -120,6 +122,7 @@ class ReplyDelivery:
         closing: Progress | None = None,
     ) -> None:
         adapter = self._adapters[message.channel]
+        reached("reply_sending")
         try:
             await call_channel(
                 f"{message.channel}: sending the reply of task {task_id}",
@@ -129,7 +132,9 @@ class ReplyDelivery:
         except Exception as exc:
             await self._park(task_id, exc)
             return
+        reached("reply_sent")
         await self._store.mark_reply_delivered(task_id)
+        reached("reply_delivered")
         if self._after_delivery is not None:
             await self._after_delivery(task_id, message, reply)
         if closing is not None and isinstance(adapter, ProgressDisplay):

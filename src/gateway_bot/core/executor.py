@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from gateway_bot.agents.base import AgentOutcome, AgentRequest, OnEvent
+from gateway_bot.agents.base import AgentEvent, AgentOutcome, AgentRequest, OnEvent
 from gateway_bot.agents.enabled import AgentSet
 from gateway_bot.agents.event_log import EventLog
 from gateway_bot.agents.stall_watch import Stalled, StallWatch
@@ -27,6 +27,7 @@ from gateway_bot.core.action_policy import merge_repo_policy
 from gateway_bot.core.budget import budget_request, spent_and_last
 from gateway_bot.core.channel import AttachmentDownloads
 from gateway_bot.core.disk_quota import AGENT_WRITABLE, MB, DiskLimit, DiskUsage
+from gateway_bot.core.fault_points import reached
 from gateway_bot.core.inbox_files import InboxWriter, candidate_names
 from gateway_bot.core.prompts import build_prompt, context_lost_prompt
 from gateway_bot.core.schedule_request_file import RequestFile, take_request_file
@@ -154,6 +155,10 @@ class TaskExecutor:
         request = AgentRequest(prompt, conversation.agent_session_id, model, timeout_s, agent_env)
         policy = self._approvals_policy(repo_config)
 
+        async def on_agent_event(event: AgentEvent) -> None:
+            reached("agent_running")
+            await on_event(event)
+
         async def run_agent(request: AgentRequest) -> AgentOutcome | Stalled | DiskUsage:
             watch = StallWatch(self._defaults.stall_s)
             if policy is not None and self.ask_action is not None:
@@ -167,9 +172,12 @@ class TaskExecutor:
                     release=watch.release,
                 )
                 request = replace(request, permissions=permissions)
-            run = agent.runner.run(request, self._sandbox, context, event_log, watch.wrap(on_event))
+            run = agent.runner.run(
+                request, self._sandbox, context, event_log, watch.wrap(on_agent_event)
+            )
             return await disk.run_within(watch.run_within(run))
 
+        reached("sandbox_starting")
         outcome = await run_agent(request)
         if isinstance(outcome, AgentOutcome) and outcome.unresumable:
             log.warning(

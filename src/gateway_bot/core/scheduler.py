@@ -43,6 +43,7 @@ from gateway_bot.core.channel import (
 )
 from gateway_bot.core.delivery import ReplyDelivery
 from gateway_bot.core.executor import TaskResult
+from gateway_bot.core.fault_points import reached
 from gateway_bot.core.jobs import Jobs
 from gateway_bot.core.progress import ProgressReporter
 from gateway_bot.core.retries import DEFAULT_POLICY, RetryPolicy, call_channel
@@ -178,6 +179,7 @@ class Scheduler:
         await self._store.transition(
             task.id, TaskState.PENDING, conversation_id=conversation_id, parsed=message
         )
+        reached("routed")
         adapter, context = self._adapters[message.channel], message.channel_context
         if self.is_full(conversation_id):
             text = (
@@ -264,6 +266,7 @@ class Scheduler:
                     before = lane.before.pop(task_id, None)
                     if before is not None:
                         await asyncio.wait([before], timeout=ACK_WAIT_S)
+                        reached("acknowledged")
                     async with self._slots:
                         waits = await self._execute(lane, task_id)
                 except Exception:
@@ -313,6 +316,7 @@ class Scheduler:
             log.warning("task %s is %s, not pending: not run", task_id, task.state.value)
             return False
         task = await self._store.transition(task_id, TaskState.EXECUTING)
+        reached("executing")
         message = task.parsed
         assert message is not None
         log.info("task %s running (%s, from %s)", task_id, task.channel, message.sender_id)

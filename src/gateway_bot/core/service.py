@@ -40,6 +40,7 @@ from gateway_bot.core.commands import (
 from gateway_bot.core.conversation_mail import ConversationMailer
 from gateway_bot.core.delivery import ReplyDelivery
 from gateway_bot.core.engagement import engages, is_blank
+from gateway_bot.core.fault_points import reached
 from gateway_bot.core.jobs import Jobs
 from gateway_bot.core.retries import (
     DEFAULT_POLICY,
@@ -243,7 +244,9 @@ class GatewayService:
         """Durably accept a message. Returns True once it is safe to ack at the source."""
         if raw.channel not in self._adapters:
             raise ValueError(f"message from unknown channel {raw.channel!r}")
+        reached("received")
         task_id, is_new = await self._store.accept_inbound(raw)
+        reached("stored")
         if not is_new:
             log.info(
                 "duplicate delivery of %s/%s (task %s) ignored",

@@ -47,6 +47,7 @@ from gateway_bot.channels.email.smtp import SmtpError, open_transaction
 from gateway_bot.channels.email.store import EmailStore
 from gateway_bot.config.channels import EmailChannelSettings
 from gateway_bot.core.channel import AuthenticationError, MailRequest
+from gateway_bot.core.fault_points import reached
 from gateway_bot.core.inbox_files import InboxError, InboxWriter, safe_filename, size_text
 from gateway_bot.domain.messages import (
     Attachment,
@@ -312,9 +313,14 @@ class EmailAdapter:
 
     async def _send(self, mail: EmailMessage, recipient: str, send_key: str = "") -> None:
         async with self._send_lock:
-            transaction = await asyncio.to_thread(
-                open_transaction, self._settings, self._settings.address, recipient, self._tokens
-            )
+            try:
+                settings = self._settings
+                transaction = await asyncio.to_thread(
+                    open_transaction, settings, settings.address, recipient, self._tokens
+                )
+            except SmtpError as exc:  # refused or unreachable: the channel's health says so
+                self._listener.smtp_outcome(str(exc))
+                raise
             if send_key:
                 try:
                     await self._store.mark_send(send_key, "sending")
@@ -324,9 +330,12 @@ class EmailAdapter:
             try:
                 await asyncio.to_thread(transaction.deliver, mail)
             except SmtpError as exc:
+                self._listener.smtp_outcome(str(exc))
                 if send_key and not exc.uncertain:  # refused, so not delivered: try again
                     await self._store.mark_send(send_key, "intended")
                 raise
+            self._listener.smtp_outcome(None)
+            reached("email_smtp_accepted")
             if send_key:
                 await self._store.mark_send(send_key, "sent")
 

@@ -26,6 +26,7 @@ from gateway_bot.channels.email.oauth import TokenSource
 from gateway_bot.channels.email.store import EmailStore
 from gateway_bot.config.channels import EmailChannelSettings
 from gateway_bot.core.channel import Submit
+from gateway_bot.core.fault_points import reached
 from gateway_bot.domain.messages import ChannelHealth, ChannelStatus, RawMessage
 
 log = logging.getLogger(__name__)
@@ -47,10 +48,27 @@ class EmailListener:
         self._task: asyncio.Task[None] | None = None
         self._submit: Submit | None = None
         self._opened = False
+        self._smtp_problem: str | None = None
 
     @property
     def status(self) -> ChannelStatus:
+        """IMAP's health; a connected channel whose SMTP server refuses or cannot be reached
+        is DEGRADED all the same: mail still comes in, but replies wait."""
+        if self._smtp_problem is not None and self._status.health is ChannelHealth.CONNECTED:
+            return ChannelStatus(
+                ChannelHealth.DEGRADED, f"SMTP: {self._smtp_problem}; replies wait and are retried"
+            )
         return self._status
+
+    def smtp_outcome(self, problem: str | None) -> None:
+        """The adapter's last SMTP transaction: None when the server took the mail."""
+        if problem == self._smtp_problem:
+            return
+        if problem is None:
+            log.info("email channel: the SMTP server takes mail again")
+        else:
+            log.warning("email channel degraded: SMTP: %s", problem)
+        self._smtp_problem = problem
 
     def _set_status(self, health: ChannelHealth, message: str) -> None:
         if self._status == ChannelStatus(health, message):
@@ -154,6 +172,7 @@ class EmailListener:
                     continue
                 await self._store.mark_uid(folder, validity, uid, "stored")
             await asyncio.to_thread(session.remove, uid)
+            reached("email_source_removed")
             await self._store.mark_uid(folder, validity, uid, "done")
 
     async def _claimed_sender(self, key: str) -> str:

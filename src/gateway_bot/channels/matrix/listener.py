@@ -46,6 +46,7 @@ from gateway_bot.channels.matrix.events import (
 from gateway_bot.channels.matrix.render import in_conversation, notice_content
 from gateway_bot.channels.matrix.session import LoginRefused, MatrixSession
 from gateway_bot.core.channel import Submit
+from gateway_bot.core.fault_points import reached
 from gateway_bot.domain.messages import ChannelHealth, ChannelStatus, RawMessage
 
 log = logging.getLogger(__name__)
@@ -234,6 +235,7 @@ class MatrixListener:
         left = list((rooms.get("leave") or {}).keys())
         next_batch = str(response["next_batch"])
         await self._session.store.save_position(self._session.user_id, next_batch, joined_now, left)
+        reached("matrix_sync_saved")
         self._next_batch = next_batch
         self._joined.update(joined_now)
         self._joined.difference_update(left)

@@ -36,6 +36,7 @@ from gateway_bot.channels.slack.records import SlackRecords
 from gateway_bot.channels.slack.webapi import next_cursor
 from gateway_bot.config.channels import SlackChannelSettings
 from gateway_bot.core.channel import AuthenticationError
+from gateway_bot.core.fault_points import reached
 from gateway_bot.core.inbox_files import InboxWriter
 from gateway_bot.domain.messages import (
     Attachment,
@@ -307,6 +308,7 @@ class SlackAdapter:
             return record.ts
         if record is None:
             await self._records.intend_post(task_id, kind, part, channel)
+            reached("slack_post_intended")
         else:
             found = await self._find_post(channel, thread, task_id, kind, part, record.intended_at)
             if found is not None:
@@ -325,6 +327,7 @@ class SlackAdapter:
             },
         )
         ts = str(response["ts"])
+        reached("slack_posted")
         await self._records.confirm_post(task_id, kind, part, ts)
         return ts
 

@@ -30,6 +30,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from gateway_bot.channels.slack.health import FATAL_ERRORS, Health, backoff_delay
+from gateway_bot.core.fault_points import reached
 from gateway_bot.domain.messages import ChannelHealth
 
 log = logging.getLogger(__name__)
@@ -139,7 +140,9 @@ class SocketModeConnection:
                     elif "envelope_id" in message:
                         ack = await self._handle_one(message)
                         if ack is not None:
+                            reached("slack_acking")
                             await ws.send_str(json.dumps(ack))
+                            reached("slack_acked")
                 close_code = ws.close_code
         except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
             return f"Socket Mode connection failed: {exc or type(exc).__name__}", greeted
