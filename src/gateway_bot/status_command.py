@@ -31,6 +31,7 @@ from gateway_bot.core.status_snapshot import (
 )
 from gateway_bot.domain.records import ApprovalRecord, TaskRecord
 from gateway_bot.sandbox.base import SandboxContainer
+from gateway_bot.state.leases_store import GroupView, read_group
 from gateway_bot.state.schedules_store import SqliteSchedules
 from gateway_bot.state.sqlite_store import SqliteStore
 
@@ -63,12 +64,86 @@ def run_status(state_dir: Path, *, as_json: bool) -> int:
         )
         return EXIT_NO_STATE
     overview = asyncio.run(_overview(database if database.is_file() else None, snapshot))
+    group = asyncio.run(_group(database)) if database.is_file() else None
     note = not_running_note(snapshot, time.time())
     if as_json:
-        print(json.dumps(status_json(state_dir, snapshot, note, overview), indent=2))
+        shown = status_json(state_dir, snapshot, note, overview)
+        if group is not None:
+            shown["replicas"] = group_json(group, time.time())
+        print(json.dumps(shown, indent=2))
     else:
-        print(status_text(state_dir, snapshot, note, overview))
+        text = status_text(state_dir, snapshot, note, overview)
+        if group is not None:
+            text += "\n" + "\n".join(group_text(group, time.time()))
+        print(text)
     return 0
+
+
+async def _group(database: Path) -> GroupView | None:
+    """Replicas, leases and conversation claims (``ha``), when replicas ever ran here."""
+    store = SqliteStore(database)
+    await store.open_read_only()
+    try:
+        return await read_group(store.database)
+    finally:
+        await store.close()
+
+
+def group_json(group: GroupView, now: float) -> dict[str, Any]:
+    return {
+        "replicas": [
+            {"id": r.id, "host": r.host, "pid": r.pid, "started_at": r.started_at,
+             "heartbeat_at": r.heartbeat_at, "expires_at": r.expires_at,
+             "alive": r.expires_at >= now}
+            for r in group.replicas
+        ],
+        "leases": [
+            {"name": lease.name, "holder": lease.holder, "token": lease.token,
+             "acquired_at": lease.acquired_at, "expires_at": lease.expires_at,
+             "held": lease.holder is not None and lease.expires_at >= now}
+            for lease in group.leases
+        ],
+        "conversation_claims": [
+            {"conversation_id": c.conversation_id, "replica": c.replica, "token": c.token,
+             "claimed_at": c.claimed_at}
+            for c in group.claims
+        ],
+    }  # fmt: skip
+
+
+def group_text(group: GroupView, now: float) -> list[str]:
+    """Which replica is alive, which holds which listener (and the sweep), which runs
+    which conversation now."""
+
+    def expiry(at: float) -> str:
+        return f"in {_age(at - now)}" if at >= now else f"expired {_age(now - at)} ago"
+
+    lines = _table(
+        "Replicas",
+        ["REPLICA", "HOST", "PID", "HEARTBEAT", "STATE"],
+        [
+            [r.id, r.host, str(r.pid), f"{_age(now - r.heartbeat_at)} ago",
+             "alive" if r.expires_at >= now else "missed its heartbeat"]
+            for r in group.replicas
+        ],
+    )  # fmt: skip
+    lines += _table(
+        "Leases",
+        ["LEASE", "HOLDER", "TOKEN", "EXPIRES"],
+        [
+            [lease.name, lease.holder or "-", str(lease.token), expiry(lease.expires_at)]
+            for lease in group.leases
+        ],
+    )
+    lines += _table(
+        "Conversations running on a replica",
+        ["CONVERSATION", "REPLICA", "TOKEN", "SINCE"],
+        [
+            [c.conversation_id, c.replica or "-", str(c.token), _age(now - c.claimed_at)]
+            for c in group.claims
+        ],
+    )
+    return lines
 
 
 async def _overview(database: Path | None, snapshot: Snapshot | None) -> Overview:

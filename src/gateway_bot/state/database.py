@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -35,6 +36,9 @@ Params = Iterable[Any]
 Pruner = Callable[[float], Awaitable[int]]
 """Deletes (or empties) what its owner keeps only until the given time (epoch seconds);
 returns how many rows it touched. Must be safe to run at any moment, repeatedly."""
+
+_BUSY_ATTEMPTS = 25
+"""About 10 s of tries in all for a write another process keeps from its lock."""
 
 _OWNER = re.compile(r"[a-z][a-z0-9_]{0,31}")
 
@@ -105,7 +109,7 @@ class Database:
     async def write(self, sql: str, params: Params = ()) -> int:
         """One statement in its own (auto-committed) transaction; returns the row count."""
         async with self._lock:
-            cursor = await self.connection.execute(sql, tuple(params))
+            cursor = await self._execute_when_free(sql, tuple(params))
             return cursor.rowcount
 
     async def write_many(self, sql: str, rows: Iterable[Params]) -> None:
@@ -123,13 +127,28 @@ class Database:
     async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
         """Several statements that commit together or not at all."""
         async with self._lock:
-            await self.connection.execute("BEGIN IMMEDIATE")
+            await self._execute_when_free("BEGIN IMMEDIATE", ())
             try:
                 yield self.connection
             except BaseException:
                 await self.connection.execute("ROLLBACK")
                 raise
             await self.connection.execute("COMMIT")
+
+    async def _execute_when_free(self, sql: str, params: tuple[Any, ...]) -> aiosqlite.Cursor:
+        """A write that may meet another process's (a second replica on this file, issue
+        18). SQLite waits ``busy_timeout`` for a lock, but not when this connection has a
+        read open from an older snapshot (a coroutine's SELECT between its steps, which
+        aiosqlite interleaves with our write): that is SQLITE_BUSY at once. Nothing was
+        written then, so the write is tried again once the read has moved on."""
+        for attempt in range(_BUSY_ATTEMPTS):
+            try:
+                return await self.connection.execute(sql, params)
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or attempt == _BUSY_ATTEMPTS - 1:
+                    raise
+                await asyncio.sleep(min(0.5, 0.005 * 2**attempt))
+        raise AssertionError("unreachable")
 
     # -- schema ----------------------------------------------------------------------------
 

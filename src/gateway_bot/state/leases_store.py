@@ -90,6 +90,46 @@ class ClaimRow:
     claimed_at: float
 
 
+@dataclass(frozen=True)
+class GroupView:
+    """Everything ``gateway-bot status`` shows of the replicas."""
+
+    replicas: list[ReplicaRow]
+    leases: list[LeaseRow]
+    claims: list[ClaimRow]
+
+
+async def read_group(database: Database) -> GroupView | None:
+    """The replicas, leases and claims, by reads only (``status`` opens the database
+    read-only); None when no replica ever ran on this database."""
+    if await database.schema_version(OWNER) is None:
+        return None
+    return GroupView(await _replicas(database), await _leases(database), await _claims(database))
+
+
+async def _replicas(db: Database) -> list[ReplicaRow]:
+    rows = await db.fetch_all(
+        "SELECT id, host, pid, started_at, heartbeat_at, expires_at FROM ha_replicas"
+        " ORDER BY started_at, id"
+    )
+    return [ReplicaRow(str(r[0]), str(r[1]), int(r[2]), *map(float, r[3:6])) for r in rows]
+
+
+async def _leases(db: Database) -> list[LeaseRow]:
+    rows = await db.fetch_all(
+        "SELECT name, holder, token, acquired_at, expires_at FROM ha_leases ORDER BY name"
+    )
+    return [LeaseRow(str(r[0]), r[1], int(r[2]), float(r[3]), float(r[4])) for r in rows]
+
+
+async def _claims(db: Database) -> list[ClaimRow]:
+    rows = await db.fetch_all(
+        "SELECT conversation_id, replica, token, claimed_at FROM ha_conversation_claims"
+        " WHERE replica IS NOT NULL ORDER BY claimed_at"
+    )
+    return [ClaimRow(str(r[0]), r[1], int(r[2]), float(r[3])) for r in rows]
+
+
 class LeaseStore:
     def __init__(self, database: Database) -> None:
         self._tables = OwnedTables(database, OWNER, HA_MIGRATIONS)
@@ -118,12 +158,7 @@ class LeaseStore:
         return count == 1
 
     async def replicas(self) -> list[ReplicaRow]:
-        db = await self._db()
-        rows = await db.fetch_all(
-            "SELECT id, host, pid, started_at, heartbeat_at, expires_at FROM ha_replicas"
-            " ORDER BY started_at, id"
-        )
-        return [ReplicaRow(str(r[0]), str(r[1]), int(r[2]), *map(float, r[3:6])) for r in rows]
+        return await _replicas(await self._db())
 
     async def bury(self, replica: str, now: float) -> bool:
         """Declare ``replica`` dead if its heartbeat expired (or it left): its conversation
@@ -200,11 +235,7 @@ class LeaseStore:
         return row is not None
 
     async def leases(self) -> list[LeaseRow]:
-        db = await self._db()
-        rows = await db.fetch_all(
-            "SELECT name, holder, token, acquired_at, expires_at FROM ha_leases ORDER BY name"
-        )
-        return [LeaseRow(str(r[0]), r[1], int(r[2]), float(r[3]), float(r[4])) for r in rows]
+        return await _leases(await self._db())
 
     # -- conversation claims ---------------------------------------------------------------
 
@@ -252,12 +283,7 @@ class LeaseStore:
         return count == 1
 
     async def claims(self) -> list[ClaimRow]:
-        db = await self._db()
-        rows = await db.fetch_all(
-            "SELECT conversation_id, replica, token, claimed_at FROM ha_conversation_claims"
-            " WHERE replica IS NOT NULL ORDER BY claimed_at"
-        )
-        return [ClaimRow(str(r[0]), r[1], int(r[2]), float(r[3])) for r in rows]
+        return await _claims(await self._db())
 
     async def pending_of(self, replica: str) -> list[tuple[str, str]]:
         """(conversation id, task id) of the pending tasks in conversations ``replica``
