@@ -82,6 +82,9 @@ class Replicas:
         self._clock = clock
         self._held: dict[str, int] = {}
         """Conversation id -> the token of this replica's claim on it."""
+        self._taking_up: set[str] = set()
+        """Claimed conversations whose previous holder's leftovers are being finished: none
+        of their tasks is queued here before that is done (their order)."""
         self._wake = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         self._leased = frozenset(leased_channels)
@@ -130,7 +133,7 @@ class Replicas:
     # -- ConversationClaims ----------------------------------------------------------------
 
     def holds(self, conversation_id: str) -> bool:
-        return conversation_id in self._held
+        return conversation_id in self._held and conversation_id not in self._taking_up
 
     def wanted(self, conversation_id: str) -> None:
         self._wake.set()
@@ -227,12 +230,7 @@ class Replicas:
                     replica.id,
                     now - replica.heartbeat_at,
                 )
-        for conversation_id, task_id in await self._leases.pending_of(self.id):
-            # Routed by another replica's intake to a conversation this one runs.
-            if conversation_id in self._held and not self._scheduler.in_lane(
-                conversation_id, task_id
-            ):
-                self._scheduler.enqueue(conversation_id, task_id)
+        await self._queue_pending()
         room = self._max_conversations - len(self._held)
         if room <= 0:
             return
@@ -241,12 +239,28 @@ class Replicas:
             if token is None:
                 continue  # another replica was quicker
             self._held[conversation_id] = token
+            self._taking_up.add(conversation_id)
             self._service.spawn(self._take_up(conversation_id), name=f"take-up-{conversation_id}")
+
+    async def _queue_pending(self, only: str | None = None) -> None:
+        """Queue, oldest first, the pending tasks of the conversations this replica holds
+        that are not queued here yet: routed by another replica's intake, or left by the
+        previous holder."""
+        for conversation_id, task_id in await self._leases.pending_of(self.id):
+            if only is not None and conversation_id != only:
+                continue
+            if self.holds(conversation_id) and not self._scheduler.in_lane(
+                conversation_id, task_id
+            ):
+                self._scheduler.enqueue(conversation_id, task_id)
 
     async def _take_up(self, conversation_id: str) -> None:
         try:
             await self._service.recover_conversation(conversation_id)
+            self._taking_up.discard(conversation_id)
+            await self._queue_pending(conversation_id)
         finally:
+            self._taking_up.discard(conversation_id)
             if self._scheduler.depth(conversation_id) == 0:
                 self.drained(conversation_id)
 

@@ -221,8 +221,8 @@ class GatewayService:
 
     async def recover_conversation(self, conversation_id: str) -> None:
         """A replica that just claimed a conversation finishes what the previous holder
-        left: a stored reply is delivered, an interrupted run goes back to pending; then
-        every pending task is queued here, oldest first."""
+        left, oldest first: a stored reply is delivered, an interrupted run goes back to
+        pending. The caller then queues the pending tasks (``core/replicas.py``)."""
         for task in await self._store.conversation_tasks(
             conversation_id, [TaskState.EXECUTING, TaskState.PENDING]
         ):
@@ -233,8 +233,6 @@ class GatewayService:
                     continue
                 log.info("take-over: task %s was interrupted mid-run; running it again", task.id)
                 await self._store.transition(task.id, TaskState.PENDING)
-            if not self._scheduler.in_lane(conversation_id, task.id):
-                self._scheduler.enqueue(conversation_id, task.id)
 
     def spawn(self, job: Coroutine[Any, Any, None], name: str) -> None:
         """Background work of the replicas' coordinator, closed with the service's jobs."""
