@@ -16,7 +16,7 @@ What one replica does (``ha.enabled``; a single daemon has none of this and poll
   once its queue there is empty. One claim per conversation keeps its tasks in order
   whichever replica runs them, and never two at once;
 * stores a reply only while its claim's token is still its own (``record_reply``: the
-  check and the write are one statement), so a replica that was declared dead and wakes up
+  check and the write are one transaction), so a replica that was declared dead and wakes up
   cannot answer a task the others already took over.
 
 Intake stays where the listener is: the listener's replica authenticates, routes and

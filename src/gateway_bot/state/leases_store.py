@@ -12,7 +12,7 @@ here, and nowhere else:
   conversation, taken only when free (``replica IS NULL``), released when the replica's
   queue of that conversation is empty, and released for it when it died; its ``token`` goes
   up at every claim, so a replica that lost a claim cannot record a reply
-  (``record_reply_fenced``: the token is checked by the same statement that writes).
+  (``record_reply_fenced``: the token is checked in the transaction that writes).
 
 Every statement is portable between SQLite and PostgreSQL (no ``INSERT OR ...``; ``ON
 CONFLICT``; DOUBLE PRECISION times) and uses only ``Database``'s methods. Times are epoch
@@ -301,13 +301,33 @@ class LeaseStore:
         self, task_id: str, reply: Reply, conversation_id: str, replica: str, token: int
     ) -> bool:
         """Store a task's reply only while ``replica`` still holds the conversation's claim
-        with ``token``, checked by the very statement that writes: a replica whose claim was
-        taken over (it was declared dead, then woke up) is refused, and must not send."""
+        with ``token``, checked in the same transaction as the write: a replica whose claim
+        was taken over (it was declared dead, then woke up) is refused, and must not send.
+
+        The first statement touches the claim row under the same condition, which on
+        PostgreSQL locks it until the commit, so a take-over (which updates that row) either
+        committed before (the write then finds another holder and does nothing) or waits
+        until after (and then finds the reply stored: it delivers it, never re-runs). SQLite
+        serialises the whole transaction. Whether the write happened is read back: a stored
+        reply is never replaced (``reply_json IS NULL``)."""
         db = await self._db()
-        count = await db.write(
-            "UPDATE tasks SET reply_json = ? WHERE id = ? AND state = 'executing'"
-            " AND EXISTS (SELECT 1 FROM ha_conversation_claims c"
-            " WHERE c.conversation_id = ? AND c.replica = ? AND c.token = ?)",
-            (json.dumps(reply.to_json()), task_id, conversation_id, replica, token),
+        stored = json.dumps(reply.to_json())
+        claim = (conversation_id, replica, token)
+        await db.write_batch(
+            [
+                (
+                    "UPDATE ha_conversation_claims SET claimed_at = claimed_at"
+                    " WHERE conversation_id = ? AND replica = ? AND token = ?",
+                    claim,
+                ),
+                (
+                    "UPDATE tasks SET reply_json = ?"
+                    " WHERE id = ? AND state = 'executing' AND reply_json IS NULL"
+                    " AND EXISTS (SELECT 1 FROM ha_conversation_claims c"
+                    " WHERE c.conversation_id = ? AND c.replica = ? AND c.token = ?)",
+                    (stored, task_id, *claim),
+                ),
+            ]
         )
-        return count == 1
+        row = await db.fetch_one("SELECT reply_json FROM tasks WHERE id = ?", (task_id,))
+        return row is not None and row[0] == stored
