@@ -73,6 +73,7 @@ async def test_a_replica_declared_dead_cannot_record_its_late_reply(
     assert await b.bury("replica-a", later)
     assert not await a.bury("replica-a", later), "buried twice"
     assert await b.claimable(10) == [conversation_id]
+    assert await b.claimable(10, ["slack"]) == [], "a channel that sends only where it listens"
     token_b = await b.claim(conversation_id, "replica-b", later)
     assert token_b is not None
     assert token_b > token_a

@@ -9,7 +9,8 @@ What one replica does (``ha.enabled``; a single daemon has none of this and poll
   messages the previous holder stored but had not routed;
 * runs the service's shared sweep (approval cards, parked replies) only under the "sweep"
   lease;
-* runs a conversation's tasks only while it claims the conversation: it claims free
+* runs a conversation's tasks only while it claims the conversation (of a channel that
+  ``SendsWhereItListens``, only while it holds that channel's listener): it claims free
   conversations with unfinished tasks while it has room (``execution.max_concurrent_tasks``
   conversations), recovers what a dead holder left (a stored reply delivered, an
   interrupted run re-run), queues their pending tasks oldest first, and releases the claim
@@ -36,7 +37,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 
 from gateway_bot.config.ha import HaSettings
-from gateway_bot.core.channel import ChannelAdapter
+from gateway_bot.core.channel import ChannelAdapter, SendsWhereItListens
 from gateway_bot.core.listener_lease import LeaseKeeper
 from gateway_bot.core.service import GatewayService
 from gateway_bot.domain.messages import Reply
@@ -88,6 +89,10 @@ class Replicas:
         self._wake = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         self._leased = frozenset(leased_channels)
+        self._bound = sorted(
+            name for name, a in adapters.items() if isinstance(a, SendsWhereItListens)
+        )
+        """Channels whose tasks run only where their listener runs."""
         self._keepers: dict[str, LeaseKeeper] = {}
         for channel in sorted(self._leased):
             self._keepers[channel] = self._listener_keeper(channel, adapters[channel])
@@ -234,7 +239,8 @@ class Replicas:
         room = self._max_conversations - len(self._held)
         if room <= 0:
             return
-        for conversation_id in await self._leases.claimable(room):
+        elsewhere = [channel for channel in self._bound if not self.leads(channel)]
+        for conversation_id in await self._leases.claimable(room, elsewhere):
             token = await self._leases.claim(conversation_id, self.id, self._clock())
             if token is None:
                 continue  # another replica was quicker

@@ -23,6 +23,7 @@ and the lease's safety margin covers the skew.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gateway_bot.domain.messages import Reply
@@ -239,16 +240,18 @@ class LeaseStore:
 
     # -- conversation claims ---------------------------------------------------------------
 
-    async def claimable(self, limit: int) -> list[str]:
+    async def claimable(self, limit: int, but_channels: Sequence[str] = ()) -> list[str]:
         """Conversations with unfinished tasks (pending or executing) that no replica
-        claims, oldest task first."""
+        claims, oldest task first; none of ``but_channels`` (whose sends this replica
+        cannot make)."""
         db = await self._db()
+        skip = "".join(" AND t.channel <> ?" for _ in but_channels)
         rows = await db.fetch_all(
             "SELECT t.conversation_id, MIN(t.created_at) AS first FROM tasks t"
             " LEFT JOIN ha_conversation_claims c ON c.conversation_id = t.conversation_id"
             " WHERE t.state IN (?, ?) AND t.conversation_id IS NOT NULL AND c.replica IS NULL"
-            " GROUP BY t.conversation_id ORDER BY first LIMIT ?",
-            (*_UNFINISHED, limit),
+            f"{skip} GROUP BY t.conversation_id ORDER BY first LIMIT ?",
+            (*_UNFINISHED, *but_channels, limit),
         )
         return [str(r[0]) for r in rows]
 
