@@ -4,7 +4,8 @@
 
 Real ``gateway-bot run`` processes on one state directory (SQLite, WAL), Slack through the
 fake (tests/fake_slack.py), an instant agent (a shell script speaking Claude Code's
-stream-json), the host sandbox. Throughput: ``--tasks`` messages over ``--tasks / 3``
+stream-json; warm sessions off everywhere, as ``ha`` turns them off), the host sandbox.
+Throughput: ``--tasks`` messages over ``--tasks / 3``
 conversations, sent at once; timed from the first message to the last reply, for a single
 daemon without ``ha``, one replica, and two replicas. Failover (``ha.lease_seconds: 3``):
 the replica holding the Slack listener is killed (SIGKILL) and a message sent at once; timed
@@ -65,8 +66,8 @@ class Deployment:
         }
         sections: dict[str, Any] = {
             "channels": {"console": None, "slack": slack},
-            "agent": {"command": [str(agent)], "timeout_seconds": 60},
-            "logging": {"level": "WARNING"} if not ha else {"level": "INFO"},
+            "agent": {"command": [str(agent)], "timeout_seconds": 60, "max_warm_sessions": 0},
+            "logging": {"level": "INFO"},  # a replica says "joined" at INFO
         }
         if ha:
             sections["ha"] = {"enabled": True, "lease_seconds": LEASE_S, "poll_seconds": 0.2}
@@ -84,6 +85,9 @@ class Deployment:
     def stop(self) -> None:
         for process in self.processes:
             process.terminate()
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.process.pid} ---\n{p.stderr[-4000:]}" for p in self.processes)
 
 
 def _replied(fake: FakeSlack, root: str, word: str) -> bool:
@@ -116,6 +120,9 @@ def _throughput(
         for conversation, word in sent:
             _wait(lambda c=conversation, w=word: _replied(fake, roots[c], w), f"reply {word}")
         return tasks / (time.perf_counter() - started)
+    except TimeoutError:
+        print(deployment.logs())
+        raise
     finally:
         deployment.stop()
 
