@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -214,3 +215,23 @@ def status(config: Path, *more: str) -> Any:
     )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout) if more else done.stdout
+
+
+def test_a_replica_stopped_cleanly_hands_its_listener_over_at_once(
+    deployment: Deployment, fake_slack: FakeSlack
+) -> None:
+    holder = deployment.start_replica()
+    fake_slack.wait_connected(1)
+    survivor = deployment.start_replica()
+    first = fake_slack.user_says(ALICE, DM, "before msg-0-0")
+    fake_slack.wait_for_reply(DM, first, "Echo: msg-0-0", timeout=120)
+
+    holder.process.send_signal(signal.SIGTERM)
+    assert holder.wait(120) == 0, holder.stderr
+    fake_slack.wait_connected(2)
+    after = fake_slack.user_says(ALICE, DM, "after msg-1-0")
+    fake_slack.wait_for_reply(DM, after, "Echo: msg-1-0", timeout=120)
+    assert "lease listener:slack: taken" in survivor.stderr
+    assert not re.search(r"missed its heartbeat", survivor.stderr), "it left, it did not die"
+    assert answers(fake_slack, first) == ["msg-0-0"]
+    assert answers(fake_slack, after) == ["msg-1-0"]
