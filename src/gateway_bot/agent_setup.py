@@ -95,7 +95,7 @@ def _warm_runner(
 ) -> WarmRunner | None:
     """Warm sessions end with their container's idle stop (a podman sandbox asks the runner
     which are idle); on the host, after the same idle time."""
-    if backend.make_warm_runner is None or config.agent.max_warm_sessions == 0:
+    if backend.make_warm_runner is None or config.agent.max_warm_sessions == 0 or config.ha.enabled:
         return None
     keeps = isinstance(sandbox, PodmanSandbox)
     settings = WarmSettings(

@@ -26,6 +26,7 @@ from gateway_bot.core.executor import AgentDefaults, TaskExecutor
 from gateway_bot.core.fault_points import check_fault_point
 from gateway_bot.core.feed import ChangeFeed
 from gateway_bot.core.network_approvals import network_asker
+from gateway_bot.core.replicas import Replicas
 from gateway_bot.core.schedule_test_clock import schedule_test_clock
 from gateway_bot.core.service import GatewayService
 from gateway_bot.core.status_snapshot import SnapshotWriter, snapshot_path
@@ -38,6 +39,7 @@ from gateway_bot.sandbox.base import HoldsEgress
 from gateway_bot.sandbox.factory import create_sandbox
 from gateway_bot.state.action_approvals_store import SqliteActionApprovals
 from gateway_bot.state.database import Database
+from gateway_bot.state.leases_store import LeaseStore
 from gateway_bot.state.schedules_store import SqliteSchedules
 from gateway_bot.state.sqlite_store import SqlStore
 
@@ -123,6 +125,18 @@ class Daemon:
             if isinstance(self.sandbox, HoldsEgress):
                 # The proxy's held requests (egress ask rules) become the same cards.
                 self.sandbox.set_egress_ask(network_asker(self.service.action_approvals))
+        self.replicas: Replicas | None = None
+        """One of several replicas on the shared database (``ha.enabled``); the console is
+        per process, every other channel's listener runs under a lease."""
+        if config.ha.enabled:
+            self.replicas = Replicas(
+                LeaseStore(self.database),
+                self.service,
+                adapters,
+                [name for name in adapters if name != "console"],
+                config.ha,
+                config.execution.max_concurrent_tasks,
+            )
         self.feed = ChangeFeed()
         """Every task state change, for in-process subscribers (the dashboard, next)."""
         self.store.on_transition(self.feed.publish_transition)
@@ -255,6 +269,8 @@ class Daemon:
             loop.add_signal_handler(sig, self.stop_requested.set)
         try:
             await self.service.start()
+            if self.replicas is not None:
+                await self.replicas.start()
             self.status_snapshot.start()
             await self._start_dashboard()
             await self._start_control()
@@ -270,7 +286,11 @@ class Daemon:
             stop.cancel()
             eof.cancel()
             log.info("shutting down")
+            if self.replicas is not None:
+                await self.replicas.stop_listening()
             await self.service.shutdown(self.config.execution.shutdown_timeout_seconds)
+            if self.replicas is not None:
+                await self.replicas.leave()
         finally:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)

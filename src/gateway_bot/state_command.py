@@ -21,6 +21,7 @@ from gateway_bot.channels.matrix.undecrypted import OWNER as MATRIX_E2EE
 from gateway_bot.channels.slack.records import OWNER as SLACK
 from gateway_bot.channels.slack.records import SLACK_MIGRATIONS
 from gateway_bot.state import action_approvals_store as actions
+from gateway_bot.state import leases_store as ha
 from gateway_bot.state import migrations as core
 from gateway_bot.state import schedule_proposals_store as proposals
 from gateway_bot.state import schedules_store as schedules
@@ -45,6 +46,7 @@ OWNERS: dict[str, Sequence[Migration]] = {
     SLACK: SLACK_MIGRATIONS,
     EMAIL: EMAIL_MIGRATIONS,
     actions.OWNER: actions.MIGRATIONS,
+    ha.OWNER: ha.HA_MIGRATIONS,
 }
 """Every owner of tables in the state database and its migrations (the core first)."""
 

@@ -33,6 +33,7 @@ from gateway_bot.domain.records import ApprovalRecord, TaskRecord
 from gateway_bot.sandbox.base import SandboxContainer
 from gateway_bot.state.action_approvals_store import OWNER as ACTIONS_OWNER
 from gateway_bot.state.action_approvals_store import ActionApprovalRecord, SqliteActionApprovals
+from gateway_bot.state.leases_store import GroupView, read_group
 from gateway_bot.state.schedules_store import SqliteSchedules
 from gateway_bot.state.sqlite_store import SqliteStore
 
@@ -68,13 +69,19 @@ def run_status(state_dir: Path, *, as_json: bool, state_url: str | None = None) 
     present = not isinstance(database, Path) or database.is_file()
     overview = asyncio.run(_overview(database if present else None, snapshot))
     actions = asyncio.run(_pending_actions(database)) if present else []
+    group = asyncio.run(_group(database)) if present else None
     note = not_running_note(snapshot, time.time())
     if as_json:
         shown = status_json(state_dir, snapshot, note, overview)
         shown["action_approvals"] = [_action_json(a) for a in actions]
+        if group is not None:
+            shown["replicas"] = group_json(group, time.time())
         print(json.dumps(shown, indent=2))
     else:
-        print(status_text(state_dir, snapshot, note, overview) + _actions_text(actions))
+        text = status_text(state_dir, snapshot, note, overview) + _actions_text(actions)
+        if group is not None:
+            text += "\n" + "\n".join(group_text(group, time.time()))
+        print(text)
     return 0
 
 
@@ -86,6 +93,16 @@ async def _pending_actions(database: Path | str) -> list[ActionApprovalRecord]:
         if await store.database.schema_version(ACTIONS_OWNER) is None:
             return []
         return await SqliteActionApprovals(store.database).pending()
+    finally:
+        await store.close()
+
+
+async def _group(database: Path | str) -> GroupView | None:
+    """Replicas, leases and conversation claims (``ha``), when replicas ever ran here."""
+    store = SqliteStore(database)
+    await store.open_read_only()
+    try:
+        return await read_group(store.database)
     finally:
         await store.close()
 
@@ -112,6 +129,63 @@ def _actions_text(actions: Sequence[ActionApprovalRecord]) -> str:
     ]  # fmt: skip
     columns = ["CODE", "KIND", "CONVERSATION", "TASK", "AGE", "WHAT"]
     return "\n" + "\n".join(_table("Pending action approvals", columns, rows))
+
+
+def group_json(group: GroupView, now: float) -> dict[str, Any]:
+    return {
+        "replicas": [
+            {"id": r.id, "host": r.host, "pid": r.pid, "started_at": r.started_at,
+             "heartbeat_at": r.heartbeat_at, "expires_at": r.expires_at,
+             "alive": r.expires_at >= now}
+            for r in group.replicas
+        ],
+        "leases": [
+            {"name": lease.name, "holder": lease.holder, "token": lease.token,
+             "acquired_at": lease.acquired_at, "expires_at": lease.expires_at,
+             "held": lease.holder is not None and lease.expires_at >= now}
+            for lease in group.leases
+        ],
+        "conversation_claims": [
+            {"conversation_id": c.conversation_id, "replica": c.replica, "token": c.token,
+             "claimed_at": c.claimed_at}
+            for c in group.claims
+        ],
+    }  # fmt: skip
+
+
+def group_text(group: GroupView, now: float) -> list[str]:
+    """Which replica is alive, which holds which listener (and the sweep), which runs
+    which conversation now."""
+
+    def expiry(at: float) -> str:
+        return f"in {_age(at - now)}" if at >= now else f"expired {_age(now - at)} ago"
+
+    lines = _table(
+        "Replicas",
+        ["REPLICA", "HOST", "PID", "HEARTBEAT", "STATE"],
+        [
+            [r.id, r.host, str(r.pid), f"{_age(now - r.heartbeat_at)} ago",
+             "alive" if r.expires_at >= now else "missed its heartbeat"]
+            for r in group.replicas
+        ],
+    )  # fmt: skip
+    lines += _table(
+        "Leases",
+        ["LEASE", "HOLDER", "TOKEN", "EXPIRES"],
+        [
+            [lease.name, lease.holder or "-", str(lease.token), expiry(lease.expires_at)]
+            for lease in group.leases
+        ],
+    )
+    lines += _table(
+        "Conversations running on a replica",
+        ["CONVERSATION", "REPLICA", "TOKEN", "SINCE"],
+        [
+            [c.conversation_id, c.replica or "-", str(c.token), _age(now - c.claimed_at)]
+            for c in group.claims
+        ],
+    )
+    return lines
 
 
 async def _overview(database: Path | str | None, snapshot: Snapshot | None) -> Overview:

@@ -33,6 +33,7 @@ from pydantic_settings import (
 from gateway_bot.config.access import AccessSettings
 from gateway_bot.config.action_rules import ActionApprovalSettings
 from gateway_bot.config.channels import ChannelsSettings
+from gateway_bot.config.ha import HaSettings
 from gateway_bot.config.sandbox import SandboxSettings
 from gateway_bot.config.section import Section
 from gateway_bot.config.validation import describe_validation_errors
@@ -258,6 +259,7 @@ class ServerConfig(BaseSettings):
     access: AccessSettings = Field(default_factory=AccessSettings)
     dashboard: DashboardSettings | None = None
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
+    ha: HaSettings = Field(default_factory=HaSettings)
 
     _yaml_data: ClassVar[dict[str, Any]] = {}
 

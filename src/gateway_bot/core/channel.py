@@ -246,3 +246,14 @@ class ConversationMail(Protocol):
         """Send once per ``request.send_key`` (an intent recorded before SMTP, as a reply's);
         return the subject it went out with."""
         ...
+
+
+@runtime_checkable
+class SendsWhereItListens(Protocol):
+    """A channel that can send only from the process whose listener runs: its session
+    (Matrix's login, made by the listener, and its device's crypto state) lives there.
+    Under replicas (``core/replicas.py``) its conversations run only on the replica that
+    holds its listener's lease. Channels that send with their configured credentials alone
+    (Slack's Web API, SMTP) leave it out, and their tasks run on any replica."""
+
+    sends_where_it_listens: bool

@@ -87,10 +87,21 @@ class ReplyDelivery:
         reply: Reply,
         reason: CompletionReason,
         closing: Progress | None = None,
+        record: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
         """The end of an executed task. Returns once the task is completed or parked.
-        ``closing`` (the finished steps) closes the progress display once the reply is out."""
-        await self._store.record_reply(task_id, reply)
+        ``closing`` (the finished steps) closes the progress display once the reply is out.
+        ``record`` (replicas, ``core/replicas.py``) stores the reply in place of the store's
+        ``record_reply`` and says False when this replica's claim on the conversation was
+        taken over: the reply is then neither stored nor sent (the new holder runs it)."""
+        if record is None:
+            await self._store.record_reply(task_id, reply)
+        elif not await record():
+            log.warning(
+                "task %s: this replica lost its conversation's claim; its reply is refused",
+                task_id,
+            )
+            return
         if reply.usage is not None:
             await self._store.record_usage(task_id, reply.usage)
         reached("reply_stored")

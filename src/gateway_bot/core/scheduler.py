@@ -79,6 +79,29 @@ class Executes(Protocol):
     ) -> TaskResult: ...
 
 
+class ConversationClaims(Protocol):
+    """Several replicas on one database (``core/replicas.py``): which conversations this
+    replica may run now. Absent (None) for a single daemon, which runs everything it
+    queues without asking anyone."""
+
+    def holds(self, conversation_id: str) -> bool:
+        """This replica has the conversation's claim (a local answer, no database)."""
+        ...
+
+    def wanted(self, conversation_id: str) -> None:
+        """A task was queued for a conversation this replica does not hold: claim it if
+        free (its pending tasks then come back through ``enqueue``), else leave it."""
+        ...
+
+    def drained(self, conversation_id: str) -> None:
+        """The conversation's queue here is empty: release its claim."""
+        ...
+
+    async def record_reply(self, conversation_id: str, task_id: str, reply: Reply) -> bool:
+        """Store the reply only if the claim is still this replica's (fenced)."""
+        ...
+
+
 class RunningTask:
     """The task a conversation is executing now, for /stop and /status."""
 
@@ -146,6 +169,8 @@ class Scheduler:
         self._running: dict[str, RunningTask] = {}
         self._told_waiting: set[str] = set()
         """Tasks whose sender was told they wait for their host (told once)."""
+        self.claims: ConversationClaims | None = None
+        """Set for a replica of several (``core/replicas.py``); None: a single daemon."""
         self.on_schedule_request: OnScheduleRequest | None = None
         """Given the agent's ``outbox/schedule.json`` after the reply (the service sets it
         when schedules are on: ``core/schedule_proposals.py``)."""
@@ -227,8 +252,14 @@ class Scheduler:
         self, conversation_id: str, task_id: str, *, after: asyncio.Task[None] | None = None
     ) -> None:
         """Queue a PENDING task; ``after`` (its acknowledgement) is awaited before it runs
-        (at most ``ACK_WAIT_S``), its outcome ignored."""
+        (at most ``ACK_WAIT_S``), its outcome ignored. A replica of several queues only
+        conversations it claims."""
+        if self.claims is not None and not self.claims.holds(conversation_id):
+            self.claims.wanted(conversation_id)
+            return
         lane = self._lane(conversation_id)
+        if self.claims is not None and task_id in lane.queue:
+            return  # found by the replica's poll while its intake was queueing it
         lane.queue.append(task_id)
         if after is not None:
             lane.before[task_id] = after
@@ -246,6 +277,15 @@ class Scheduler:
                 await running.progress.on_event(
                     ToolUseEvent("approval", f"waiting for approval: {what}")
                 )
+
+    def in_lane(self, conversation_id: str, task_id: str) -> bool:
+        """The task is queued (or running) here."""
+        lane = self._lanes.get(conversation_id)
+        return lane is not None and task_id in lane.queue
+
+    def busy_lanes(self) -> int:
+        """Conversations with a task queued or running here."""
+        return sum(1 for lane in self._lanes.values() if lane.queue)
 
     def stop(self, conversation_id: str) -> RunningTask | None:
         """/stop: cancel the conversation's running task; None when nothing runs."""
@@ -281,6 +321,8 @@ class Scheduler:
                     await asyncio.sleep(HOST_RETRY_S)
         finally:
             lane.drainer = None
+            if self.claims is not None and not queue:
+                self.claims.drained(lane.conversation_id)
 
     async def _execute(self, lane: ConversationLane, task_id: str) -> bool:
         """Runs the task; True when it waits for its sandbox host (back to PENDING)."""
@@ -311,6 +353,9 @@ class Scheduler:
                    lambda: adapter.send_rejection(context, text))  # fmt: skip
 
     async def _run_task(self, lane: ConversationLane, task_id: str) -> bool:
+        if self.claims is not None and not self.claims.holds(lane.conversation_id):
+            log.warning("task %s: its conversation's claim was lost: not run here", task_id)
+            return False
         task = await self._store.get_task(task_id)
         if task.state is not TaskState.PENDING:
             log.warning("task %s is %s, not pending: not run", task_id, task.state.value)
@@ -355,8 +400,12 @@ class Scheduler:
             await reporter.close()
             lane.running = None
             self._running.pop(lane.conversation_id, None)
+        record = None
+        if self.claims is not None:
+            claims, reply, cid = self.claims, result.reply, lane.conversation_id
+            record = lambda: claims.record_reply(cid, task_id, reply)  # noqa: E731
         await self._replies.store_and_send(
-            task_id, message, result.reply, result.reason, reporter.finished(result.reply)
+            task_id, message, result.reply, result.reason, reporter.finished(result.reply), record
         )
         log.info("task %s done: %s", task_id, result.reason.value)
         if result.schedule_request is not None and self.on_schedule_request is not None:

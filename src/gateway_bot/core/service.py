@@ -23,7 +23,8 @@ import collections
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any, Protocol
 
 from gateway_bot.config.access import AccessSettings, IgnoredMessages
 from gateway_bot.config.action_rules import ActionApprovalSettings
@@ -65,6 +66,21 @@ log = logging.getLogger(__name__)
 SWEEP_INTERVAL_S = 60.0
 """How often parked work is taken up again: approval cards checked for expiry or never
 posted, replies a channel would not take, messages whose channel could not be reached."""
+
+
+class ReplicaDuties(Protocol):
+    """Several replicas on one database (``core/replicas.py``): what this one leads now."""
+
+    def leases_listener(self, channel: str) -> bool:
+        """The channel's listener runs under a lease (started by the lease's holder, not by
+        ``start``)."""
+        ...
+
+    def leads(self, duty: str) -> bool:
+        """This replica holds the lease named ``duty`` now: a channel's name (its intake
+        and parked messages) or "sweep" (approval cards, parked replies). A channel whose
+        listener is not leased (the console) is always led here."""
+        ...
 
 
 class GatewayService:
@@ -166,6 +182,8 @@ class GatewayService:
         self._taking_in: set[str] = set()
         """Tasks with an intake job now (waiting for the lock, parsing or backing off)."""
         self._accepting = False
+        self.replicas: ReplicaDuties | None = None
+        """Set (before ``start``) for a replica of several; None: a single daemon."""
 
     @property
     def scheduler(self) -> Scheduler:
@@ -180,19 +198,25 @@ class GatewayService:
     # -- lifecycle ---------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Recover what a previous run left, then start every channel's listener."""
+        """Recover what a previous run left, then start every channel's listener. A replica
+        of several recovers nothing here: each conversation is recovered by the replica that
+        claims it, each channel's intake by its listener's holder, the rest by the sweep's
+        (and another replica's pending action cards are its own, not abandoned ones)."""
         if self.action_approvals is not None:
             await self.action_approvals.records.open()
-            await self.action_approvals.recover()
-        await self.recover()
-        await self._gate.expire()
-        await self._gate.resend_unsent_cards()
+            if self.replicas is None:
+                await self.action_approvals.recover()
+        if self.replicas is None:
+            await self.recover()
+            await self._gate.expire()
+            await self._gate.resend_unsent_cards()
         self._sweeper = asyncio.create_task(self._sweep_periodically())
         self._accepting = True
         if self.schedules is not None:
             await self.schedules.start()
         for adapter in self._adapters.values():
-            await adapter.listener.start(self.submit)
+            if self.replicas is None or not self.replicas.leases_listener(adapter.name):
+                await adapter.listener.start(self.submit)
 
     async def _sweep_periodically(self) -> None:
         while True:
@@ -205,11 +229,45 @@ class GatewayService:
     async def sweep(self) -> None:
         """Take up what is parked: expired or unsent approval cards, replies a channel would
         not take, messages whose channel could not be reached to parse them."""
-        await self._gate.expire()
-        await self._gate.resend_unsent_cards()
-        await self._replies.redeliver()
+        if self.replicas is None or self.replicas.leads("sweep"):
+            await self._gate.expire()
+            await self._gate.resend_unsent_cards()
+            await self._replies.redeliver()
         for task in await self._store.tasks_in_states([TaskState.QUEUED]):
+            if self.replicas is None or self.replicas.leads(task.channel):
+                self._take_in(task.id)
+
+    async def take_in_channel(self, channel: str) -> None:
+        """A replica that just took a channel's listener lease takes up the messages the
+        previous holder stored but had not routed (queued, or held mid-authentication)."""
+        for task in await self._store.tasks_in_states([TaskState.QUEUED, TaskState.AUTHENTICATING]):
+            if task.channel != channel:
+                continue
+            if task.state is TaskState.AUTHENTICATING and task.id not in self._taking_in:
+                task = await self._store.transition(task.id, TaskState.QUEUED)
             self._take_in(task.id)
+
+    async def recover_conversation(self, conversation_id: str) -> None:
+        """A replica that just claimed a conversation finishes what the previous holder
+        left, oldest first: a stored reply is delivered, an interrupted run goes back to
+        pending. The caller then queues the pending tasks (``core/replicas.py``)."""
+        for task in await self._store.conversation_tasks(
+            conversation_id, [TaskState.EXECUTING, TaskState.PENDING]
+        ):
+            if task.state is TaskState.EXECUTING:
+                if task.reply is not None:
+                    log.info("take-over: delivering the stored reply of task %s", task.id)
+                    await self._replies.finish(task)
+                    continue
+                log.info("take-over: task %s was interrupted mid-run; running it again", task.id)
+                await self._store.transition(task.id, TaskState.PENDING)
+
+    def spawn(self, job: Coroutine[Any, Any, None], name: str) -> None:
+        """Background work of the replicas' coordinator, closed with the service's jobs."""
+        if self._jobs.closed:
+            job.close()
+            return
+        self._jobs.spawn(job, name=name)
 
     async def stop_listening(self) -> None:
         self._accepting = False
@@ -218,7 +276,8 @@ class GatewayService:
         if self.schedules is not None:
             await self.schedules.stop()
         for adapter in self._adapters.values():
-            await adapter.listener.stop()
+            if self.replicas is None or not self.replicas.leases_listener(adapter.name):
+                await adapter.listener.stop()
 
     async def wait_idle(self, timeout_s: float | None) -> bool:
         """Wait until no task is in flight; False if the timeout passed first."""

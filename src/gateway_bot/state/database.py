@@ -64,6 +64,7 @@ Pruner = Callable[[float], Awaitable[int]]
 """Deletes (or empties) what its owner keeps only until the given time (epoch seconds);
 returns how many rows it touched. Must be safe to run at any moment, repeatedly."""
 
+
 _OWNER = re.compile(r"[a-z][a-z0-9_]{0,31}")
 
 _VERSIONS_TABLE = """

@@ -8,6 +8,7 @@ transactions with one lock (``needs_write_lock``).
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -15,6 +16,9 @@ from pathlib import Path
 import aiosqlite
 
 from gateway_bot.state.backend import Dialects, Migration, Params, Row
+
+_BUSY_ATTEMPTS = 25
+"""About 10 s of retries (backing off to 0.5 s) before "database is locked" is raised."""
 
 
 class SqliteTransaction:
@@ -86,12 +90,27 @@ class SqliteBackend:
 
     async def write(self, sql: str, params: Params, durable: bool = True) -> int:
         if durable:
-            return await self._statements.execute(sql, params)
+            return await self._execute_when_free(sql, params)
         await self.connection.execute("PRAGMA synchronous=NORMAL")
         try:
-            return await self._statements.execute(sql, params)
+            return await self._execute_when_free(sql, params)
         finally:
             await self.connection.execute("PRAGMA synchronous=FULL")
+
+    async def _execute_when_free(self, sql: str, params: Params) -> int:
+        """A write that may meet another process's (a second replica on this file, issue
+        18). SQLite waits ``busy_timeout`` for a lock, but not when this connection has a
+        read open from an older snapshot (a coroutine's SELECT between its steps, which
+        aiosqlite interleaves with our write): that is SQLITE_BUSY at once. Nothing was
+        written then, so the write is tried again once the read has moved on."""
+        for attempt in range(_BUSY_ATTEMPTS):
+            try:
+                return await self._statements.execute(sql, params)
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or attempt == _BUSY_ATTEMPTS - 1:
+                    raise
+                await asyncio.sleep(min(0.5, 0.005 * 2**attempt))
+        raise AssertionError("unreachable")
 
     @asynccontextmanager
     async def transaction(self, durable: bool = True) -> AsyncIterator[SqliteTransaction]:
@@ -101,7 +120,7 @@ class SqliteBackend:
         if not durable:
             await self.connection.execute("PRAGMA synchronous=NORMAL")
         try:
-            await self.connection.execute("BEGIN IMMEDIATE")
+            await self._execute_when_free("BEGIN IMMEDIATE", ())
             try:
                 yield self._statements
             except BaseException:

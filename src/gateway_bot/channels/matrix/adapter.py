@@ -78,6 +78,8 @@ T = TypeVar("T")
 class MatrixAdapter:
     name = CHANNEL
     progress_interval_s = 1.0
+    sends_where_it_listens = True
+    """Sends wait for the listener's login (``core/channel.SendsWhereItListens``)."""
 
     def __init__(
         self, settings: MatrixChannelSettings, state_dir: Path, database: Database
