@@ -19,6 +19,7 @@ from gateway_bot.config.action_rules import (
     RuleAction,
 )
 from gateway_bot.config.repo import parse_repo_config
+from gateway_bot.config.yaml_tags import ConfigError
 from gateway_bot.core.action_policy import (
     ToolCall,
     evaluate,
@@ -139,6 +140,23 @@ def test_repo_config_can_deny_and_ask_more() -> None:
     merged = merge_repo_policy(DEFAULT, repo)
     assert evaluate(merged, bash("cd x && git push")).action is RuleAction.DENY
     assert evaluate(merged, bash("ls")).action is RuleAction.ASK
+
+
+def test_a_repo_regex_that_would_hang_the_daemon_is_a_config_error() -> None:
+    """The attack: the repo's config denies ``re:^(a|aa)+$``, and the agent runs a command of
+    forty ``a``s then ``b``: matching it in the event loop would backtrack for ever and stall
+    every conversation. The repo's rules take globs only; the server's may be regexes."""
+    with pytest.raises(ConfigError, match="globs only"):
+        parse_repo_config(
+            "approvals:\n  rules:\n    - {tool: Bash, command: 're:^(a|aa)+$', action: deny}\n"
+        )
+    with pytest.raises(ConfigError, match="globs only"):
+        parse_repo_config("approvals:\n  rules:\n    - {tool: Write, path: 're:x', action: ask}\n")
+    repo = parse_repo_config(
+        "approvals:\n  rules:\n    - {tool: Bash, command: '*(a|aa)*', action: deny}\n"
+    )
+    merged = merge_repo_policy(DEFAULT, repo.approvals)
+    assert evaluate(merged, bash("a" * 40 + "b")).action is RuleAction.ALLOW
 
 
 def test_bad_rules_are_config_errors() -> None:
