@@ -56,6 +56,12 @@ PUSH = "/team/repo.git/git-receive-pack"
         ("POST", "/team/x/../repo.git/git-receive-pack"),
         ("POST", "/team/repo.git/%67it-receive-pack"),  # %67 is g
         ("POST", "/team/repo.git%2fgit-receive-pack"),  # unreadable one way: asks
+        # The attacks a forgiving server routes to receive-pack all the same:
+        ("POST", PUSH + ";jsessionid=1"),  # servlet containers drop ;parameters (Gerrit)
+        ("POST", "/team/repo.git;x/git-receive-pack;y"),
+        ("POST", PUSH + "/"),  # a router that ignores a trailing slash
+        ("POST", "/team/repo.git/GIT-Receive-Pack"),  # IIS routes in any case (Azure DevOps)
+        ("POST", PUSH + "%3bx"),  # an encoded ; decoded, then dropped
     ],
 )
 def test_every_spelling_of_a_push_is_held(method: str, path: str) -> None:
