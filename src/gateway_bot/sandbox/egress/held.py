@@ -54,9 +54,9 @@ class HeldRequest:
         lines = [f"{self.method} {self.url}"]
         if self.is_git_push:
             lines[0] = f"git push to {self.url.rsplit('/git-receive-pack', 1)[0]}"
-            lines += [f"  {ref.describe()}" for ref in self.refs] or ["  (refs not readable)"]
-            if self.refs and not self.refs_complete:
+            if self.refs and not self.refs_complete:  # first: a long card is cut at the end
                 lines.append("  and refs that could not be read: it may change more than these")
+            lines += [f"  {ref.describe()}" for ref in self.refs] or ["  (refs not readable)"]
             if self.commit_subjects:
                 more = "" if self.commits_complete else " (at least)"
                 lines.append(f"  {len(self.commit_subjects)} commit(s){more}:")
