@@ -113,6 +113,21 @@ def test_always_in_this_conversation_allows_that_exact_call_but_never_a_deny() -
     assert evaluate(strict, push, always).action is RuleAction.DENY
 
 
+def test_always_for_a_long_tool_input_does_not_cover_one_that_only_starts_the_same() -> None:
+    """The attack: the agent calls an MCP tool whose first input value is long, someone
+    presses Always for it, and the agent calls again with the same start and another target
+    (the keys are sorted: ``body`` before ``head``). That is another action: it asks."""
+    policy = ActionApprovalSettings(
+        rules=[ActionRule(tool="mcp__github__*", action=RuleAction.ASK)]
+    )
+    body = "Fixes the flaky test. " * 200
+    allowed = ToolCall("mcp__github__merge", {"body": body, "head": "feature"})
+    always = {signature(allowed)}
+    assert evaluate(policy, allowed, always).action is RuleAction.ALLOW
+    other = ToolCall("mcp__github__merge", {"body": body, "head": "main"})
+    assert evaluate(policy, other, always).action is RuleAction.ASK
+
+
 def test_repo_config_may_only_make_the_policy_stricter(caplog: pytest.LogCaptureFixture) -> None:
     repo = parse_repo_config(
         "approvals:\n"

@@ -13,6 +13,7 @@ approvals"); the egress proxy's rules are the boundary.
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import json
 import logging
 import re
@@ -32,6 +33,7 @@ from gateway_bot.config.action_rules import (
 log = logging.getLogger(__name__)
 
 _SEPARATORS = frozenset({"&&", "||", ";", ";;", "|", "|&", "&", "(", ")", "\n"})
+_SIGNATURE_CHARS = 2000
 _REDIRECTS = re.compile(r"^\d*(>|>>|<|<<|<<<|>&|<&|&>|&>>|>\|)$")
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _WRAPPERS = frozenset({"sudo", "env", "command", "exec", "nohup", "time", "builtin", "doas"})
@@ -171,7 +173,13 @@ def signature(call: ToolCall) -> str:
     (the same command, the same file), never a pattern."""
     target = call.command or call.path or call.url
     if target is None:
-        target = json.dumps(dict(call.input), sort_keys=True, default=str)[:2000]
+        shown = json.dumps(dict(call.input), sort_keys=True, default=str)
+        if len(shown) > _SIGNATURE_CHARS:
+            # Cut for /rules, but the digest of the whole input keeps it exact: an input
+            # that only starts the same (a long first value) is another action.
+            digest = hashlib.sha256(shown.encode()).hexdigest()
+            shown = f"{shown[:_SIGNATURE_CHARS]}… sha256:{digest}"
+        target = shown
     return f"tool {call.tool} {target}"
 
 
