@@ -128,6 +128,20 @@ def test_always_for_a_long_tool_input_does_not_cover_one_that_only_starts_the_sa
     assert evaluate(policy, other, always).action is RuleAction.ASK
 
 
+def test_always_for_an_mcp_call_with_a_path_does_not_cover_that_path_elsewhere() -> None:
+    """The attack: Always for an MCP tool writing README.md on a branch; the agent then writes
+    README.md on main. An MCP tool's ``path`` is not all it acts on: that asks."""
+    policy = ActionApprovalSettings(
+        rules=[ActionRule(tool="mcp__github__*", action=RuleAction.ASK)]
+    )
+    readme = {"owner": "me", "repo": "site", "path": "README.md", "content": "hi"}
+    allowed = ToolCall("mcp__github__create_or_update_file", {**readme, "branch": "feature"})
+    always = {signature(allowed)}
+    assert evaluate(policy, allowed, always).action is RuleAction.ALLOW
+    other = ToolCall("mcp__github__create_or_update_file", {**readme, "branch": "main"})
+    assert evaluate(policy, other, always).action is RuleAction.ASK
+
+
 def test_repo_config_may_only_make_the_policy_stricter(caplog: pytest.LogCaptureFixture) -> None:
     repo = parse_repo_config(
         "approvals:\n"

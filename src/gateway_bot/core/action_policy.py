@@ -168,10 +168,24 @@ def evaluate(
     return verdict
 
 
+_TARGETS = {
+    "Bash": "command",
+    "Write": "path",
+    "Edit": "path",
+    "MultiEdit": "path",
+    "NotebookEdit": "path",
+    "Read": "path",
+    "WebFetch": "url",
+}
+"""The Claude Code tools whose one target (the command, the file, the URL) is the action;
+any other tool's whole input is (an MCP tool's ``path`` is one of several: repo, branch…)."""
+
+
 def signature(call: ToolCall) -> str:
     """What "Always in this conversation" remembers: the tool and exactly what it acts on
     (the same command, the same file), never a pattern."""
-    target = call.command or call.path or call.url
+    kind = _TARGETS.get(call.tool)
+    target = getattr(call, kind) if kind is not None else None
     if target is None:
         shown = json.dumps(dict(call.input), sort_keys=True, default=str)
         if len(shown) > _SIGNATURE_CHARS:
