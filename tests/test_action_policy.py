@@ -19,6 +19,7 @@ from gateway_bot.config.action_rules import (
     RuleAction,
 )
 from gateway_bot.config.repo import parse_repo_config
+from gateway_bot.config.yaml_tags import ConfigError
 from gateway_bot.core.action_policy import (
     ToolCall,
     evaluate,
@@ -112,6 +113,35 @@ def test_always_in_this_conversation_allows_that_exact_call_but_never_a_deny() -
     assert evaluate(strict, push, always).action is RuleAction.DENY
 
 
+def test_always_for_a_long_tool_input_does_not_cover_one_that_only_starts_the_same() -> None:
+    """The attack: the agent calls an MCP tool whose first input value is long, someone
+    presses Always for it, and the agent calls again with the same start and another target
+    (the keys are sorted: ``body`` before ``head``). That is another action: it asks."""
+    policy = ActionApprovalSettings(
+        rules=[ActionRule(tool="mcp__github__*", action=RuleAction.ASK)]
+    )
+    body = "Fixes the flaky test. " * 200
+    allowed = ToolCall("mcp__github__merge", {"body": body, "head": "feature"})
+    always = {signature(allowed)}
+    assert evaluate(policy, allowed, always).action is RuleAction.ALLOW
+    other = ToolCall("mcp__github__merge", {"body": body, "head": "main"})
+    assert evaluate(policy, other, always).action is RuleAction.ASK
+
+
+def test_always_for_an_mcp_call_with_a_path_does_not_cover_that_path_elsewhere() -> None:
+    """The attack: Always for an MCP tool writing README.md on a branch; the agent then writes
+    README.md on main. An MCP tool's ``path`` is not all it acts on: that asks."""
+    policy = ActionApprovalSettings(
+        rules=[ActionRule(tool="mcp__github__*", action=RuleAction.ASK)]
+    )
+    readme = {"owner": "me", "repo": "site", "path": "README.md", "content": "hi"}
+    allowed = ToolCall("mcp__github__create_or_update_file", {**readme, "branch": "feature"})
+    always = {signature(allowed)}
+    assert evaluate(policy, allowed, always).action is RuleAction.ALLOW
+    other = ToolCall("mcp__github__create_or_update_file", {**readme, "branch": "main"})
+    assert evaluate(policy, other, always).action is RuleAction.ASK
+
+
 def test_repo_config_may_only_make_the_policy_stricter(caplog: pytest.LogCaptureFixture) -> None:
     repo = parse_repo_config(
         "approvals:\n"
@@ -139,6 +169,23 @@ def test_repo_config_can_deny_and_ask_more() -> None:
     merged = merge_repo_policy(DEFAULT, repo)
     assert evaluate(merged, bash("cd x && git push")).action is RuleAction.DENY
     assert evaluate(merged, bash("ls")).action is RuleAction.ASK
+
+
+def test_a_repo_regex_that_would_hang_the_daemon_is_a_config_error() -> None:
+    """The attack: the repo's config denies ``re:^(a|aa)+$``, and the agent runs a command of
+    forty ``a``s then ``b``: matching it in the event loop would backtrack for ever and stall
+    every conversation. The repo's rules take globs only; the server's may be regexes."""
+    with pytest.raises(ConfigError, match="globs only"):
+        parse_repo_config(
+            "approvals:\n  rules:\n    - {tool: Bash, command: 're:^(a|aa)+$', action: deny}\n"
+        )
+    with pytest.raises(ConfigError, match="globs only"):
+        parse_repo_config("approvals:\n  rules:\n    - {tool: Write, path: 're:x', action: ask}\n")
+    repo = parse_repo_config(
+        "approvals:\n  rules:\n    - {tool: Bash, command: '*(a|aa)*', action: deny}\n"
+    )
+    merged = merge_repo_policy(DEFAULT, repo.approvals)
+    assert evaluate(merged, bash("a" * 40 + "b")).action is RuleAction.ALLOW
 
 
 def test_bad_rules_are_config_errors() -> None:

@@ -20,6 +20,7 @@ from gateway_bot.config.sandbox import SandboxSettings
 from gateway_bot.config.yaml_tags import ConfigError
 from gateway_bot.sandbox.egress.allowlist import parse_allowlist
 from gateway_bot.sandbox.egress.git_push import (
+    MAX_REFS,
     ZERO_SHA,
     RefUpdate,
     parse_push,
@@ -37,7 +38,7 @@ from gateway_bot.sandbox.egress.rules import (
     decide_connect,
     decide_raw_stream,
 )
-from gateway_bot.sandbox.podman.egress_asks import SOCKET_NAME, EgressAskListener
+from gateway_bot.sandbox.podman.egress_asks import SOCKET_NAME, EgressAskListener, parse_ask
 from tests.conftest import GIT_IDENTITY
 
 OPEN = EgressRule("git.example.org")
@@ -55,6 +56,12 @@ PUSH = "/team/repo.git/git-receive-pack"
         ("POST", "/team/x/../repo.git/git-receive-pack"),
         ("POST", "/team/repo.git/%67it-receive-pack"),  # %67 is g
         ("POST", "/team/repo.git%2fgit-receive-pack"),  # unreadable one way: asks
+        # The attacks a forgiving server routes to receive-pack all the same:
+        ("POST", PUSH + ";jsessionid=1"),  # servlet containers drop ;parameters (Gerrit)
+        ("POST", "/team/repo.git;x/git-receive-pack;y"),
+        ("POST", PUSH + "/"),  # a router that ignores a trailing slash
+        ("POST", "/team/repo.git/GIT-Receive-Pack"),  # IIS routes in any case (Azure DevOps)
+        ("POST", PUSH + "%3bx"),  # an encoded ; decoded, then dropped
     ],
 )
 def test_every_spelling_of_a_push_is_held(method: str, path: str) -> None:
@@ -178,6 +185,55 @@ def test_hostile_push_bodies_are_read_without_harm() -> None:
         parse_push(body)
     bomb = pkt_line(f"{ZERO_SHA} {'1' * 40} refs/heads/x\0report-status\n".encode()) * 500
     assert len(parse_push(bomb).refs) == 100
+
+
+def _card_of(body: bytes) -> str:
+    """What the person deciding reads for this push (the daemon's parse of the proxy's ask)."""
+    line = _ask_line(body)
+    return parse_ask(line, "id-1", lambda context: context == "conv-1").describe()
+
+
+def test_a_ref_hidden_behind_a_spelling_git_accepts_is_on_the_card(tmp_path: Path) -> None:
+    """The attack: a benign ref first, then ``refs/heads/main`` written in upper-case hex.
+    git's receive-pack reads both and applies both; the card must name both."""
+    body, head = _push_body(tmp_path, "report-status")
+    flush = int(body[:4], 16)  # past the one command: its flush, then the pack
+    hidden = pkt_line(f"{ZERO_SHA} {head.upper()} refs/heads/main\n".encode())
+    benign = pkt_line(f"{ZERO_SHA} {head} refs/heads/feature\0report-status\n".encode())
+    attack = benign + hidden + body[flush:]
+    bare = tmp_path / "server.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
+    subprocess.run(
+        ["git", "receive-pack", "--stateless-rpc", str(bare)], input=attack, check=True,
+        capture_output=True,
+    )  # fmt: skip
+    assert _git(bare, "rev-parse", "refs/heads/main").decode().strip() == head
+    card = _card_of(attack)
+    assert f"create refs/heads/main at {head[:12]}" in card
+    assert f"create refs/heads/feature at {head[:12]}" in card
+    assert "could not be read" not in card
+    # A funny ref name git itself refuses does not hide the refs after it either.
+    funny = pkt_line(f"{ZERO_SHA} {head} refs/heads/a b\nupdate refs/heads/x\n".encode())
+    card = _card_of(benign + funny + hidden + body[flush:])
+    assert f"create refs/heads/main at {head[:12]}" in card
+    assert "\nupdate refs/heads/x" not in card  # a name cannot forge a line of the card
+
+
+def test_a_push_with_more_refs_than_were_read_says_so(tmp_path: Path) -> None:
+    body, head = _push_body(tmp_path, "report-status")
+    pack = body[int(body[:4], 16) :]  # the flush, then the pack
+    many = b"".join(
+        pkt_line(f"{ZERO_SHA} {head} refs/heads/b{n}\n".encode()) for n in range(MAX_REFS)
+    )
+    assert "could not be read" not in _card_of(many + pack)
+    last = pkt_line(f"{ZERO_SHA} {head} refs/heads/main\n".encode())
+    card = _card_of(many + last + pack)  # the 101st ref
+    assert "could not be read" in card.splitlines()[1]  # before the refs: a card is cut
+    padded = pkt_line(f"{ZERO_SHA} {head} refs/heads/{'x' * 65000}\n".encode())
+    cut = (padded * 17 + last + pack)[: 1024 * 1024]  # what the proxy passes on
+    assert "could not be read" in _card_of(cut)
+    certificate = pkt_line(b"push-cert\0report-status\n") + last + pack
+    assert "refs not readable" in _card_of(certificate)
 
 
 def test_a_refusal_is_a_rejection_git_prints(tmp_path: Path) -> None:

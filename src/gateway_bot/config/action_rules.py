@@ -112,3 +112,19 @@ class RepoActionApprovals(Section):
 
     rules: list[ActionRule] = Field(default_factory=list)
     default: RuleAction | None = None
+
+    @field_validator("rules")
+    @classmethod
+    def _globs_only(cls, rules: list[ActionRule]) -> list[ActionRule]:
+        """A regular expression is matched in the daemon's event loop against what the agent
+        writes: one from the repo (``re:^(a|aa)+$``) with a command the agent chose would
+        backtrack for ever and stall every conversation. Globs cannot (``fnmatch`` compiles
+        to patterns without catastrophic backtracking), so the repo gets globs only."""
+        for rule in rules:
+            for pattern in (rule.command, rule.path, rule.url):
+                if pattern is not None and pattern.startswith(REGEX_PREFIX):
+                    raise ValueError(
+                        f"{pattern[:80]!r}: the repo's approvals rules take globs only "
+                        "(`re:` regular expressions are for the server's config)"
+                    )
+        return rules

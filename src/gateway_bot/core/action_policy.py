@@ -13,6 +13,7 @@ approvals"); the egress proxy's rules are the boundary.
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import json
 import logging
 import re
@@ -32,6 +33,7 @@ from gateway_bot.config.action_rules import (
 log = logging.getLogger(__name__)
 
 _SEPARATORS = frozenset({"&&", "||", ";", ";;", "|", "|&", "&", "(", ")", "\n"})
+_SIGNATURE_CHARS = 2000
 _REDIRECTS = re.compile(r"^\d*(>|>>|<|<<|<<<|>&|<&|&>|&>>|>\|)$")
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _WRAPPERS = frozenset({"sudo", "env", "command", "exec", "nohup", "time", "builtin", "doas"})
@@ -166,12 +168,32 @@ def evaluate(
     return verdict
 
 
+_TARGETS = {
+    "Bash": "command",
+    "Write": "path",
+    "Edit": "path",
+    "MultiEdit": "path",
+    "NotebookEdit": "path",
+    "Read": "path",
+    "WebFetch": "url",
+}
+"""The Claude Code tools whose one target (the command, the file, the URL) is the action;
+any other tool's whole input is (an MCP tool's ``path`` is one of several: repo, branch…)."""
+
+
 def signature(call: ToolCall) -> str:
     """What "Always in this conversation" remembers: the tool and exactly what it acts on
     (the same command, the same file), never a pattern."""
-    target = call.command or call.path or call.url
+    kind = _TARGETS.get(call.tool)
+    target = getattr(call, kind) if kind is not None else None
     if target is None:
-        target = json.dumps(dict(call.input), sort_keys=True, default=str)[:2000]
+        shown = json.dumps(dict(call.input), sort_keys=True, default=str)
+        if len(shown) > _SIGNATURE_CHARS:
+            # Cut for /rules, but the digest of the whole input keeps it exact: an input
+            # that only starts the same (a long first value) is another action.
+            digest = hashlib.sha256(shown.encode()).hexdigest()
+            shown = f"{shown[:_SIGNATURE_CHARS]}… sha256:{digest}"
+        target = shown
     return f"tool {call.tool} {target}"
 
 

@@ -26,7 +26,13 @@ MAX_REFS = 100
 MAX_COMMITS = 50
 MAX_COMMIT_BYTES = 64 * 1024
 MAX_SUBJECT_CHARS = 200
-_COMMAND = re.compile(r"^([0-9a-f]{40}|[0-9a-f]{64}) ([0-9a-f]{40}|[0-9a-f]{64}) (\S{1,1000})$")
+MAX_REF_CHARS = 200
+_COMMAND = re.compile(
+    r"^([0-9a-fA-F]{40}|[0-9a-fA-F]{64}) ([0-9a-fA-F]{40}|[0-9a-fA-F]{64}) (.+)$", re.DOTALL
+)
+"""A command as git's receive-pack reads it (``queue_command``): hex in either case, and the
+ref name is the rest of the line, whatever it holds (git rejects a funny name on its own, and
+still applies the other refs of the push, so the parse must not stop at one)."""
 _COMMIT, _TREE, _BLOB, _TAG, _OFS_DELTA, _REF_DELTA = 1, 2, 3, 4, 6, 7
 
 
@@ -47,11 +53,15 @@ class RefUpdate:
         return "update"
 
     def describe(self) -> str:
+        """One card line; the name as printable text on one line (git takes any bytes)."""
+        ref = "".join(ch if ch.isprintable() and ch != " " else "?" for ch in self.ref)
+        if len(ref) > MAX_REF_CHARS:
+            ref = ref[: MAX_REF_CHARS - 1] + "…"
         if self.kind == "create":
-            return f"create {self.ref} at {self.new[:12]}"
+            return f"create {ref} at {self.new[:12]}"
         if self.kind == "delete":
-            return f"delete {self.ref} (was {self.old[:12]})"
-        return f"update {self.ref} {self.old[:12]}..{self.new[:12]}"
+            return f"delete {ref} (was {self.old[:12]})"
+        return f"update {ref} {self.old[:12]}..{self.new[:12]}"
 
 
 @dataclass(frozen=True)
@@ -62,6 +72,10 @@ class PushSummary:
     """The packed commits' first lines, in pack order (newest first for a plain push)."""
     commits_complete: bool
     """Every commit in the pack was read (else ``commit_subjects`` is the first few)."""
+    refs_complete: bool = False
+    """Every command of the push was read up to its flush (else the push may change refs
+    ``refs`` does not list: past ``MAX_REFS``, past the bytes given, or a line git reads
+    that this parse does not, such as a push certificate)."""
 
 
 def parse_push(body: bytes) -> PushSummary:
@@ -72,7 +86,8 @@ def parse_push(body: bytes) -> PushSummary:
     position = 0
     commands = True
     ended = False
-    while position + 4 <= len(body) and len(refs) < MAX_REFS:
+    more = False
+    while position + 4 <= len(body):
         try:
             length = int(body[position : position + 4], 16)
         except ValueError:
@@ -85,17 +100,20 @@ def parse_push(body: bytes) -> PushSummary:
             break
         payload = body[position + 4 : position + length]
         position += length
-        line, _, caps = payload.partition(b"\0")
+        line, _, caps = payload.removesuffix(b"\n").partition(b"\0")  # git chomps one
         if not refs and caps:
             capabilities = tuple(c for c in caps.decode("ascii", "replace").split() if c)[:50]
-        text = line.decode("utf-8", "replace").rstrip("\n")
+        text = line.decode("utf-8", "replace")
         if text.startswith("shallow "):
             continue
         match = _COMMAND.match(text)
         if match is None:
             commands = False
             break
-        refs.append(RefUpdate(match.group(3), match.group(1), match.group(2)))
+        if len(refs) >= MAX_REFS:
+            more = True
+            continue
+        refs.append(RefUpdate(match.group(3), match.group(1).lower(), match.group(2).lower()))
     subjects: tuple[str, ...] = ()
     complete = False
     if ended and commands:
@@ -107,6 +125,7 @@ def parse_push(body: bytes) -> PushSummary:
         capabilities=capabilities,
         commit_subjects=subjects,
         commits_complete=complete,
+        refs_complete=ended and commands and not more,
     )
 
 

@@ -36,6 +36,8 @@ class HeldRequest:
     commits_complete: bool = False
     """``commit_subjects`` lists every pushed commit (else only the first few)."""
     body_size: int = 0
+    refs_complete: bool = False
+    """``refs`` is every ref the push changes (else the card says there may be more)."""
 
     @property
     def is_git_push(self) -> bool:
@@ -52,6 +54,8 @@ class HeldRequest:
         lines = [f"{self.method} {self.url}"]
         if self.is_git_push:
             lines[0] = f"git push to {self.url.rsplit('/git-receive-pack', 1)[0]}"
+            if self.refs and not self.refs_complete:  # first: a long card is cut at the end
+                lines.append("  and refs that could not be read: it may change more than these")
             lines += [f"  {ref.describe()}" for ref in self.refs] or ["  (refs not readable)"]
             if self.commit_subjects:
                 more = "" if self.commits_complete else " (at least)"

@@ -94,9 +94,10 @@ def ask_rule_for(
 ) -> EgressRule | None:
     """The first ask rule matching a request (None: it needs no approval). ``hosts`` are every
     name the request goes by (where the proxy connects, its Host header): any one matching
-    asks. The path is matched as written and as the most eager server reads it; a path that
-    cannot be read one way only matches every ask rule of its host and method, so no
-    spelling of ``/repo.git/git-receive-pack`` slips past an ask."""
+    asks. The path is matched as written, as the most eager server reads it, and as the most
+    forgiving one routes it (``_lenient_reading``); a path that cannot be read one way only
+    matches every ask rule of its host and method, so no spelling of
+    ``/repo.git/git-receive-pack`` slips past an ask."""
     bare_path = path.split("?", 1)[0] or "/"
     try:
         readings = {bare_path, normal_path(bare_path)}
@@ -114,9 +115,21 @@ def ask_rule_for(
             continue
         if not rule.paths or unsafe:
             return rule
-        if any(fnmatch.fnmatchcase(r, p) for r in readings for p in rule.paths):
+        lenient = {_lenient_reading(r) for r in readings}
+        if any(fnmatch.fnmatchcase(r, p) for r in readings for p in rule.paths) or any(
+            fnmatch.fnmatchcase(r, p.lower()) for r in lenient for p in rule.paths
+        ):
             return rule
     return None
+
+
+def _lenient_reading(path: str) -> str:
+    """How the most forgiving server routes ``path``: ``;parameters`` dropped from every
+    segment (Java servlet containers: Gerrit, Bitbucket Server), trailing slashes ignored,
+    and letters in either case (IIS: Azure DevOps Server). Only for ask rules: an ask that
+    matches more readings holds more, never less."""
+    segments = [segment.split(";", 1)[0] for segment in path.split("/")]
+    return ("/".join(segments).rstrip("/") or "/").lower()
 
 
 @dataclass(frozen=True)

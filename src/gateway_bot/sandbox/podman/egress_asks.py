@@ -233,6 +233,7 @@ def parse_ask(line: bytes, request_id: str, knows_context: Callable[[str], bool]
         refs=push.refs,
         commit_subjects=push.commit_subjects,
         commits_complete=push.commits_complete,
+        refs_complete=push.refs_complete,
     )
 
 
