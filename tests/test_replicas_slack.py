@@ -47,7 +47,13 @@ class Deployment:
     """One config, one state directory, any number of replicas of it."""
 
     def __init__(
-        self, gateway: Any, tmp_path: Path, repo: Path, api: FakeAnthropic, fake: FakeSlack
+        self,
+        gateway: Any,
+        tmp_path: Path,
+        repo: Path,
+        api: FakeAnthropic,
+        fake: FakeSlack,
+        state_url: str | None = None,
     ) -> None:
         self.gateway = gateway
         self.fake = fake
@@ -73,6 +79,7 @@ class Deployment:
             agent={"command": [str(agent)], "timeout_seconds": 60},
             execution={"max_concurrent_tasks": 3},
             ha={"enabled": True, "lease_seconds": LEASE_S, "poll_seconds": 0.2},
+            **({"state": {"url": state_url}} if state_url else {}),
         )
         self.replicas: list[Any] = []
 
@@ -105,13 +112,20 @@ def wait_for(check: Callable[[], Any], what: str, process: Any, timeout: float =
     raise AssertionError(f"timed out waiting for {what}; stderr:\n{process.stderr[-8000:]}")
 
 
-@pytest.fixture
+@pytest.fixture(params=["sqlite", "postgresql"])
 def deployment(
-    gateway: Any, tmp_path: Path, target_repo: Path, fake_api: FakeAnthropic, fake_slack: FakeSlack
+    request: pytest.FixtureRequest,
+    gateway: Any,
+    tmp_path: Path,
+    target_repo: Path,
+    fake_api: FakeAnthropic,
+    fake_slack: FakeSlack,
 ) -> Iterator[Deployment]:
+    """The replicas share the state directory's SQLite file, or a PostgreSQL server."""
     fake_slack.add_user(ALICE, "Alice")
     fake_slack.add_channel(DM, im_with=ALICE)
-    made = Deployment(gateway, tmp_path, target_repo, fake_api, fake_slack)
+    url = request.getfixturevalue("postgres_url") if request.param == "postgresql" else None
+    made = Deployment(gateway, tmp_path, target_repo, fake_api, fake_slack, url)
     yield made
     for replica in made.replicas:
         print(f"--- replica {replica.process.pid} stderr ---\n{replica.stderr[-20000:]}")
