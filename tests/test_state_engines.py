@@ -13,7 +13,7 @@ import pytest
 from gateway_bot.channels.email.store import EmailStore
 from gateway_bot.state.database import Database, Dialects, StateTarget
 from gateway_bot.state.postgres_sql import placeholders, postgres_ddl
-from gateway_bot.state_command import OWNERS, migrate_all
+from gateway_bot.state_command import migrate_all, owners
 
 
 def test_placeholders_leave_quoted_text_alone() -> None:
@@ -64,9 +64,9 @@ async def test_every_owner_migrates_to_the_same_tables_on_both_engines(
         t: await database.backend.table_columns(t) for t in await database.backend.table_names()
     }
     assert {t: [c for c in columns if c != "rowid"] for t, columns in found.items()} == expected
-    for owner, steps in OWNERS.items():
+    for owner, steps in owners().items():
         assert await database.schema_version(owner) == len(steps)
-    assert {owner: [] for owner in OWNERS} == await migrate_all(database)  # nothing twice
+    assert {owner: [] for owner in owners()} == await migrate_all(database)  # nothing twice
 
 
 async def test_values_come_back_as_they_went_in(database: Database) -> None:
@@ -214,7 +214,7 @@ async def test_the_email_ledgers_keep_the_first_of_each_on_both_engines(
 
 
 def test_every_owner_of_tables_is_known_to_migrate_and_state_copy() -> None:
-    """An owner missing from ``OWNERS`` would be skipped by ``gateway-bot migrate`` and left
+    """An owner missing from ``owners()`` would be skipped by ``gateway-bot migrate`` and left
     behind by ``state copy``: every ``OWNER = "..."`` in the sources must be listed."""
     import re
 
@@ -225,4 +225,4 @@ def test_every_owner_of_tables_is_known_to_migrate_and_state_copy() -> None:
         for found in re.findall(r'^OWNER = "([a-z_]+)"', path.read_text(), re.M)
     }
     assert declared, "no owners found: the pattern is stale"
-    assert declared <= set(OWNERS), sorted(declared - set(OWNERS))
+    assert declared <= set(owners()), sorted(declared - set(owners()))

@@ -12,19 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from gateway_bot.channels.email.store import EMAIL_MIGRATIONS
-from gateway_bot.channels.email.store import OWNER as EMAIL
-from gateway_bot.channels.matrix.store import MATRIX_MIGRATIONS
-from gateway_bot.channels.matrix.store import OWNER as MATRIX
-from gateway_bot.channels.matrix.undecrypted import MIGRATIONS as MATRIX_E2EE_MIGRATIONS
-from gateway_bot.channels.matrix.undecrypted import OWNER as MATRIX_E2EE
-from gateway_bot.channels.slack.records import OWNER as SLACK
-from gateway_bot.channels.slack.records import SLACK_MIGRATIONS
-from gateway_bot.state import action_approvals_store as actions
-from gateway_bot.state import leases_store as ha
 from gateway_bot.state import migrations as core
-from gateway_bot.state import schedule_proposals_store as proposals
-from gateway_bot.state import schedules_store as schedules
 from gateway_bot.state.copy import CopiedTable, CopyRefused, copy_state
 from gateway_bot.state.database import (
     Database,
@@ -37,18 +25,35 @@ from gateway_bot.state.postgres_backend import is_postgres_url
 
 EXIT_REFUSED = 1
 
-OWNERS: dict[str, Sequence[Migration]] = {
-    core.OWNER: core.MIGRATIONS,
-    schedules.OWNER: schedules.MIGRATIONS,
-    proposals.OWNER: proposals.MIGRATIONS,
-    MATRIX: MATRIX_MIGRATIONS,
-    MATRIX_E2EE: MATRIX_E2EE_MIGRATIONS,
-    SLACK: SLACK_MIGRATIONS,
-    EMAIL: EMAIL_MIGRATIONS,
-    actions.OWNER: actions.MIGRATIONS,
-    ha.OWNER: ha.HA_MIGRATIONS,
-}
-"""Every owner of tables in the state database and its migrations (the core first)."""
+
+def owners() -> dict[str, Sequence[Migration]]:
+    """Every owner of tables in the state database and its migrations (the core first).
+    Imported here, not at the top: every CLI start imports this module (for its argument
+    parser), and the channels' stores bring their libraries (matrix-nio alone is ~0.7 s)."""
+    from gateway_bot.channels.email.store import EMAIL_MIGRATIONS
+    from gateway_bot.channels.email.store import OWNER as EMAIL
+    from gateway_bot.channels.matrix.store import MATRIX_MIGRATIONS
+    from gateway_bot.channels.matrix.store import OWNER as MATRIX
+    from gateway_bot.channels.matrix.undecrypted import MIGRATIONS as MATRIX_E2EE_MIGRATIONS
+    from gateway_bot.channels.matrix.undecrypted import OWNER as MATRIX_E2EE
+    from gateway_bot.channels.slack.records import OWNER as SLACK
+    from gateway_bot.channels.slack.records import SLACK_MIGRATIONS
+    from gateway_bot.state import action_approvals_store as actions
+    from gateway_bot.state import leases_store as ha
+    from gateway_bot.state import schedule_proposals_store as proposals
+    from gateway_bot.state import schedules_store as schedules
+
+    return {
+        core.OWNER: core.MIGRATIONS,
+        schedules.OWNER: schedules.MIGRATIONS,
+        proposals.OWNER: proposals.MIGRATIONS,
+        MATRIX: MATRIX_MIGRATIONS,
+        MATRIX_E2EE: MATRIX_E2EE_MIGRATIONS,
+        SLACK: SLACK_MIGRATIONS,
+        EMAIL: EMAIL_MIGRATIONS,
+        actions.OWNER: actions.MIGRATIONS,
+        ha.OWNER: ha.HA_MIGRATIONS,
+    }
 
 
 def add_state_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -84,7 +89,7 @@ async def migrate_all(database: Database) -> dict[str, list[int]]:
     legacy = await database.backend.legacy_user_version()
     if legacy:
         await database.adopt_version(core.OWNER, legacy)
-    return {owner: await database.migrate(owner, steps) for owner, steps in OWNERS.items()}
+    return {owner: await database.migrate(owner, steps) for owner, steps in owners().items()}
 
 
 async def _migrate(target: StateTarget) -> list[str]:
@@ -132,7 +137,7 @@ async def _copy(source: Path, target: StateTarget, *, replace: bool) -> list[Cop
     database = Database(pool_size=1)
     await database.open(target)
     try:
-        return await copy_state(source, database, OWNERS, replace=replace)
+        return await copy_state(source, database, owners(), replace=replace)
     finally:
         await database.close()
 
