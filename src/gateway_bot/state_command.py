@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gateway_bot.state import migrations as core
+from gateway_bot.state.backend import is_postgres_url
 from gateway_bot.state.copy import CopiedTable, CopyRefused, copy_state
 from gateway_bot.state.database import (
     Database,
@@ -21,7 +22,6 @@ from gateway_bot.state.database import (
     StateTarget,
     StateUnavailable,
 )
-from gateway_bot.state.postgres_backend import is_postgres_url
 
 EXIT_REFUSED = 1
 

@@ -105,3 +105,11 @@ class Backend(Protocol):
     async def table_names(self) -> list[str]:
         """Every table of the database (for ``state copy``)."""
         ...
+
+
+SCHEMES = ("postgresql://", "postgres://")
+
+
+def is_postgres_url(target: object) -> bool:
+    """A ``postgresql://`` URL (the PostgreSQL engine) rather than a SQLite path."""
+    return isinstance(target, str) and target.startswith(SCHEMES)

@@ -42,8 +42,8 @@ from gateway_bot.state.backend import (
     Row,
     StateUnavailable,
     Transaction,
+    is_postgres_url,
 )
-from gateway_bot.state.postgres_backend import PostgresBackend, is_postgres_url
 from gateway_bot.state.sqlite_backend import SqliteBackend
 
 __all__ = [
@@ -124,6 +124,8 @@ class Database:
     async def open(self, target: StateTarget) -> None:
         """Open a SQLite file (a path) or a PostgreSQL database (a URL)."""
         if is_postgres_url(target):
+            from gateway_bot.state.postgres_backend import PostgresBackend  # psycopg: ~0.2 s
+
             self._backend = await PostgresBackend.open(str(target), pool_size=self._pool_size)
         else:
             self._backend = await SqliteBackend.open(Path(target))

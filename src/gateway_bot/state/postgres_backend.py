@@ -21,11 +21,6 @@ from gateway_bot.state.backend import Dialects, Migration, Params, Row, StateUna
 from gateway_bot.state.postgres_sql import placeholders, postgres_ddl
 
 MIGRATION_LOCK = 0x67776264  # "gwbd": pg_advisory_xact_lock's key for schema changes
-SCHEMES = ("postgresql://", "postgres://")
-
-
-def is_postgres_url(target: object) -> bool:
-    return isinstance(target, str) and target.startswith(SCHEMES)
 
 
 class PgRow(tuple[Any, ...]):
