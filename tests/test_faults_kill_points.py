@@ -11,11 +11,10 @@ daemon, unarmed, answers everything still open and one more message; then the us
 answers are counted. Every armed daemon must die by SIGKILL: a point never reached fails
 the walk, so a renamed or removed ``reached`` call cannot pass unnoticed.
 
-Each daemon start costs seconds (mostly imports), so the points in between intake and
-delivery that are the core's alone (the same code whatever the channel) are walked on the
-console, the cheapest to start; each chat channel walks its own points (source
-redelivery and acknowledgement, its posts, SMTP) and the delivery points where channels
-differ (each keeps a reply from going out twice its own way). The agent is
+Every channel walks at least ten points: its own (source redelivery and acknowledgement,
+its posts, SMTP), the delivery points where channels differ (each keeps a reply from going
+out twice its own way), and the core's points between intake and delivery, which the
+console walks in full. The agent is
 ``tests/fast_agent.py``'s script: the daemon is under test, not the model.
 """
 
@@ -175,6 +174,10 @@ async def test_matrix_answers_each_message_once_through_every_kill_point(
         Step("stored"),
         Step("matrix_sync_saved"),
         Step("acknowledged", fresh=True),
+        Step("executing"),
+        Step("sandbox_starting"),
+        Step("agent_running"),
+        Step("reply_stored"),
         Step("reply_sending"),
         Step("reply_sent"),
     ]
@@ -230,6 +233,8 @@ def test_slack_answers_each_message_once_through_every_kill_point(
         Step("slack_acking"),
         Step("slack_acked"),
         Step("acknowledged", fresh=True),
+        Step("executing"),
+        Step("agent_running"),
         Step("slack_post_intended"),
         Step("slack_posted"),
         Step("reply_sent"),
@@ -279,6 +284,9 @@ def test_email_answers_each_mail_once_through_every_kill_point(
         Step("stored"),
         Step("email_source_removed"),
         Step("acknowledged", fresh=True),
+        Step("executing"),
+        Step("agent_running"),
+        Step("reply_stored"),
         Step("reply_sending"),
         Step("email_smtp_accepted"),
         Step("reply_sent"),
