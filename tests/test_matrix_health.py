@@ -115,7 +115,10 @@ async def test_sync_failures_degrade_the_channel_and_it_recovers(
 
         proxy.up = True
         await _until(lambda: any(r.message_id == said for r in heard), "message lost")
-        assert adapter.listener.status.health is ChannelHealth.CONNECTED
+        # the sync's events are handed over before the status is set from its outcome
+        await _until(
+            lambda: adapter.listener.status.health is ChannelHealth.CONNECTED, "never recovered"
+        )
         parsed = await adapter.authenticate_and_parse(heard[-1])
         assert isinstance(parsed, InboundMessage)
         assert parsed.body == "said during the outage"

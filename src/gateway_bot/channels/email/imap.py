@@ -9,6 +9,7 @@ inside RFC 2177's 29), else a sleep of ``poll_interval_seconds``; both look at a
 from __future__ import annotations
 
 import contextlib
+import imaplib
 import logging
 import socket
 import ssl
@@ -119,16 +120,20 @@ class MailboxSession:
             self.client.noop()
             return
         client = self.client
-        client.idle()
-        deadline = time.monotonic() + IDLE_RENEW_S
-        while not stop.is_set() and time.monotonic() < deadline:
-            responses = client.idle_check(timeout=TICK_S)
-            if any(_is_news(response) for response in responses):
-                break
-            if not responses and _closed_by_peer(client.socket()):
-                # idle_check reports a closed connection as "nothing new", at once
-                raise ConnectionError("the IMAP server closed the connection")
-        client.idle_done()
+        try:
+            client.idle()
+            deadline = time.monotonic() + IDLE_RENEW_S
+            while not stop.is_set() and time.monotonic() < deadline:
+                responses = client.idle_check(timeout=TICK_S)
+                if any(_is_news(response) for response in responses):
+                    break
+                if not responses and _closed_by_peer(client.socket()):
+                    # idle_check reports a closed connection as "nothing new", at once
+                    raise ConnectionError("the IMAP server closed the connection")
+            client.idle_done()
+        except imaplib.IMAP4.abort as exc:
+            # The same close, seen by imaplib itself when the EOF arrives inside a read
+            raise ConnectionError(f"the IMAP server closed the connection ({exc})") from exc
 
     def close(self) -> None:
         client, self._client = self._client, None
