@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from gateway_bot.config.access import AccessSettings
 from gateway_bot.config.action_rules import Deciders
 from gateway_bot.core.action_cards import as_text, closed_card, pending_card
+from gateway_bot.core.card_posting import post_card
 from gateway_bot.core.channel import CardButtons, ChannelAdapter
-from gateway_bot.core.retries import call_channel
 from gateway_bot.domain.lifecycle import TaskState
 from gateway_bot.domain.messages import InboundMessage
 from gateway_bot.state.action_approvals_store import (
@@ -50,9 +50,6 @@ from gateway_bot.state.action_approvals_store import (
 from gateway_bot.state.store import Store
 
 log = logging.getLogger(__name__)
-
-TEXT_CARD_REF = ""
-"""The card reference of a text card (a channel without buttons): nothing to edit."""
 
 
 @dataclass(frozen=True)
@@ -339,18 +336,9 @@ class ActionApprovals:
         context = origin.channel_context
         buttons = isinstance(adapter, CardButtons)
         card = pending_card(record, buttons=buttons)
-        ref = TEXT_CARD_REF
-        if isinstance(adapter, CardButtons):
-            with_buttons = adapter
-            ref = await call_channel(
-                f"posting action approval card {record.code}",
-                lambda: with_buttons.send_card(context, card),
-            )
-        else:
-            await call_channel(
-                f"posting action approval card {record.code}",
-                lambda: adapter.send_rejection(context, as_text(card)),
-            )
+        ref = await post_card(
+            adapter, context, card, as_text(card), f"posting action approval card {record.code}"
+        )
         await self._records.set_card(record.code, origin.channel, context, ref)
 
     async def _close_card(self, code: str) -> None:

@@ -32,7 +32,7 @@ from gateway_bot.core.approval_cards import (
 )
 from gateway_bot.core.channel import CardButtons, ChannelAdapter
 from gateway_bot.core.retries import DEFAULT_POLICY, RetryPolicy, call_channel
-from gateway_bot.domain.messages import Card
+from gateway_bot.domain.messages import Card, JsonDict
 from gateway_bot.domain.records import ApprovalRecord, ApprovalState
 from gateway_bot.state.store import Store
 
@@ -196,6 +196,20 @@ class CardPosting:
             return
         await adapter.update_card(approval.card_context or {}, approval.card_ref, card)
         await approvals.mark_shown(approval.code, quoted)
+
+
+async def post_card(
+    adapter: ChannelAdapter, context: JsonDict, card: Card, text: str, what: str
+) -> str:
+    """Post ``card`` with buttons where the channel has them, else ``text`` (its words
+    with the ``!`` commands) as a notice; the card's reference, ``TEXT_CARD_REF`` for a
+    notice (nothing to edit). Shared by every kind of card the core asks with."""
+    if isinstance(adapter, CardButtons):
+        with_buttons = adapter
+        ref: str = await call_channel(what, lambda: with_buttons.send_card(context, card))
+        return ref
+    await call_channel(what, lambda: adapter.send_rejection(context, text))
+    return TEXT_CARD_REF
 
 
 def _as_text(card: Card) -> str:

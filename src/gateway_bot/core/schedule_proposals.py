@@ -23,8 +23,8 @@ from collections.abc import Mapping
 
 from gateway_bot.config.access import AccessSettings
 from gateway_bot.core.approval_cards import plain, preview
+from gateway_bot.core.card_posting import TEXT_CARD_REF, post_card
 from gateway_bot.core.channel import CardButtons, ChannelAdapter
-from gateway_bot.core.retries import call_channel
 from gateway_bot.core.schedule_commands import ScheduleCommands
 from gateway_bot.core.schedule_request_file import (
     REQUEST_FILE,
@@ -50,8 +50,6 @@ from gateway_bot.state.schedule_proposals_store import (
 log = logging.getLogger(__name__)
 
 _ACTION_PREFIX = "schedule"
-TEXT_CARD_REF = ""
-"""The card reference of a text card (a channel without buttons): nothing to edit."""
 
 
 def proposal_action(code: str, choice: str) -> str:
@@ -115,18 +113,9 @@ class ScheduleProposals:
         buttons = isinstance(adapter, CardButtons)
         card = pending_card(proposal, message.sender_name, upcoming, buttons=buttons)
         log.info("task %s: the agent proposed schedule %s", task_id, proposal.code)
-        ref = TEXT_CARD_REF
-        if isinstance(adapter, CardButtons):
-            buttons_channel = adapter
-            ref = await call_channel(
-                f"posting schedule request card {proposal.code}",
-                lambda: buttons_channel.send_card(context, card),
-            )
-        else:
-            await call_channel(
-                f"posting schedule request card {proposal.code}",
-                lambda: adapter.send_rejection(context, as_text(card)),
-            )
+        ref = await post_card(
+            adapter, context, card, as_text(card), f"posting schedule request card {proposal.code}"
+        )
         await self._store.set_card(proposal.code, ref)
 
     async def knows(self, code: str) -> bool:
