@@ -21,7 +21,7 @@ from gateway_bot.domain.messages import InboundMessage, RawMessage, Reply
 from gateway_bot.state.database import Database
 from gateway_bot.state.leases_store import LeaseStore, read_group
 from gateway_bot.state.sqlite_store import SqliteStore
-from gateway_bot.status_command import group_text
+from gateway_bot.status_sections import group_text
 
 LEASE_S = 1.5
 

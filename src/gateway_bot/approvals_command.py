@@ -21,14 +21,8 @@ from pathlib import Path
 from gateway_bot.control_socket import DaemonUnreachable, ask_daemon
 from gateway_bot.domain.records import ApprovalRecord
 from gateway_bot.state.sqlite_store import SqliteStore
-from gateway_bot.status_command import (
-    EXIT_NO_STATE,
-    _age,
-    _approval_json,
-    _preview,
-    _printable,
-    _table,
-)
+from gateway_bot.status_command import EXIT_NO_STATE, approval_json
+from gateway_bot.status_format import age, preview, printable, table
 
 EXIT_REFUSED = 1
 EXIT_NO_DAEMON = 4
@@ -42,15 +36,15 @@ def run_list(state_dir: Path, *, as_json: bool, state_url: str | None = None) ->
         return EXIT_NO_STATE
     pending = asyncio.run(_pending(database))
     if as_json:
-        print(json.dumps([_approval_json(a) for a in pending], indent=2))
+        print(json.dumps([approval_json(a) for a in pending], indent=2))
         return 0
     now = time.time()
     rows = [
-        [a.code, a.kind, a.channel, a.room, a.sender_name, _age(now - a.created_at),
-         _preview(a.preview)]
+        [a.code, a.kind, a.channel, a.room, a.sender_name, age(now - a.created_at),
+         preview(a.preview)]
         for a in pending
     ]  # fmt: skip
-    lines = _table("Pending approvals", ["CODE", "KIND", "CHANNEL", "ROOM", "SENDER", "AGE",
+    lines = table("Pending approvals", ["CODE", "KIND", "CHANNEL", "ROOM", "SENDER", "AGE",
                                          "MESSAGE"], rows)  # fmt: skip
     print("\n".join(lines[1:]))
     if pending:
@@ -79,7 +73,7 @@ def run_decision(state_dir: Path, code: str, choice: str, owner: str) -> int:
         )
         return EXIT_NO_DAEMON
     text = str(answer.get("text", ""))
-    text = _printable(text)  # it names the sender: a stranger's escape sequences stay inert
+    text = printable(text)  # it names the sender: a stranger's escape sequences stay inert
     if answer.get("ok") is True:
         print(text)
         return 0

@@ -16,7 +16,6 @@ import asyncio
 import json
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +30,19 @@ from gateway_bot.core.status_snapshot import (
 )
 from gateway_bot.domain.records import ApprovalRecord, TaskRecord
 from gateway_bot.sandbox.base import SandboxContainer
-from gateway_bot.state.action_approvals_store import OWNER as ACTIONS_OWNER
-from gateway_bot.state.action_approvals_store import ActionApprovalRecord, SqliteActionApprovals
-from gateway_bot.state.leases_store import GroupView, read_group
 from gateway_bot.state.schedules_store import SqliteSchedules
 from gateway_bot.state.sqlite_store import SqliteStore
+from gateway_bot.status_format import age, preview, table
+from gateway_bot.status_sections import (
+    action_json,
+    actions_text,
+    group_json,
+    group_text,
+    pending_actions,
+    read_replicas,
+)
 
 EXIT_NO_STATE = 3
-_PREVIEW = 60
 
 
 class SnapshotLiveState:
@@ -68,124 +72,21 @@ def run_status(state_dir: Path, *, as_json: bool, state_url: str | None = None) 
         return EXIT_NO_STATE
     present = not isinstance(database, Path) or database.is_file()
     overview = asyncio.run(_overview(database if present else None, snapshot))
-    actions = asyncio.run(_pending_actions(database)) if present else []
-    group = asyncio.run(_group(database)) if present else None
+    actions = asyncio.run(pending_actions(database)) if present else []
+    group = asyncio.run(read_replicas(database)) if present else None
     note = not_running_note(snapshot, time.time())
     if as_json:
         shown = status_json(state_dir, snapshot, note, overview)
-        shown["action_approvals"] = [_action_json(a) for a in actions]
+        shown["action_approvals"] = [action_json(a) for a in actions]
         if group is not None:
             shown["replicas"] = group_json(group, time.time())
         print(json.dumps(shown, indent=2))
     else:
-        text = status_text(state_dir, snapshot, note, overview) + _actions_text(actions)
+        text = status_text(state_dir, snapshot, note, overview) + actions_text(actions)
         if group is not None:
             text += "\n" + "\n".join(group_text(group, time.time()))
         print(text)
     return 0
-
-
-async def _pending_actions(database: Path | str) -> list[ActionApprovalRecord]:
-    """What the agents wait for (issue 20); none when approvals never ran here."""
-    store = SqliteStore(database)
-    await store.open_read_only()
-    try:
-        if await store.database.schema_version(ACTIONS_OWNER) is None:
-            return []
-        return await SqliteActionApprovals(store.database).pending()
-    finally:
-        await store.close()
-
-
-async def _group(database: Path | str) -> GroupView | None:
-    """Replicas, leases and conversation claims (``ha``), when replicas ever ran here."""
-    store = SqliteStore(database)
-    await store.open_read_only()
-    try:
-        return await read_group(store.database)
-    finally:
-        await store.close()
-
-
-def _action_json(action: ActionApprovalRecord) -> dict[str, Any]:
-    return {
-        "code": action.code,
-        "kind": action.kind,
-        "conversation_id": action.conversation_id,
-        "task_id": action.task_id,
-        "summary": _preview(action.summary),
-        "rule": action.rule,
-        "created_at": action.created_at,
-        "expires_at": action.expires_at,
-    }
-
-
-def _actions_text(actions: Sequence[ActionApprovalRecord]) -> str:
-    now = time.time()
-    rows = [
-        [a.code, a.kind, a.conversation_id, a.task_id or "-", _age(now - a.created_at),
-         _preview(a.summary)]
-        for a in actions
-    ]  # fmt: skip
-    columns = ["CODE", "KIND", "CONVERSATION", "TASK", "AGE", "WHAT"]
-    return "\n" + "\n".join(_table("Pending action approvals", columns, rows))
-
-
-def group_json(group: GroupView, now: float) -> dict[str, Any]:
-    return {
-        "replicas": [
-            {"id": r.id, "host": r.host, "pid": r.pid, "started_at": r.started_at,
-             "heartbeat_at": r.heartbeat_at, "expires_at": r.expires_at,
-             "alive": r.expires_at >= now}
-            for r in group.replicas
-        ],
-        "leases": [
-            {"name": lease.name, "holder": lease.holder, "token": lease.token,
-             "acquired_at": lease.acquired_at, "expires_at": lease.expires_at,
-             "held": lease.holder is not None and lease.expires_at >= now}
-            for lease in group.leases
-        ],
-        "conversation_claims": [
-            {"conversation_id": c.conversation_id, "replica": c.replica, "token": c.token,
-             "claimed_at": c.claimed_at}
-            for c in group.claims
-        ],
-    }  # fmt: skip
-
-
-def group_text(group: GroupView, now: float) -> list[str]:
-    """Which replica is alive, which holds which listener (and the sweep), which runs
-    which conversation now."""
-
-    def expiry(at: float) -> str:
-        return f"in {_age(at - now)}" if at >= now else f"expired {_age(now - at)} ago"
-
-    lines = _table(
-        "Replicas",
-        ["REPLICA", "HOST", "PID", "HEARTBEAT", "STATE"],
-        [
-            [r.id, r.host, str(r.pid), f"{_age(now - r.heartbeat_at)} ago",
-             "alive" if r.expires_at >= now else "missed its heartbeat"]
-            for r in group.replicas
-        ],
-    )  # fmt: skip
-    lines += _table(
-        "Leases",
-        ["LEASE", "HOLDER", "TOKEN", "EXPIRES"],
-        [
-            [lease.name, lease.holder or "-", str(lease.token), expiry(lease.expires_at)]
-            for lease in group.leases
-        ],
-    )
-    lines += _table(
-        "Conversations running on a replica",
-        ["CONVERSATION", "REPLICA", "TOKEN", "SINCE"],
-        [
-            [c.conversation_id, c.replica or "-", str(c.token), _age(now - c.claimed_at)]
-            for c in group.claims
-        ],
-    )
-    return lines
 
 
 async def _overview(database: Path | str | None, snapshot: Snapshot | None) -> Overview:
@@ -241,7 +142,7 @@ def status_json(
             "undelivered": [_task_json(t) for t in overview.undelivered],
             "finished": [_task_json(t) for t in overview.finished],
         },
-        "approvals": [_approval_json(a) for a in overview.pending_approvals],
+        "approvals": [approval_json(a) for a in overview.pending_approvals],
         "schedules": [
             {
                 "id": s.id,
@@ -276,7 +177,7 @@ def _task_json(task: TaskRecord) -> dict[str, Any]:
     }
 
 
-def _approval_json(approval: ApprovalRecord) -> dict[str, Any]:
+def approval_json(approval: ApprovalRecord) -> dict[str, Any]:
     return {
         "code": approval.code,
         "kind": approval.kind,
@@ -285,7 +186,7 @@ def _approval_json(approval: ApprovalRecord) -> dict[str, Any]:
         "room_title": approval.room_title,
         "sender_id": approval.sender_id,
         "sender_name": approval.sender_name,
-        "preview": _preview(approval.preview),
+        "preview": preview(approval.preview),
         "created_at": approval.created_at,
         "expires_at": approval.expires_at,
         "card_sent": approval.card_ref is not None,
@@ -302,19 +203,19 @@ def status_text(state_dir: Path, snapshot: Snapshot | None, note: str, overview:
         lines.append(note)
     elif snapshot is not None:
         lines.append(
-            f"Daemon running: pid {snapshot.pid}, up {_age(now - snapshot.started_at)}, "
+            f"Daemon running: pid {snapshot.pid}, up {age(now - snapshot.started_at)}, "
             f"sandbox {snapshot.sandbox}."
         )
     heard = "Channels" if not note else "Channels (last reported)"
-    lines += _table(heard, ["NAME", "HEALTH", "MESSAGE"], [
+    lines += table(heard, ["NAME", "HEALTH", "MESSAGE"], [
         [c.name, c.health, c.message] for c in overview.channels
     ])  # fmt: skip
     containers = [[c.name, c.context_id, c.state] for c in overview.containers]
     if any(c.host for c in overview.containers):  # several sandbox hosts: say which
         hosted = [[c.name, c.context_id, c.state, c.host or ""] for c in overview.containers]
-        lines += _table("Containers", ["NAME", "CONVERSATION", "STATE", "HOST"], hosted)
+        lines += table("Containers", ["NAME", "CONVERSATION", "STATE", "HOST"], hosted)
     else:
-        lines += _table("Containers", ["NAME", "CONVERSATION", "STATE"], containers)
+        lines += table("Containers", ["NAME", "CONVERSATION", "STATE"], containers)
     if overview.containers_error:
         lines.append(f"  (could not list containers: {overview.containers_error})")
     task_columns = ["TASK", "CONVERSATION", "CHANNEL", "SENDER", "AGE", "MESSAGE"]
@@ -323,32 +224,32 @@ def status_text(state_dir: Path, snapshot: Snapshot | None, note: str, overview:
         ("Waiting tasks", overview.waiting),
         ("Undelivered replies", overview.undelivered),
     ):
-        lines += _table(title, task_columns, [_task_row(t, now) for t in tasks])
-    lines += _table(
+        lines += table(title, task_columns, [_task_row(t, now) for t in tasks])
+    lines += table(
         "Recently finished",
         ["TASK", "CONVERSATION", "CHANNEL", "SENDER", "AGO", "OUTCOME", "MESSAGE"],
         [
             [t.id, t.conversation_id or "-", t.channel, _sender(t),
-             _age(now - (t.completed_at or t.created_at)),
+             age(now - (t.completed_at or t.created_at)),
              t.completion_reason.value if t.completion_reason else "-", _body(t)]
             for t in overview.finished
         ],
     )  # fmt: skip
-    lines += _table(
+    lines += table(
         "Pending approvals",
         ["CODE", "KIND", "CHANNEL", "ROOM", "SENDER", "AGE", "MESSAGE"],
         [
-            [a.code, a.kind, a.channel, a.room, a.sender_name, _age(now - a.created_at),
-             _preview(a.preview)]
+            [a.code, a.kind, a.channel, a.room, a.sender_name, age(now - a.created_at),
+             preview(a.preview)]
             for a in overview.pending_approvals
         ],
     )  # fmt: skip
-    lines += _table(
+    lines += table(
         "Schedules",
         ["ID", "CHANNEL", "WHERE", "CONVERSATION", "RULE", "NEXT RUN", "PROMPT"],
         [
             [f"#{s.id}", s.channel, s.conversation_key, s.conversation_id or "-", s.rule,
-             "paused" if s.paused else _when(s.next_run, s.timezone), _preview(s.prompt)]
+             "paused" if s.paused else _when(s.next_run, s.timezone), preview(s.prompt)]
             for s in overview.schedules
         ],
     )  # fmt: skip
@@ -366,7 +267,7 @@ def _task_row(task: TaskRecord, now: float) -> list[str]:
         task.conversation_id or "-",
         task.channel,
         _sender(task),
-        _age(now - since),
+        age(now - since),
         _body(task),
     ]
 
@@ -376,39 +277,4 @@ def _sender(task: TaskRecord) -> str:
 
 
 def _body(task: TaskRecord) -> str:
-    return _preview(task.parsed.body) if task.parsed else ""
-
-
-def _table(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    out = ["", f"{title} ({len(rows)})"]
-    if not rows:
-        out.append("  none")
-        return out
-    rows = [[_printable(str(cell)) for cell in row] for row in rows]
-    widths = [max(len(row[n]) for row in [header, *rows]) for n in range(len(header))]
-    for row in [header, *rows]:
-        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=True)]
-        out.append(("  " + "  ".join(cells)).rstrip())
-    return out
-
-
-def _printable(text: str) -> str:
-    """Senders choose message bodies and names: a terminal must never receive their
-    control or format characters (an escape sequence would rewrite the operator's screen)."""
-    return "".join(ch if ch == " " or ch.isprintable() else "?" for ch in text)
-
-
-def _age(seconds: float) -> str:
-    seconds = max(0.0, seconds)
-    if seconds < 120:
-        return f"{seconds:.0f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f}m"
-    if seconds < 172800:
-        return f"{seconds / 3600:.0f}h"
-    return f"{seconds / 86400:.0f}d"
-
-
-def _preview(text: str) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= _PREVIEW else flat[: _PREVIEW - 1] + "…"
+    return preview(task.parsed.body) if task.parsed else ""
