@@ -102,3 +102,23 @@ async def test_an_unusable_request_gets_a_note_and_no_card(bare: ScheduleWorld) 
         "the refusal",
     )
     assert not any("asks to schedule" in t for t in bare.channel.texts("dm"))
+
+
+async def test_a_request_nobody_decided_in_time_expires_instead_of_scheduling(
+    bare: ScheduleWorld,
+) -> None:
+    """A card found days later must not create a schedule its asker has long forgotten:
+    past ``access.approval_expiry_hours`` (24) a press only says it expired, for good."""
+    bare.agent.schedule_requests.append(ScheduleAsk("every day at 18:30", "nightly", None))
+    await bare.reply(await bare.say("propose a nightly report"))
+    code = await _card_code(bare)
+
+    await bare.advance_to("2026-11-25 10:01")  # the card came at 10:00 the day before
+    expired = await bare.command(f"!approve {code}")
+    assert expired == (
+        f"Schedule request {code} expired (undecided for 24 h): nothing was scheduled. "
+        "Ask the agent again if it is still wanted."
+    )
+    assert (await bare.command("/schedules")).startswith("No schedules")
+    again = await bare.command(f"!approve {code}", sender="owner")
+    assert again == f"Schedule request {code} was already expired."

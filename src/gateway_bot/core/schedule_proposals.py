@@ -13,7 +13,9 @@ was answering (the schedule would run as them, in their conversation). Anyone el
 is ignored and changes nothing. Allow checks everything again (time has passed, the
 conversation may be full) and creates the schedule as that person's /schedule would; Deny
 creates nothing. A proposal is decided once (a guarded update), so two presses make at
-most one schedule.
+most one schedule. A proposal nobody decided within ``access.approval_expiry_hours`` (the
+expiry of sender approvals) expires when it is next pressed: a card found days later in a
+scrolled-away room must not create a schedule its asker has long forgotten.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from gateway_bot.domain.messages import Button, Card, InboundMessage
 from gateway_bot.state.schedule_proposals_store import (
     ALLOWED,
     DENIED,
+    EXPIRED,
     PENDING,
     ProposalRecord,
     SqliteScheduleProposals,
@@ -107,7 +110,12 @@ class ScheduleProposals:
             await adapter.send_rejection(context, f"The agent asked to schedule a run. {refused}")
             return
         proposal = await self._store.create(
-            message, rule.kind, rule.expression, rule.timezone, request.prompt
+            message,
+            rule.kind,
+            rule.expression,
+            rule.timezone,
+            request.prompt,
+            created_at=self._commands.clock(),
         )
         upcoming = next_runs(rule, self._commands.clock(), 3)
         buttons = isinstance(adapter, CardButtons)
@@ -139,6 +147,8 @@ class ScheduleProposals:
                 channel,
             )
             return None
+        if proposal.state == PENDING and self._expired(proposal):
+            return await self._expire(proposal)
         state = ALLOWED if choice == "allow" else DENIED
         if proposal.state != PENDING or not await self._store.decide(
             proposal.code, state, decider_name or decider_id
@@ -154,6 +164,21 @@ class ScheduleProposals:
         await self._close_card(proposal, decider_name or decider_id, state, outcome)
         return outcome
 
+    def _expired(self, proposal: ProposalRecord) -> bool:
+        age = self._commands.clock() - proposal.created_at
+        return age > self._access.approval_expiry_hours * 3600
+
+    async def _expire(self, proposal: ProposalRecord) -> str:
+        hours = f"{self._access.approval_expiry_hours:g}"
+        outcome = (
+            f"Schedule request {proposal.code} expired (undecided for {hours} h): nothing was"
+            " scheduled. Ask the agent again if it is still wanted."
+        )
+        if await self._store.decide(proposal.code, EXPIRED, "expiry"):
+            log.info("schedule request %s expired undecided", proposal.code)
+            await self._close_card(proposal, "", EXPIRED, outcome)
+        return outcome
+
     async def _close_card(
         self, proposal: ProposalRecord, decider: str, state: str, outcome: str
     ) -> None:
@@ -162,10 +187,13 @@ class ScheduleProposals:
             return  # a text card: the !approve / !deny answer says what happened
         if not isinstance(adapter, CardButtons):
             return
-        verb = "Allowed" if state == ALLOWED else "Denied"
+        if state == EXPIRED:
+            head = "Expired: nobody decided in time"
+        else:
+            head = f"{'Allowed' if state == ALLOWED else 'Denied'} by {plain(decider)}"
         card = Card(
             title="Schedule request of the agent",
-            body=f"{verb} by {plain(decider)}:\n\n{preview(outcome)}",
+            body=f"{head}:\n\n{preview(outcome)}",
             buttons=(),
         )
         try:

@@ -42,6 +42,7 @@ MIGRATIONS: tuple[str, ...] = (
 PENDING = "pending"
 ALLOWED = "allowed"
 DENIED = "denied"
+EXPIRED = "expired"
 
 CODE_BYTES = 6
 """12 hex characters, like approval codes: short enough to type as ``!approve CODE``."""
@@ -63,6 +64,8 @@ class ProposalRecord:
     state: str
     card_ref: str | None
     decided_by: str | None
+    created_at: float
+    """On the scheduler's clock: a proposal older than the approval expiry cannot be allowed."""
 
 
 class SqliteScheduleProposals:
@@ -73,7 +76,14 @@ class SqliteScheduleProposals:
         await self._db.migrate(OWNER, MIGRATIONS)
 
     async def create(
-        self, origin: InboundMessage, kind: str, expression: str, timezone: str, prompt: str
+        self,
+        origin: InboundMessage,
+        kind: str,
+        expression: str,
+        timezone: str,
+        prompt: str,
+        *,
+        created_at: float | None = None,
     ) -> ProposalRecord:
         code = secrets.token_hex(CODE_BYTES)
         await self._db.write(
@@ -91,7 +101,7 @@ class SqliteScheduleProposals:
                 timezone,
                 prompt,
                 PENDING,
-                time.time(),
+                time.time() if created_at is None else created_at,
             ),
         )
         found = await self.get(code)
@@ -132,4 +142,5 @@ def _proposal(row: Row) -> ProposalRecord:
         state=row["state"],
         card_ref=row["card_ref"],
         decided_by=row["decided_by"],
+        created_at=row["created_at"],
     )
