@@ -4,8 +4,10 @@ One conversation must not fill the host's disk (then every SQLite write fails, f
 conversation). No filesystem quota is used: project quotas need an xfs or ext4 filesystem
 mounted with them and root's quota tools, which most hosts (this project's machines among
 them) do not have. Instead the directories the agent can write are measured before a task
-starts and every few seconds while it runs: the context's own through the sandbox
-(``ContextFiles.measure``: where they live, the sandbox knows), ``sent/`` here. The walk
+starts and every few seconds while it runs: the context's own (workspace, home, inbox,
+outbox, storage) through the sandbox (``ContextFiles.measure``: where they live, the
+sandbox knows), and ``sent/`` here, where what the agent leaves in its outbox is copied (a
+sparse file there costs its full size). The walk
 (``sandbox/disk_usage.py``) never follows a link and is bounded; a tree it could not
 finish counts as over the limit, because what could not be measured could hide anything.
 """
@@ -24,10 +26,6 @@ from gateway_bot.sandbox.disk_usage import MAX_DEPTH, MAX_ENTRIES, DiskUsage
 log = logging.getLogger(__name__)
 
 MB = 1024 * 1024
-AGENT_WRITABLE = ("workspace", "home", "inbox", "outbox", "storage", "sent")
-"""A conversation's directories its agent fills: the ones mounted into its sandbox, and
-``sent/``, where what it leaves in its outbox is copied (a sparse file there costs its full
-size)."""
 
 T = TypeVar("T")
 
