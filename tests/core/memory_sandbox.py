@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import difflib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ from gateway_bot.sandbox.context_files import (
     DiffBase,
     FileRefused,
     GitOrigin,
+    LogTail,
     WorkspaceChanges,
 )
 from gateway_bot.sandbox.disk_usage import DiskUsage
@@ -47,6 +49,7 @@ class MemoryFiles:
     inbox: dict[str, bytes] = field(default_factory=dict)
     outbox: dict[str, bytes] = field(default_factory=dict)
     storage: dict[str, bytes] = field(default_factory=dict)
+    network_log: bytes = b""
     measured: int = 0
 
     async def ensure_workspace(self, origin: GitOrigin) -> None:
@@ -114,6 +117,11 @@ class MemoryFiles:
     async def make_home_dir(self, relative: str) -> None:
         return None
 
+    async def network_log_tail(self, limit: int) -> LogTail | None:
+        if not self.network_log:
+            return None
+        return LogTail(self.network_log[-limit:], cut=len(self.network_log) > limit)
+
 
 class MemorySandbox:
     """Every context's files in memory; nothing runs (the agent below acts on the files)."""
@@ -167,7 +175,8 @@ class AgentInside:
 
     ``read:NAME`` answers with the inbox file NAME's text; ``write:NAME=TEXT`` puts TEXT in
     the workspace file NAME; ``grow:NAME=N`` makes the workspace file NAME N bytes;
-    ``send:NAME=TEXT`` leaves TEXT in the outbox as NAME."""
+    ``send:NAME=TEXT`` leaves TEXT in the outbox as NAME; ``fetch:URL`` is a request its
+    egress filtering allowed (in the network log)."""
 
     def __init__(self) -> None:
         self.prompts: list[str] = []
@@ -198,6 +207,9 @@ class AgentInside:
                 files.workspace[name] = b"x" * int(value)
             elif verb == "send":
                 files.outbox[name] = value.encode()
+            elif verb == "fetch":
+                line = {"time": "t", "method": "GET", "url": rest, "allowed": True}
+                files.network_log += json.dumps(line).encode() + b"\n"
         text = "; ".join(said) or "done"
         result = ResultEvent(False, "success", text, "session-1", 0.0, 1, 0.0, 0, 0)
         return AgentOutcome(result, "session-1", 0, "")

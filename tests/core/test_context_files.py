@@ -4,8 +4,8 @@
 The real executor, workspace reports and service run against a sandbox whose files live in
 memory (as a Kubernetes volume or a remote Podman host's disk would, out of the daemon's
 reach). An attachment reaches the agent's inbox, the agent's outbox file reaches the
-sender, /diff shows the agent's change and the disk limit refuses a conversation its agent
-filled, while the host never gets a workspace, home, inbox, outbox or storage directory.
+sender, /diff shows the agent's change, the disk limit refuses a conversation its agent
+filled and the network log shows its request, while the host never gets a workspace, home, inbox, outbox or storage directory.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import pytest
 from gateway_bot.agents.claude_code import CLAUDE_CODE
 from gateway_bot.agents.enabled import AgentSet, EnabledAgent
 from gateway_bot.config.server import ExecutionSettings
+from gateway_bot.core.application import Application, DaemonLiveState
 from gateway_bot.core.executor import AgentDefaults, TaskExecutor
 from gateway_bot.core.inbox_files import InboxWriter
 from gateway_bot.core.service import GatewayService
@@ -106,7 +107,8 @@ async def test_files_in_and_out_diff_and_quota_go_through_the_sandbox_alone(
     channel.uploads["notes.txt"] = b"from alice"
     first = await world.hear(
         {
-            "text": "read:notes.txt write:README.md=changed-by-the-agent send:report.txt=findings",
+            "text": "read:notes.txt write:README.md=changed-by-the-agent send:report.txt=findings"
+            " fetch:https://pypi.org/simple/",
             "files": ["notes.txt"],
         },
         "alice",
@@ -136,6 +138,16 @@ async def test_files_in_and_out_diff_and_quota_go_through_the_sandbox_alone(
     assert "This message was not run" in text, text
     assert "workspace 1.9 MB" in text, text
     assert files.measured >= 3, "measured before each task (and while it ran)"
+
+    application = Application(
+        world.store,
+        DaemonLiveState({channel.name: channel}, world.sandbox),  # type: ignore[arg-type]
+        context_files=lambda conversation: world.sandbox.files(
+            world.workspaces.execution_context(conversation)
+        ),
+    )
+    [request] = (await application.network_log(conversation_id)).requests
+    assert (request.url, request.allowed) == ("https://pypi.org/simple/", True)
 
     root = world.workspaces.dirs(conversation_id).root
     on_host = {entry.name for entry in root.iterdir()}

@@ -69,6 +69,15 @@ class WorkspaceChanges:
     patch: str
 
 
+@dataclass(frozen=True)
+class LogTail:
+    """The end of a log file: at most the bytes asked for."""
+
+    data: bytes
+    cut: bool
+    """True when the file held more (``data`` then starts mid-line)."""
+
+
 class ContextFiles(Protocol):
     """A context's files, as the daemon may touch them. Every method may raise OSError for a
     fault of the storage itself; hostile content is reported as described per method."""
@@ -119,4 +128,11 @@ class ContextFiles(Protocol):
 
     async def make_home_dir(self, relative: str) -> None:
         """Make the directory ``relative`` in the agent's home (a CLI that insists on it)."""
+        ...
+
+    async def network_log_tail(self, limit: int) -> LogTail | None:
+        """The last ``limit`` bytes of the context's network log (every request its egress
+        filtering allowed or blocked, one JSON line each, as the sandbox's proxy wrote it:
+        hostile); None when there is none yet. Raises FileRefused (a link or a special file
+        where the log should be, or unreadable)."""
         ...

@@ -27,6 +27,7 @@ from gateway_bot.sandbox.context_files import (
     DiffBase,
     FileRefused,
     GitOrigin,
+    LogTail,
     WorkspaceChanges,
     WorkspaceSetupFailed,
 )
@@ -53,10 +54,20 @@ class HostContextFiles:
     inbox: Path
     outbox: Path
     storage: Path
+    network_log: Path | None = None
+    """The sandbox's log of this context's requests (a file, or the sandbox's one absolute
+    link to its proxy's log), in a directory of the daemon's."""
 
     @classmethod
     def of(cls, context: ExecutionContext) -> HostContextFiles:
-        return cls(context.workspace, context.home, context.inbox, context.outbox, context.storage)
+        return cls(
+            context.workspace,
+            context.home,
+            context.inbox,
+            context.outbox,
+            context.storage,
+            context.network_log,
+        )
 
     async def ensure_workspace(self, origin: GitOrigin) -> None:
         for path in (self.home, self.inbox, self.outbox, self.storage):
@@ -106,6 +117,55 @@ class HostContextFiles:
 
     async def make_home_dir(self, relative: str) -> None:
         await make_home_dir(self.home, relative)
+
+    async def network_log_tail(self, limit: int) -> LogTail | None:
+        if self.network_log is None:
+            return None
+        return await asyncio.to_thread(_log_tail, self.network_log, limit)
+
+
+def _log_tail(log: Path, limit: int) -> LogTail | None:
+    """The log's last ``limit`` bytes. Its directory is opened no-follow; the log there is
+    a plain file opened no-follow, or the sandbox's own link (absolute, to the proxy's log
+    in a directory of ours) followed once, its target opened no-follow: a link the proxy
+    put in its logs directory, or a relative one, is refused."""
+    try:
+        directory = os.open(log.parent, _DIR_FLAGS)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise FileRefused(f"The conversation's directory is not readable: {exc.strerror}.") from exc
+    try:
+        descriptor = _open_log(directory, log.name)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EMLINK):
+            raise FileRefused(
+                "The network log is a link where a file should be: not read."
+            ) from exc
+        raise FileRefused(f"The network log is not readable: {exc.strerror or exc}.") from exc
+    finally:
+        os.close(directory)
+    with os.fdopen(descriptor, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise FileRefused("The network log is not a regular file: not read.")
+        start = max(0, info.st_size - limit)
+        handle.seek(start)
+        return LogTail(handle.read(limit), cut=start > 0)
+
+
+def _open_log(directory: int, name: str) -> int:
+    try:
+        target = os.readlink(name, dir_fd=directory)
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:  # EINVAL: not a link
+            raise
+        return os.open(name, _READ_FLAGS, dir_fd=directory)
+    if not os.path.isabs(target):
+        raise OSError(errno.ELOOP, "a relative link")
+    return os.open(target, _READ_FLAGS)
 
 
 def _publish(source: Path, inbox: Path, names: Sequence[str]) -> str:
