@@ -5,7 +5,8 @@ The real executor, workspace reports and service run against a sandbox whose fil
 memory (as a Kubernetes volume or a remote Podman host's disk would, out of the daemon's
 reach). An attachment reaches the agent's inbox, the agent's outbox file reaches the
 sender, /diff shows the agent's change, the disk limit refuses a conversation its agent
-filled and the network log shows its request, while the host never gets a workspace, home, inbox, outbox or storage directory.
+filled and the network log shows its request, while the host never gets a workspace, home,
+inbox, outbox or storage directory.
 """
 
 from __future__ import annotations
