@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway_bot.agents.home_files import write_home_file
+from gateway_bot.sandbox.home_files import write_home_file
 
 
 def test_a_link_at_the_settings_file_is_replaced_not_written_through(tmp_path: Path) -> None:

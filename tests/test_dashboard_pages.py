@@ -23,6 +23,7 @@ from gateway_bot.agents.claude_stream import parse_stream_line
 from gateway_bot.config.server import DashboardSettings
 from gateway_bot.core.application import Application, DaemonLiveState
 from gateway_bot.core.feed import ChangeFeed
+from gateway_bot.core.workspaces import Workspaces
 from gateway_bot.dashboard import charts
 from gateway_bot.dashboard.server import build_app
 from gateway_bot.dashboard.sessions import load_or_make_key
@@ -30,6 +31,7 @@ from gateway_bot.domain.lifecycle import CompletionReason, TaskState
 from gateway_bot.domain.messages import RawMessage
 from gateway_bot.domain.records import TaskRecord
 from gateway_bot.sandbox.base import SandboxContainer
+from gateway_bot.sandbox.host import HostSandbox
 from tests.core.conftest import World
 from tests.test_dashboard_run import next_event
 from tests.test_dashboard_security import TOKEN, Dashboard
@@ -81,6 +83,9 @@ async def serve(tmp_path: Path, settings: DashboardSettings) -> AsyncIterator[Pa
         DaemonLiveState({world.channel.name: world.channel}, sandbox),  # type: ignore[arg-type]
         service=world.service,
         conversation_root=lambda conversation_id: tmp_path / "conversations" / conversation_id,
+        context_files=lambda conversation_id: HostSandbox().files(
+            Workspaces(tmp_path, "unused", None).execution_context(conversation_id)
+        ),
         parse_line=parse_stream_line,
     )
     key = load_or_make_key(tmp_path / "dashboard")

@@ -24,11 +24,13 @@ from gateway_bot.config.server import DashboardSettings, build_server_config
 from gateway_bot.config.yaml_tags import ConfigError
 from gateway_bot.core.application import Application, DaemonLiveState
 from gateway_bot.core.feed import ChangeFeed
+from gateway_bot.core.workspaces import Workspaces
 from gateway_bot.dashboard.context import APPLICATION
 from gateway_bot.dashboard.server import build_app
 from gateway_bot.dashboard.sessions import COOKIE_NAME, SessionSigner, load_or_make_key
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState
 from gateway_bot.sandbox.base import SandboxContainer
+from gateway_bot.sandbox.host import HostSandbox
 from tests.conftest import gateway_env
 from tests.core.conftest import World
 
@@ -94,6 +96,9 @@ async def dashboard(tmp_path: Path) -> AsyncIterator[Dashboard]:
         DaemonLiveState({world.channel.name: world.channel}, NoContainers()),  # type: ignore[arg-type]
         service=world.service,
         conversation_root=lambda conversation_id: tmp_path / "conversations" / conversation_id,
+        context_files=lambda conversation_id: HostSandbox().files(
+            Workspaces(tmp_path, "unused", None).execution_context(conversation_id)
+        ),
         parse_line=parse_stream_line,
     )
     settings = DashboardSettings(token=TOKEN, operator={"fake": "owner"})

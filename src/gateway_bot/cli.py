@@ -232,7 +232,7 @@ async def _serve(config: ServerConfig, agent_env: dict[str, str], *, chat: bool,
         print(
             f"gateway-bot console · conversation {console.conversation} ({conversation.id}) · "
             f"repo {config.repo.url} · /help for commands, Ctrl-D to quit\n"
-            f"{daemon.workspace_reports.location(conversation.id)} · /diff shows the changes",
+            f"{await daemon.workspace_reports.location(conversation.id)} · /diff shows the changes",
             flush=True,
         )
     try:

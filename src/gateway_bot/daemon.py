@@ -147,6 +147,9 @@ class Daemon:
             service=self.service,
             conversation_root=lambda conversation_id: self.workspaces.dirs(conversation_id).root,
             parse_line=parse_any_line,
+            context_files=lambda conversation_id: self.sandbox.files(
+                self.workspaces.execution_context(conversation_id)
+            ),
         )
         self.status_snapshot = SnapshotWriter(
             snapshot_path(config.state_dir), live, self.sandbox.name

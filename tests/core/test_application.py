@@ -15,9 +15,11 @@ from gateway_bot.core.application import (
     DaemonLiveState,
     NotInThisProcess,
 )
+from gateway_bot.core.workspaces import Workspaces
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState
 from gateway_bot.domain.messages import ChannelHealth, ChannelStatus
 from gateway_bot.sandbox.base import SandboxContainer
+from gateway_bot.sandbox.host import HostSandbox
 from tests.core.conftest import World
 
 
@@ -42,6 +44,9 @@ def application(world: World, tmp_path: Path, sandbox: ListedSandbox | None = No
         live,
         service=world.service,
         conversation_root=lambda conversation_id: tmp_path / "conversations" / conversation_id,
+        context_files=lambda conversation_id: HostSandbox().files(
+            Workspaces(tmp_path, "unused", None).execution_context(conversation_id)
+        ),
         parse_line=parse_stream_line,
     )
 

@@ -28,7 +28,6 @@ from gateway_bot.agents.cli_install import api_origin, pinned_or_on_path
 from gateway_bot.agents.cli_run import CliRun, run_cli
 from gateway_bot.agents.codex_stream import parse_stream_line
 from gateway_bot.agents.event_log import EventLog
-from gateway_bot.agents.home_files import make_home_dir
 from gateway_bot.sandbox.base import ExecutionContext, InjectedCredential, Sandbox
 
 NAME = "codex"
@@ -98,7 +97,7 @@ class CodexRunner:
         event_log: EventLog,
         on_event: OnEvent,
     ) -> AgentOutcome:
-        await make_home_dir(context.home, ".codex")  # Codex refuses a CODEX_HOME not there
+        await sandbox.files(context).make_home_dir(".codex")  # Codex refuses a CODEX_HOME not there
         home = sandbox.paths(context).home
         env = {"CODEX_HOME": f"{home}/.codex", **request.env}
         run = CliRun(self.build_argv(request), env, parse_stream_line, _UNRESUMABLE)

@@ -29,7 +29,6 @@ from gateway_bot.agents.cli_install import api_origin, pinned_or_on_path
 from gateway_bot.agents.cli_run import CliRun, run_cli
 from gateway_bot.agents.event_log import EventLog
 from gateway_bot.agents.gemini_stream import parse_stream_line
-from gateway_bot.agents.home_files import write_home_file
 from gateway_bot.sandbox.base import ExecutionContext, InjectedCredential, Sandbox
 
 NAME = "gemini-cli"
@@ -87,7 +86,8 @@ class GeminiCliRunner:
         event_log: EventLog,
         on_event: OnEvent,
     ) -> AgentOutcome:
-        await write_home_file(context.home, SETTINGS_PATH, json.dumps(SETTINGS, indent=2))
+        settings = json.dumps(SETTINGS, indent=2).encode()
+        await sandbox.files(context).put_home_file(SETTINGS_PATH, settings)
         home = sandbox.paths(context).home
         env = {**QUIET_ENV, "GEMINI_CLI_HOME": home, **request.env}
         run = CliRun(self.build_argv(request), env, parse_stream_line, _UNRESUMABLE)

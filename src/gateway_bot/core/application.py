@@ -37,6 +37,7 @@ from gateway_bot.core.timeline import (
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState
 from gateway_bot.domain.records import ApprovalRecord, ConversationRecord, TaskRecord
 from gateway_bot.sandbox.base import MeasuresContainers, Sandbox, SandboxContainer
+from gateway_bot.sandbox.context_files import ContextFiles
 from gateway_bot.state.schedules_store import PAUSED, SqliteSchedules
 from gateway_bot.state.store import Store
 
@@ -164,6 +165,7 @@ class Application:
         conversation_root: Callable[[str], Path] | None = None,
         parse_line: ParseLine | None = None,
         schedules: SqliteSchedules | None = None,
+        context_files: Callable[[str], ContextFiles] | None = None,
     ) -> None:
         """``conversation_root`` and ``parse_line`` (the agent backend's stream parser)
         let timelines show what the agent did; without them they show states only.
@@ -175,6 +177,8 @@ class Application:
         self._live = live
         self._service = service
         self._conversation_root = conversation_root
+        self._context_files = context_files
+        """A conversation's files, as its sandbox reaches them (its network log)."""
         self._parse_line = parse_line
 
     # -- reading ---------------------------------------------------------------------------
@@ -265,13 +269,12 @@ class Application:
 
     async def network_log(self, conversation_id: str) -> NetworkLog:
         """The requests the conversation's sandbox allowed and blocked, newest last
-        (``core/network_log.py``: read no-follow, bounded)."""
-        if self._conversation_root is None:
+        (``core/network_log.py``: read by the sandbox, bounded)."""
+        if self._context_files is None:
             return NetworkLog((), "The network log is read only where the conversations are.")
         if not (conversation_id.isascii() and conversation_id.isalnum()):  # ids are hex
             return NetworkLog((), "No such conversation.")
-        root = self._conversation_root(conversation_id)
-        return await asyncio.to_thread(read_network_log, root)
+        return await read_network_log(self._context_files(conversation_id))
 
     async def task_timeline(self, task_id: str) -> TaskTimeline:
         """Raises KeyError for an unknown task."""

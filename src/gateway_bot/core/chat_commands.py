@@ -170,7 +170,7 @@ class ChatCommands:
         if running is not None and running.waiting_for is not None:
             text += f"\nWaiting for approval: {running.waiting_for}"
         if self._workspaces is not None:
-            text += f"\n{self._workspaces.location(conversation.id)}"
+            text += f"\n{await self._workspaces.location(conversation.id)}"
         return text
 
     async def _set_agent(self, conversation: ConversationRecord, name: str) -> str:

@@ -26,19 +26,20 @@ from gateway_bot.core.action_approvals import AskAction
 from gateway_bot.core.action_policy import merge_repo_policy
 from gateway_bot.core.budget import budget_request, spent_and_last
 from gateway_bot.core.channel import AttachmentDownloads
-from gateway_bot.core.disk_quota import AGENT_WRITABLE, MB, DiskLimit, DiskUsage
+from gateway_bot.core.disk_quota import MB, DiskLimit
 from gateway_bot.core.fault_points import reached
 from gateway_bot.core.inbox_files import InboxWriter, candidate_names
 from gateway_bot.core.prompts import build_prompt, context_lost_prompt
 from gateway_bot.core.schedule_request_file import RequestFile, take_request_file
 from gateway_bot.core.tool_permissions import ConversationToolPermissions
-from gateway_bot.core.workspaces import ConversationDirs, GitError, Workspaces
+from gateway_bot.core.workspaces import GitError, Workspaces
 from gateway_bot.domain.lifecycle import CompletionReason
 from gateway_bot.domain.messages import InboundMessage, Reply, Usage
 from gateway_bot.domain.records import ConversationRecord
-from gateway_bot.sandbox.base import REPO_CONTAINERFILE_PATH, ExecutionContext, Sandbox
+from gateway_bot.sandbox.base import REPO_CONTAINERFILE_PATH, Sandbox
+from gateway_bot.sandbox.context_files import ContextFiles, WorkspaceSetupFailed
+from gateway_bot.sandbox.disk_usage import DiskUsage, combined, measure
 from gateway_bot.sandbox.egress.allowlist import ALLOWLIST_PATH, parse_allowlist
-from gateway_bot.sandbox.egress.rules import EgressRule
 from gateway_bot.state.store import Store
 
 log = logging.getLogger(__name__)
@@ -103,7 +104,9 @@ class TaskExecutor:
         started = time.monotonic()
         try:
             await self._workspaces.refresh_mirror()
-            dirs = await self._workspaces.prepare(conversation.id)
+            context = self._workspaces.execution_context(conversation.id)
+            files = self._sandbox.files(context)
+            dirs = await self._workspaces.prepare(conversation.id, files)
             repo_text = await self._workspaces.read_default_branch_file(REPO_CONFIG_PATH)
             repo_config = parse_repo_config(repo_text)
             agent_name, conversation = await self._choose_agent(conversation, repo_config)
@@ -121,23 +124,32 @@ class TaskExecutor:
                 + "\n".join(f"- {p}" for p in exc.problems),
                 CompletionReason.INTERNAL_ERROR,
             )
-        except GitError as exc:
+        except (GitError, WorkspaceSetupFailed) as exc:
             return _failure(
                 f"Could not prepare the workspace: {exc}", CompletionReason.INTERNAL_ERROR
             )
+
+        async def measure_usage() -> DiskUsage:
+            sent = await asyncio.to_thread(measure, {"sent": dirs.sent})  # the daemon's own
+            return combined(await files.measure(), sent)
+
         disk = DiskLimit(
-            {name: getattr(dirs, name) for name in AGENT_WRITABLE},
+            measure_usage,
             int(self._limits.conversation_disk_limit_mb * MB),
             self._limits.disk_check_interval_seconds,
         )
         if (usage := await disk.over_limit()) is not None:
             return _failure(disk.explain(usage, stopped=False), CompletionReason.REJECTED)
-        context = _execution_context(conversation.id, dirs, container_env, allowlist, containerfile)
-        # The model credentials stay out of a filtering sandbox: the proxy adds them.
-        credentials = agent.backend.injected_credentials(agent_env)
-        context = replace(context, credentials=credentials)
+        context = replace(
+            context,
+            env=dict(container_env),
+            allowlist=allowlist,
+            containerfile=containerfile,
+            # The model credentials stay out of a filtering sandbox: the proxy adds them.
+            credentials=agent.backend.injected_credentials(agent_env),
+        )
         saved = (
-            await adapter.save_attachments(message, InboxWriter(dirs.root))
+            await adapter.save_attachments(message, InboxWriter(dirs.root, files=files))
             if message.attachments
             else []
         )
@@ -201,7 +213,9 @@ class TaskExecutor:
             return TaskResult(
                 Reply(text=text, is_error=True, stopped=True), CompletionReason.CANCELLED
             )
-        return await self._conclude(task_id, conversation, model, agent_name, outcome, started)
+        return await self._conclude(
+            task_id, conversation, model, agent_name, outcome, started, files
+        )
 
     async def _within_budget(self, conversation_id: str, task_id: str) -> TaskResult | None:
         """None to run the turn; a refusal when a person said no to going past the
@@ -271,6 +285,7 @@ class TaskExecutor:
         agent_name: str,
         outcome: AgentOutcome,
         started: float,
+        files: ContextFiles,
     ) -> TaskResult:
         result = outcome.result
         usage = Usage(
@@ -298,36 +313,16 @@ class TaskExecutor:
         text = result.text.strip() or "(The agent finished without a reply.)"
         limit = self._limits.reply_limit_chars
         await self._store.update_conversation(conversation.id, last_reply=text[:limit])
-        outbox = self._workspaces.dirs(conversation.id).outbox
-        schedule_request = await asyncio.to_thread(take_request_file, outbox)
-        files = tuple(str(p) for p in await self._workspaces.take_outbox(conversation.id, task_id))
+        schedule_request = await take_request_file(files)
+        taken = await self._workspaces.take_outbox(conversation.id, task_id, files)
+        sent_files = tuple(str(p) for p in taken)
         if len(text) > limit:
             sent = self._workspaces.dirs(conversation.id).sent / task_id
             whole = await asyncio.to_thread(_write_reply_file, sent, text)
-            text, files = _shortened(text, limit, whole.name), (*files, str(whole))
-        reply = Reply(text=text, files=files, usage=usage)
+            text = _shortened(text, limit, whole.name)
+            sent_files = (*sent_files, str(whole))
+        reply = Reply(text=text, files=sent_files, usage=usage)
         return TaskResult(reply, CompletionReason.SUCCESS, schedule_request)
-
-
-def _execution_context(
-    conversation_id: str,
-    dirs: ConversationDirs,
-    env: Mapping[str, str],
-    allowlist: tuple[EgressRule, ...],
-    containerfile: str | None,
-) -> ExecutionContext:
-    return ExecutionContext(
-        id=conversation_id,
-        workspace=dirs.workspace,
-        home=dirs.home,
-        inbox=dirs.inbox,
-        outbox=dirs.outbox,
-        storage=dirs.storage,
-        env=dict(env),
-        allowlist=allowlist,
-        network_log=dirs.network_log,
-        containerfile=containerfile,
-    )
 
 
 def _failure(text: str, reason: CompletionReason) -> TaskResult:

@@ -8,24 +8,26 @@ daemon runs as root, so it must never write *through* a path the agent controls.
 
 ``InboxWriter`` therefore never opens a file in the inbox at all. A download is written
 into ``incoming/`` beside the inbox, a directory of the conversation the sandbox never
-mounts, with an exclusive no-follow open. It is then published into the inbox with
-``link(2)`` relative to directory descriptors: ``link`` never follows a link at its target
-and fails if any entry (a dangling symlink included) already has the name, in which case the
-next free name is tried. The inbox directory itself is opened no-follow from the
-conversation's root, which only the daemon can write.
+mounts, with an exclusive no-follow open. It is then published into the inbox by the
+sandbox (``ContextFiles.put_inbox``: the inbox lives where the agent's environment does),
+which takes the first of the candidate names no entry has and never writes through one. On
+this machine that is ``link(2)`` relative to directory descriptors
+(``sandbox/host_files.py``): ``link`` never follows a link at its target and fails if any
+entry (a dangling symlink included) already has the name.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import os
 import re
 import secrets
-import stat
 from collections.abc import AsyncIterator
 from pathlib import Path
+
+from gateway_bot.sandbox.context_files import ContextFiles, FileRefused
+from gateway_bot.sandbox.host_files import HostContextFiles
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
 _MAX_NAME = 100
@@ -91,13 +93,19 @@ class IncomingFile:
 class InboxWriter:
     """The only way channels put files into a conversation's inbox.
 
-    ``root`` is the conversation's directory (daemon-owned, never mounted); the inbox and
-    the staging directory are its children ``inbox`` and ``incoming``.
+    ``root`` is the conversation's directory (daemon-owned, never mounted): downloads are
+    staged in its ``incoming``. ``files`` is the context's files, through which a finished
+    download is published (without it: the inbox ``root/inbox_name`` on this machine).
     """
 
-    def __init__(self, root: Path, inbox_name: str = "inbox") -> None:
+    def __init__(
+        self, root: Path, inbox_name: str = "inbox", *, files: ContextFiles | None = None
+    ) -> None:
         self._root = root
-        self._inbox_name = inbox_name
+        if files is None:
+            inbox = root / inbox_name
+            files = HostContextFiles(inbox, inbox, inbox, inbox, inbox)
+        self._files = files
 
     async def save(self, name: str, data: bytes) -> str:
         """Store ``data`` under (a free variant of) the sanitised ``name``; return the name
@@ -118,15 +126,17 @@ class InboxWriter:
             fd = await asyncio.to_thread(
                 os.open, staging_name, _NEW_FILE_FLAGS, 0o644, dir_fd=staging_fd
             )
-            with contextlib.suppress(OSError):  # the agent may change what it was given
-                await asyncio.to_thread(self._give_to_inbox_owner, fd)
             incoming = IncomingFile(fd)
             try:
                 try:
                     yield incoming
                 finally:
                     os.close(fd)
-                saved = await asyncio.to_thread(self._publish, staging_fd, staging_name, wanted)
+                staged = self._root / INCOMING / staging_name
+                try:
+                    saved = await self._files.put_inbox(candidate_names(wanted), staged)
+                except FileRefused as exc:
+                    raise InboxError(str(exc)) from exc
                 incoming.saved_name = saved
             finally:
                 with contextlib.suppress(FileNotFoundError):
@@ -134,58 +144,14 @@ class InboxWriter:
         finally:
             os.close(staging_fd)
 
-    def _give_to_inbox_owner(self, fd: int) -> None:
-        """The file belongs to whoever owns the inbox (a sandbox may map the agent's root
-        to another host uid), so the agent can edit what it was sent."""
-        root_fd = self._open_root()
-        try:
-            owner = os.stat(self._inbox_name, dir_fd=root_fd, follow_symlinks=False)
-        finally:
-            os.close(root_fd)
-        if stat.S_ISDIR(owner.st_mode) and (owner.st_uid, owner.st_gid) != (0, 0):
-            os.fchown(fd, owner.st_uid, owner.st_gid)
-
-    def _open_root(self) -> int:
-        return os.open(self._root, _DIR_FLAGS)
-
     def _open_staging(self) -> int:
-        root_fd = self._open_root()
+        root_fd = os.open(self._root, _DIR_FLAGS)
         try:
             with contextlib.suppress(FileExistsError):
                 os.mkdir(INCOMING, 0o700, dir_fd=root_fd)
             return os.open(INCOMING, _DIR_FLAGS, dir_fd=root_fd)
         finally:
             os.close(root_fd)
-
-    def _publish(self, staging_fd: int, staging_name: str, wanted: str) -> str:
-        root_fd = self._open_root()
-        try:
-            try:
-                inbox_fd = os.open(self._inbox_name, _DIR_FLAGS, dir_fd=root_fd)
-            except OSError as exc:
-                raise InboxError(f"the conversation's inbox is unusable ({exc.strerror})") from exc
-        finally:
-            os.close(root_fd)
-        try:
-            for candidate in candidate_names(wanted):
-                try:
-                    os.link(
-                        staging_name,
-                        candidate,
-                        src_dir_fd=staging_fd,
-                        dst_dir_fd=inbox_fd,
-                        follow_symlinks=False,
-                    )
-                except FileExistsError:
-                    continue
-                except OSError as exc:
-                    if exc.errno == errno.ENAMETOOLONG:
-                        continue
-                    raise InboxError(f"{wanted} could not be stored ({exc.strerror})") from exc
-                return candidate
-        finally:
-            os.close(inbox_fd)
-        raise InboxError(f"{wanted}: the inbox already has {_MAX_TRIES} files of that name")
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -3,32 +3,27 @@ sandbox's egress proxy allowed or blocked, one JSON object a line
 (``{"time", "method", "url", "allowed", "reason"?, "held"?}``, ``images/proxy/egress_addon.py``;
 a request an ask rule held has a ``held`` line, then an allowed or a refused one).
 
-The lines are written by the proxy about requests the agent chose: hostile input. So the
-file is read without following a link the agent or the proxy could have planted: the
-conversation directory is opened no-follow; ``network.log`` there is either a plain file or
-the one link the sandbox itself made to the proxy's log (``<state>/sandbox/egress/logs/``,
-a directory of ours), whose target is then opened no-follow too, so a link the proxy put in
-its logs directory is refused. Only the last ``MAX_LOG_BYTES`` are read, the newest
+The lines are written by the proxy about requests the agent chose: hostile input. The file
+is the sandbox's and read through it (``ContextFiles.network_log_tail``; on this machine
+``sandbox/host_files.py`` opens the conversation directory no-follow, and ``network.log``
+there is either a plain file or the one link the sandbox itself made to the proxy's log,
+whose target is opened no-follow too, so a link the proxy put in its logs directory is
+refused). Only the last ``MAX_LOG_BYTES`` are read, the newest
 ``MAX_ENTRIES`` lines kept, every field cut to a length; a line that is not the expected
 JSON is shown as it is (cut), never interpreted. The dashboard escapes what it shows.
 """
 
 from __future__ import annotations
 
-import errno
 import json
-import os
-import stat
 from dataclasses import dataclass
-from pathlib import Path
+
+from gateway_bot.sandbox.context_files import ContextFiles, FileRefused
 
 MAX_LOG_BYTES = 512 * 1024
 MAX_ENTRIES = 300
 """The page shows the newest this many requests."""
 MAX_FIELD_CHARS = 500
-LOG_NAME = "network.log"
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 @dataclass(frozen=True)
@@ -51,47 +46,18 @@ class NetworkLog:
     """What is missing and why: no log yet, cut to its tail, not readable."""
 
 
-def read_network_log(conversation_root: Path) -> NetworkLog:
-    """Blocking (run it in a thread). Never raises for a missing or refused file: the note
-    says why there is nothing."""
+async def read_network_log(files: ContextFiles) -> NetworkLog:
+    """The context's network log, read by its sandbox. Never raises for a missing or
+    refused file: the note says why there is nothing."""
     try:
-        directory = os.open(conversation_root, _DIR_FLAGS)
-    except FileNotFoundError:
-        return NetworkLog((), "No network log yet (the agent has not run in a sandbox).")
+        tail = await files.network_log_tail(MAX_LOG_BYTES)
+    except FileRefused as exc:
+        return NetworkLog((), str(exc))
     except OSError as exc:
-        return NetworkLog((), f"The conversation's directory is not readable: {exc.strerror}.")
-    try:
-        descriptor = _open_log(directory)
-    except FileNotFoundError:
-        return NetworkLog((), "No network log yet (no request made, or no egress proxy).")
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.EMLINK):
-            return NetworkLog((), "The network log is a link where a file should be: not read.")
         return NetworkLog((), f"The network log is not readable: {exc.strerror or exc}.")
-    finally:
-        os.close(directory)
-    with os.fdopen(descriptor, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            return NetworkLog((), "The network log is not a regular file: not read.")
-        start = max(0, info.st_size - MAX_LOG_BYTES)
-        handle.seek(start)
-        data = handle.read(MAX_LOG_BYTES)
-    return parse_network_log(data, cut=start > 0)
-
-
-def _open_log(directory: int) -> int:
-    """``network.log`` in the directory: a file opened no-follow, or the sandbox's link
-    (absolute, to the proxy's log) followed once, its target opened no-follow."""
-    try:
-        target = os.readlink(LOG_NAME, dir_fd=directory)
-    except OSError as exc:
-        if exc.errno != errno.EINVAL:  # EINVAL: not a link
-            raise
-        return os.open(LOG_NAME, _READ_FLAGS, dir_fd=directory)
-    if not os.path.isabs(target):
-        raise OSError(errno.ELOOP, "a relative link")
-    return os.open(target, _READ_FLAGS)
+    if tail is None:
+        return NetworkLog((), "No network log yet (no request made, or no egress proxy).")
+    return parse_network_log(tail.data, cut=tail.cut)
 
 
 def parse_network_log(data: bytes, *, cut: bool = False) -> NetworkLog:

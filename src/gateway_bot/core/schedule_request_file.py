@@ -9,28 +9,23 @@ The agent proposes a scheduled run by writing, in its outbox::
 conversation gets a card to allow or deny (``core/schedule_proposals.py``).
 
 The outbox is the agent's: the entry may be a link to a host file, a FIFO, a directory or
-gigabytes. So it is opened once, no-follow and non-blocking, relative to a descriptor of
-the outbox opened no-follow; only a regular file of at most ``MAX_REQUEST_BYTES`` is read,
-from that descriptor; and the entry is removed whatever it was (``unlink`` never follows),
-so it is looked at once. It is never sent as an attachment: ``Workspaces.take_outbox``
+gigabytes. So it is taken through the sandbox (``ContextFiles.take_outbox_file``): only a
+regular file of at most ``MAX_REQUEST_BYTES`` is read, and the entry is removed whatever it
+was, so it is looked at once (on this machine: ``sandbox/host_files.py``, no-follow opens
+relative to the outbox's descriptor). It is never sent as an attachment: ``Workspaces.take_outbox``
 skips this name.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import json
-import os
-import stat
 from dataclasses import dataclass
-from pathlib import Path
+
+from gateway_bot.sandbox.context_files import ContextFiles, FileRefused
 
 REQUEST_FILE = "schedule.json"
 MAX_REQUEST_BYTES = 16 * 1024
 MAX_PROMPT_CHARS = 4000
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _KEYS = frozenset({"when", "prompt", "tz"})
 
 SHAPE = '{"when": "every weekday at 9:00", "prompt": "...", "tz": "Europe/Berlin"}'
@@ -55,46 +50,16 @@ class BadRequest:
 RequestFile = ScheduleAsk | BadRequest
 
 
-def take_request_file(outbox: Path) -> RequestFile | None:
-    """Read and remove ``outbox/schedule.json``; None when there is none. Blocking: call
-    it in a worker thread."""
+async def take_request_file(files: ContextFiles) -> RequestFile | None:
+    """Read and remove ``outbox/schedule.json`` (through the sandbox: the outbox is the
+    agent's); None when there is none."""
     try:
-        outbox_fd = os.open(outbox, _DIR_FLAGS)
-    except OSError:
-        return None  # no outbox (or a link in its place): nothing to read
-    try:
-        try:
-            fd = os.open(REQUEST_FILE, _READ_FLAGS, dir_fd=outbox_fd)
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            _remove(outbox_fd)
-            if exc.errno == errno.ELOOP:
-                return BadRequest(f"{REQUEST_FILE} is a symbolic link, not a file: ignored")
-            return BadRequest(f"{REQUEST_FILE} could not be opened ({exc.strerror}): ignored")
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                return BadRequest(f"{REQUEST_FILE} is not a regular file: ignored")
-            if info.st_size > MAX_REQUEST_BYTES:
-                return BadRequest(
-                    f"{REQUEST_FILE} has {info.st_size:,} bytes, more than the "
-                    f"{MAX_REQUEST_BYTES:,} allowed: ignored"
-                )
-            data = os.read(fd, MAX_REQUEST_BYTES + 1)  # the file may have grown since fstat
-        finally:
-            os.close(fd)
-            _remove(outbox_fd)
-    finally:
-        os.close(outbox_fd)
-    if len(data) > MAX_REQUEST_BYTES:
-        return BadRequest(f"{REQUEST_FILE} is larger than {MAX_REQUEST_BYTES:,} bytes: ignored")
+        data = await files.take_outbox_file(REQUEST_FILE, MAX_REQUEST_BYTES)
+    except FileRefused as exc:
+        return BadRequest(f"{REQUEST_FILE} {exc}: ignored")
+    if data is None:
+        return None
     return parse_request_file(data)
-
-
-def _remove(outbox_fd: int) -> None:
-    with contextlib.suppress(OSError):  # a directory stays (take_outbox never sends one)
-        os.unlink(REQUEST_FILE, dir_fd=outbox_fd)
 
 
 def parse_request_file(data: bytes) -> RequestFile:

@@ -11,30 +11,25 @@ Layout under the state dir::
         incoming/               downloads being written, before they are linked into inbox/
         events.jsonl            the agent's raw stream, append-only, never mounted
         network.log             every request the agent's sandbox allowed or blocked
+
+The five directories the agent's environment holds (workspace, home, inbox, outbox,
+storage) are the sandbox's: they are named here (``execution_context``) for a sandbox that
+keeps them on this machine, and read or written only through ``Sandbox.files`` (the
+``ContextFiles`` protocol). The rest of the conversation's directory is the daemon's own.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import errno
 import os
 import shutil
-import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from gateway_bot.core.schedule_request_file import REQUEST_FILE
-
-MAX_OUTBOX_FILE_BYTES = 1024 * 1024 * 1024
-"""Outbox files larger than this stay where they are (no channel takes them anyway)."""
-MAX_OUTBOX_FILES = 20
-MAX_OUTBOX_BYTES = 1024 * 1024 * 1024
-"""Per task, at most this many files and bytes are taken from the outbox; the rest wait
-for the next task. A sparse file costs nothing in the outbox and its full size copied."""
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+from gateway_bot.sandbox.base import ExecutionContext
+from gateway_bot.sandbox.context_files import ContextFiles, GitOrigin
 
 
 class GitError(Exception):
@@ -101,23 +96,33 @@ class Workspaces:
             await _git("clone", "--mirror", "--quiet", self._repo_url, str(partial))
             partial.rename(self._mirror)
 
-    async def prepare(self, conversation_id: str) -> ConversationDirs:
-        """Make sure every directory exists and the workspace is cloned. Never rebases."""
+    def execution_context(self, conversation_id: str) -> ExecutionContext:
+        """The conversation's execution context, its directories where a sandbox keeping
+        them on this machine keeps them (no env, allowlist or image: the executor adds
+        those)."""
         dirs = self.dirs(conversation_id)
-        for path in (dirs.home, dirs.inbox, dirs.outbox, dirs.storage):
-            path.mkdir(parents=True, exist_ok=True)
-        if not (dirs.workspace / ".git").exists():
-            partial = dirs.root / "workspace.partial"
-            await asyncio.to_thread(shutil.rmtree, partial, True)
-            branch = ["--branch", self._branch] if self._branch else []
-            await _git(
-                "clone", "--quiet", "--no-hardlinks", *branch, str(self._mirror), str(partial)
-            )
-            await _git("-C", str(partial), "remote", "set-url", "origin", self._repo_url)
-            partial.rename(dirs.workspace)
+        return ExecutionContext(
+            id=conversation_id,
+            workspace=dirs.workspace,
+            home=dirs.home,
+            inbox=dirs.inbox,
+            outbox=dirs.outbox,
+            storage=dirs.storage,
+            network_log=dirs.network_log,
+        )
+
+    async def prepare(self, conversation_id: str, files: ContextFiles) -> ConversationDirs:
+        """Make the conversation's own directory, and have the sandbox make the context's
+        and clone the workspace from the mirror (once; never rebased). Raises
+        WorkspaceSetupFailed."""
+        dirs = self.dirs(conversation_id)
+        await asyncio.to_thread(dirs.root.mkdir, parents=True, exist_ok=True)
+        await files.ensure_workspace(GitOrigin(self._mirror, self._repo_url, self._branch))
         return dirs
 
-    async def take_outbox(self, conversation_id: str, task_id: str) -> list[Path]:
+    async def take_outbox(
+        self, conversation_id: str, task_id: str, files: ContextFiles
+    ) -> list[Path]:
         """Move the files the agent left in outbox/ to sent/<task id>/ and return them.
 
         Moving them out at once means each file goes out with exactly one reply, and a reply
@@ -126,8 +131,8 @@ class Workspaces:
         read only the copies in sent/, which the sandbox cannot see. ``schedule.json`` is
         never taken: it is the agent's schedule request (``core/schedule_request_file.py``).
         """
-        dirs = self.dirs(conversation_id)
-        return await asyncio.to_thread(_move_regular_files, dirs.outbox, dirs.sent / task_id)
+        into = self.dirs(conversation_id).sent / task_id
+        return await files.take_outbox(into, frozenset({REQUEST_FILE}))
 
     async def idle_conversations(self, idle_s: float) -> list[str]:
         """Conversations whose directory saw no activity (a task's events, a new file at its
@@ -193,76 +198,6 @@ class Workspaces:
             if "does not exist" in str(exc) or "exists on disk, but not in" in str(exc):
                 return None
             raise
-
-
-def _move_regular_files(source: Path, target: Path) -> list[Path]:
-    """Copy each regular file out of the agent-writable ``source`` into ``target`` (a
-    directory only the daemon writes), then remove it from ``source``.
-
-    The agent can swap an entry between a file and a symlink at any moment, so no path in
-    ``source`` is trusted twice: each entry is opened once, no-follow and non-blocking (a
-    FIFO must not hang us), relative to a descriptor of ``source`` opened no-follow; the
-    open descriptor must be a regular file, and its bytes are what get copied. Links,
-    directories, devices and FIFOs are never sent.
-    """
-    try:
-        source_fd = os.open(source, _DIR_FLAGS)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            return []
-        raise
-    copied: list[Path] = []
-    budget = MAX_OUTBOX_BYTES
-    try:
-        for name in sorted(os.listdir(source_fd)):
-            if len(copied) >= MAX_OUTBOX_FILES:
-                break
-            if name == REQUEST_FILE:
-                continue  # the agent's schedule request is read, never sent as a file
-            try:
-                fd = os.open(name, _READ_FLAGS, dir_fd=source_fd)
-            except OSError:
-                continue  # a link (ELOOP), gone, or unreadable: never followed
-            try:
-                info = os.fstat(fd)
-                if not stat.S_ISREG(info.st_mode) or info.st_size > min(
-                    MAX_OUTBOX_FILE_BYTES, budget
-                ):
-                    continue
-                budget -= info.st_size
-                target.mkdir(parents=True, exist_ok=True)
-                _copy_fd(fd, target / name)
-            finally:
-                os.close(fd)
-            copied.append(target / name)
-            with contextlib.suppress(OSError):
-                os.unlink(name, dir_fd=source_fd)  # unlink never follows a link
-    finally:
-        os.close(source_fd)
-    return copied
-
-
-def _copy_fd(fd: int, destination: Path) -> None:
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        out = os.open(destination, flags, 0o600)
-    except FileExistsError:  # a re-run after a crash: sent/ is the daemon's alone
-        destination.unlink()
-        out = os.open(destination, flags, 0o600)
-    try:
-        remaining = MAX_OUTBOX_FILE_BYTES
-        while remaining > 0:
-            chunk = os.read(fd, min(1024 * 1024, remaining))
-            if not chunk:
-                break
-            remaining -= len(chunk)
-            view = memoryview(chunk)
-            while view:
-                view = view[os.write(out, view) :]
-    finally:
-        os.close(out)
 
 
 async def _git(*args: str) -> str:

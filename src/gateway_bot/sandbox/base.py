@@ -1,7 +1,10 @@
 """What the rest of the daemon may ask of a sandbox: run this argv there, stream its output.
 
 The sandbox knows nothing of chat: it sees an opaque execution-context id and a set of host
-directories to expose, never a conversation, a channel or a sender.
+directories to expose, never a conversation, a channel or a sender. Those directories are
+the sandbox's: the rest of the daemon reaches their content only through
+``Sandbox.files(context)`` (``context_files.ContextFiles``), never by opening the paths, so a
+sandbox whose directories live elsewhere (a volume on a remote host, a Kubernetes claim) fits.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from gateway_bot.sandbox.context_files import ContextFiles
 from gateway_bot.sandbox.egress.held import EgressAsk
 from gateway_bot.sandbox.egress.rules import EgressRule
 
@@ -59,6 +63,8 @@ class ExecutionContext:
     id: str
     """Opaque: the same id always means the same long-lived execution environment."""
     workspace: Path
+    """Where a sandbox keeping the context's directories on this machine keeps them (these
+    five): for the sandbox alone. Everyone else goes through ``Sandbox.files``."""
     home: Path
     inbox: Path
     outbox: Path
@@ -198,6 +204,11 @@ class Sandbox(Protocol):
         ...
 
     def paths(self, context: ExecutionContext) -> SandboxPaths: ...
+
+    def files(self, context: ExecutionContext) -> ContextFiles:
+        """The context's files (workspace, home, inbox, outbox, storage), the only way the
+        daemon reads or writes them."""
+        ...
 
     async def start(
         self,

@@ -30,6 +30,7 @@ from gateway_bot.sandbox.child import (
     read_bounded,
     spawn_fed,
 )
+from gateway_bot.sandbox.host_files import HostContextFiles
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +132,9 @@ class HostSandbox:
             outbox=str(context.outbox),
             storage=str(context.storage),
         )
+
+    def files(self, context: ExecutionContext) -> HostContextFiles:
+        return HostContextFiles.of(context)
 
     async def start(
         self,

@@ -41,6 +41,7 @@ from gateway_bot.sandbox.base import (
 from gateway_bot.sandbox.child import RUN_MARK, spawn_fed
 from gateway_bot.sandbox.egress.held import EgressAsk
 from gateway_bot.sandbox.egress.rules import ASK, EgressRule
+from gateway_bot.sandbox.host_files import HostContextFiles
 from gateway_bot.sandbox.podman import containers as spec
 from gateway_bot.sandbox.podman.egress_asks import EgressAskListener
 from gateway_bot.sandbox.podman.exec_env import ExecEnvError, ExecEnvFiles
@@ -257,6 +258,11 @@ class PodmanSandbox:
 
     def paths(self, context: ExecutionContext) -> SandboxPaths:
         return spec.PATHS
+
+    def files(self, context: ExecutionContext) -> HostContextFiles:
+        """Bind mounts of host directories: the host implementation. (A remote host's
+        named volumes need one of their own: docs/scale-out.md.)"""
+        return HostContextFiles.of(context)
 
     # -- tasks ----------------------------------------------------------------------------
 

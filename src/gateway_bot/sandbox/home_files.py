@@ -20,7 +20,12 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 async def write_home_file(home: Path, relative: str, text: str) -> None:
     """Write ``text`` to ``home/relative`` (directories made as needed), never through a
     link the agent left there."""
-    await asyncio.to_thread(_write, home, relative, text)
+    await write_home_bytes(home, relative, text.encode("utf-8"))
+
+
+async def write_home_bytes(home: Path, relative: str, data: bytes) -> None:
+    """``write_home_file`` for bytes."""
+    await asyncio.to_thread(_write, home, relative, data)
 
 
 async def make_home_dir(home: Path, relative: str) -> None:
@@ -48,15 +53,15 @@ def _make_dirs(home: Path, directories: list[str]) -> None:
     os.close(_open_dirs(home, directories))
 
 
-def _write(home: Path, relative: str, text: str) -> None:
+def _write(home: Path, relative: str, data: bytes) -> None:
     *directories, name = relative.split("/")
     fd = _open_dirs(home, directories)
     try:
         temporary = f".{name}.{secrets.token_hex(6)}"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         out = os.open(temporary, flags, 0o644, dir_fd=fd)
-        with os.fdopen(out, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(out, "wb") as handle:
+            handle.write(data)
         os.rename(temporary, name, src_dir_fd=fd, dst_dir_fd=fd)
     finally:
         os.close(fd)
