@@ -201,6 +201,8 @@ class Daemon:
             log.info("garbage-collecting idle conversation %s", conversation_id)
             try:
                 await self.sandbox.discard(conversation_id)
+                context = self.workspaces.execution_context(conversation_id)
+                await self.sandbox.files(context).remove()  # the sandbox's files, then ours
                 await self.workspaces.remove(conversation_id)
             except Exception:  # one conversation's trouble must not stop the others'
                 log.exception("garbage-collecting conversation %s failed", conversation_id)

@@ -51,6 +51,7 @@ class MemoryFiles:
     storage: dict[str, bytes] = field(default_factory=dict)
     network_log: bytes = b""
     measured: int = 0
+    removed: bool = False
 
     async def ensure_workspace(self, origin: GitOrigin) -> None:
         self.origin = origin
@@ -116,6 +117,9 @@ class MemoryFiles:
 
     async def make_home_dir(self, relative: str) -> None:
         return None
+
+    async def remove(self) -> None:
+        self.removed = True
 
     async def network_log_tail(self, limit: int) -> LogTail | None:
         if not self.network_log:

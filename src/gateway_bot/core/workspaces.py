@@ -153,7 +153,9 @@ class Workspaces:
         return sorted(idle)
 
     async def remove(self, conversation_id: str) -> None:
-        """Delete a conversation's directories (workspace, home, files, logs). With GNU rm,
+        """Delete what the daemon keeps of a conversation (event log, sent files, and the
+        directory the host-path sandboxes keep their files in, after the sandbox's own
+        ``ContextFiles.remove``). With GNU rm,
         which walks iteratively and never follows a link: the agent's tree may be thousands
         of levels deep, where ``shutil.rmtree`` dies of recursion."""
         root = self.dirs(conversation_id).root

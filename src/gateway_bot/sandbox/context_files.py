@@ -130,6 +130,12 @@ class ContextFiles(Protocol):
         """Make the directory ``relative`` in the agent's home (a CLI that insists on it)."""
         ...
 
+    async def remove(self) -> None:
+        """Delete the context's files for good (garbage collection of an idle conversation,
+        after its container was discarded): the workspace, home, inbox, outbox and storage.
+        Never follows a link out of them. Raises OSError when they could not be removed."""
+        ...
+
     async def network_log_tail(self, limit: int) -> LogTail | None:
         """The last ``limit`` bytes of the context's network log (every request its egress
         filtering allowed or blocked, one JSON line each, as the sandbox's proxy wrote it:

@@ -118,6 +118,25 @@ class HostContextFiles:
     async def make_home_dir(self, relative: str) -> None:
         await make_home_dir(self.home, relative)
 
+    async def remove(self) -> None:
+        """With GNU rm, which walks iteratively and never follows a link (the agent's tree
+        may be thousands of levels deep, where ``shutil.rmtree`` dies of recursion), and
+        stays on the directories' file system."""
+        places = [
+            str(p) for p in (self.workspace, self.home, self.inbox, self.outbox, self.storage)
+        ]
+        partial = self.workspace.with_name(f"{self.workspace.name}.partial")
+        process = await asyncio.create_subprocess_exec(
+            "rm", "-rf", "--one-file-system", "--", *places, str(partial),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        _, stderr = await process.communicate()
+        if process.returncode != 0:
+            problem = stderr.decode(errors="replace")[-300:]
+            raise OSError(f"removing the files of {self.workspace.parent} failed: {problem}")
+
     async def network_log_tail(self, limit: int) -> LogTail | None:
         if self.network_log is None:
             return None
