@@ -85,11 +85,16 @@ class EgressWiring:
         """The context networks of the contexts on ``host`` (hosts that share network
         definitions, as on one test machine, list each other's too: those are skipped)."""
         filters = {"label": f"{LABEL_DEPLOYMENT}={self._deployment}"}
-        found = await host.service.api(lambda c: c.networks.list(filters=filters))
-        labelled = [n.attrs.get("labels") or {} for n in found]
-        contexts = [n[LABEL_CONTEXT] for n in labelled if n.get(LABEL_ROLE) == "network"]
-        ours = [c for c in contexts if self._host_of(c) is host]
-        networks = [await spec.ensure_network(host.service, self._deployment, c) for c in ours]
+        found = await host.service.api(
+            lambda c: [dict(n.attrs) for n in c.networks.list(filters=filters)]
+        )
+        networks = []
+        for attrs in found:  # the listing describes each: no call per network
+            labels = attrs.get("labels") or {}
+            if labels.get(LABEL_ROLE) != "network" or not attrs.get("subnets"):
+                continue
+            if self._host_of(labels[LABEL_CONTEXT]) is host:
+                networks.append(spec.network_of(str(attrs["name"]), attrs))
         return [(n.name, n.proxy_address) for n in networks]
 
 

@@ -70,6 +70,10 @@ class EgressProxy:
         self.name = f"gwb-proxy-{deployment}"
         self._lock = asyncio.Lock()
         self._routes_lock = asyncio.Lock()
+        self._routed: dict[str, Any] | None = None
+        """Source -> its route entry as the routes file has it (read once, then kept as
+        written): a task whose route is unchanged, every task but a context's first, and
+        after a restart every one, rewrites nothing."""
 
     @property
     def ca_certificate(self) -> Path:
@@ -192,7 +196,13 @@ class EgressProxy:
             "inject": inject,
             "ask_timeout_s": ask_timeout_s,
         }
+        if self._routed is None:
+            self._routed = await asyncio.to_thread(self._read_routes)
+        if self._routed.get(source) == entry:
+            return  # as written: a rewrite makes the proxy re-read every route
         await self._edit_routes(lambda sources: sources.__setitem__(source, entry))
+        if self._routed is not None:  # (a drop meanwhile has it read again)
+            self._routed[source] = entry
 
     async def drop_routes(self, context_id: str) -> None:
         def drop(sources: dict[str, Any]) -> None:
@@ -200,18 +210,23 @@ class EgressProxy:
                 del sources[source]
 
         await self._edit_routes(drop)
+        self._routed = None  # read again when next needed
         await asyncio.to_thread(self.log_path(context_id).unlink, True)
 
     async def _edit_routes(self, change: Any) -> None:
         async with self._routes_lock:
             await asyncio.to_thread(self._rewrite_routes, change)
 
+    def _read_routes(self) -> dict[str, Any]:
+        try:
+            sources = json.loads(self.routes_path.read_text()).get("sources", {})
+        except (OSError, ValueError, AttributeError):
+            return {}
+        return sources if isinstance(sources, dict) else {}
+
     def _rewrite_routes(self, change: Any) -> None:
         path = self.routes_path
-        try:
-            sources = json.loads(path.read_text()).get("sources", {})
-        except (OSError, ValueError):
-            sources = {}
+        sources = self._read_routes()
         change(sources)
         partial = path.with_suffix(".json.partial")
         partial.unlink(missing_ok=True)  # made afresh below: never through a stale link

@@ -20,6 +20,7 @@ import hashlib
 import logging
 import re
 import secrets
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,7 @@ class PodmanSandbox:
         self._placements = self._hosts.placements
         self._env_files = ExecEnvFiles(work_dir / "exec-env")
         self._contexts: dict[str, ContextState] = {}
+        self._networks: dict[str, spec.ContextNetwork] = {}
         self._egress = EgressWiring(
             settings, self.hosts, self.deployment, self._contexts.__contains__, self._host_of
         )
@@ -222,6 +224,7 @@ class PodmanSandbox:
                 "state; it was left alone. Remove it (podman rm -f) to let this task run."
             )
         state = self._contexts.setdefault(context.id, ContextState())
+        began = time.monotonic()
         async with state.lock:
             state.busy = True
             try:
@@ -258,7 +261,11 @@ class PodmanSandbox:
             self._env_files.remove(env_file)
             raise
 
+        spawned = time.monotonic()
+        log.debug("%s: ready for the exec in %.0f ms", name, (spawned - began) * 1000)
+
         async def after_exit(code: int, killed: bool) -> str:
+            log.debug("%s: exec ran %.0f ms", name, (time.monotonic() - spawned) * 1000)
             self._env_files.remove(env_file)
             return await container_lifecycle.after_exit(host, context.id, state, code, killed)
 
@@ -284,7 +291,10 @@ class PodmanSandbox:
         host = await self._hosts.place(context.id, self._busy)
         await host.service.ensure_running()
         image = await host.images.agent_image(context.containerfile)
-        network = await spec.ensure_network(host.service, self.deployment, context.id)
+        network = self._networks.get(context.id)
+        if network is None:  # made once; kept until ``discard`` removes it
+            network = await spec.ensure_network(host.service, self.deployment, context.id)
+            self._networks[context.id] = network
         others_busy = any(
             s.busy and self._host_of(c) is host
             for c, s in self._contexts.items()
@@ -315,6 +325,7 @@ class PodmanSandbox:
             self._contexts.pop(context_id, None)
             return
         state = self._contexts.pop(context_id, None) or ContextState()
+        self._networks.pop(context_id, None)
         async with state.lock:
             name, network = spec.container_name(context_id), spec.network_name(context_id)
             await host.service.ensure_running()
