@@ -105,8 +105,10 @@ def _config(root: Path, repo: Path, api: FakeAnthropic, fake: FakeSlack, sandbox
     )  # fmt: skip
 
 
-def _startup_log(log: Path) -> dict[str, Any]:
-    """From the restarted daemon's log: how long reattaching took, and the stray sweeps
+def _startup_log(log: Path, started_at: float) -> dict[str, Any]:
+    """From the restarted daemon's log: the time from the process's start to its first line
+    (Python's imports, the config, the store: before any podman work), how long reattaching
+    took, the first line to the last task done, and the stray sweeps
     (``ended N stray process(es)``: N = 100 means the sweep ran its 100 rounds, every round
     killing the ``sleep`` the container's init loop (containers.INIT_SCRIPT) starts again)."""
     stamp = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
@@ -120,7 +122,10 @@ def _startup_log(log: Path) -> dict[str, Any]:
     reattached = [t for t, line in times if "reattached to running container" in line]
     sweeps = [int(m[1]) for _, line in times if (m := re.search(r"ended (\d+) stray", line))]
     connected = next((t for t, line in times if "channel connected" in line), None)
+    done = [t for t, line in times if "done: success" in line]
     return {
+        "start_to_first_log_s": times[0][0] - started_at,
+        "first_log_to_last_task_done_s": (done[-1] - times[0][0]) if done else None,
         "first_log_to_last_reattach_s": (reattached[-1] - times[0][0]) if reattached else None,
         "first_log_to_channel_connected_s": (connected - times[0][0]) if connected else None,
         "reattached": len(reattached),
@@ -186,7 +191,7 @@ def run(root: Path, conversations: int) -> Section:
         first.kill()
         hellos = fake.hellos
         config = _config(root, repo, api, fake, sandbox, hold=False, concurrency=concurrency)
-        restart = time.monotonic()
+        restart, restart_wall = time.monotonic(), time.time()
         second = Daemon(config, root / "daemon-2.log")
         fake.wait_until(lambda: fake.hellos > hellos, timeout=300, what="the reconnect")
         connected_s = time.monotonic() - restart
@@ -220,7 +225,7 @@ def run(root: Path, conversations: int) -> Section:
             "reconnected_s": connected_s, "all_answered_s": recovered_s,
             "answers_per_thread": counts, "containers_before": len(before),
             "containers_after": len(after), "memory_mb": memory,
-            "restart_log": _startup_log(root / "daemon-2.log"),
+            "restart_log": _startup_log(root / "daemon-2.log", restart_wall),
             "agent_own_time": "trivial agent: answers at once (its exec is counted as ours)",
         }  # fmt: skip
         return Section("restart recovery", rows, details)

@@ -94,6 +94,19 @@ class ContainerCalls:
         if killed:
             log.info("ended %d stray process(es) in %s", killed, name)
 
+    async def kill_strays_in_all(self, running: list[dict[str, Any]]) -> None:
+        """``kill_strays`` for every container of ``running`` (entries of
+        ``our_containers``, whose ``Pid`` is each init's): one sweep of /proc for them all on
+        this machine (``strays.kill_all_but_inits``); another machine's one by one."""
+        if not self._service.is_local:
+            for info in running:
+                await self.kill_strays(info["Names"][0])
+            return
+        pids = [int(info["Pid"]) for info in running if info.get("Pid")]
+        killed = await asyncio.to_thread(strays.kill_all_but_inits, pids)
+        if killed:
+            log.info("ended %d stray process(es) in %d container(s)", killed, len(pids))
+
     async def exec_quietly(self, name: str, argv: list[str]) -> None:
         """Run ``argv`` in the container, logging a failure. Through the CLI, never the
         REST API: podman 4.3's service leaves the conmon of every exec it ran alive, and

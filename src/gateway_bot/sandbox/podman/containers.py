@@ -122,7 +122,11 @@ async def ensure_network(
             )
             return dict(created.attrs)
 
-    attrs = await service.api(call)
+    return network_of(name, await service.api(call))
+
+
+def network_of(name: str, attrs: dict[str, Any]) -> ContextNetwork:
+    """A context network's two fixed addresses, from podman's description of it."""
     subnet = ipaddress.ip_network(attrs["subnets"][0]["subnet"])
     return ContextNetwork(name, str(subnet[2]), str(subnet[3]))
 

@@ -70,6 +70,12 @@ AGENT_BIN = "agent-bin"
 """Context files that do not make a new image: the host's CA bundle only helps pip fetch."""
 
 
+RECHECK_S = 60.0
+"""How long a checked image is taken as current without asking podman again: the check is
+four podman calls and a hash of the build context, which every task made (twice, with the
+proxy's) before its exec; a changed Containerfile is a new key and checked at once."""
+
+
 @dataclass(frozen=True)
 class BuiltImage:
     tag: str
@@ -104,6 +110,7 @@ class ImageBuilder:
         self._locks: dict[str, asyncio.Lock] = {}
         self._refresh_in_background = refresh_in_background
         self._refreshing: dict[str, asyncio.Task[None]] = {}
+        self._checked: dict[tuple[str, str, bool], tuple[BuiltImage, float]] = {}
 
     async def base_image(self) -> str:
         if self._settings.base_image:
@@ -168,6 +175,22 @@ class ImageBuilder:
         *,
         untrusted: bool = False,
     ) -> BuiltImage:
+        key = (repository, containerfile, untrusted)
+        checked = self._checked.get(key)
+        if on_line is None and checked and time.monotonic() - checked[1] < RECHECK_S:
+            return checked[0]
+        image = await self._check(repository, containerfile, files, on_line, untrusted)
+        self._checked[key] = (image, time.monotonic())
+        return image
+
+    async def _check(
+        self,
+        repository: str,
+        containerfile: str,
+        files: Mapping[str, Path],
+        on_line: OnLine | None,
+        untrusted: bool,
+    ) -> BuiltImage:
         base = await self.base_image()
         base_info = await self.inspect(base)
         digest = _content_hash(containerfile, base, base_info, files)
@@ -220,7 +243,10 @@ class ImageBuilder:
                 removed.append(", ".join(tags) or image.id[:12])
             return removed
 
-        return await self._service.api(call)
+        removed = await self._service.api(call)
+        if removed:
+            self._checked.clear()
+        return removed
 
     async def close(self) -> None:
         """Abandon background refreshes (the next start finds the image still old)."""
@@ -231,6 +257,7 @@ class ImageBuilder:
 
     def _refreshed(self, tag: str, job: asyncio.Task[None]) -> None:
         self._refreshing.pop(tag, None)
+        self._checked.clear()  # the next task asks podman again: it gets the new image
         if not job.cancelled() and job.exception() is not None:
             log.warning("refreshing %s failed, keeping the old image: %s", tag, job.exception())
 

@@ -192,6 +192,11 @@ class EgressProxy:
             "inject": inject,
             "ask_timeout_s": ask_timeout_s,
         }
+        # A route the file already holds is not rewritten (a rewrite makes the proxy re-read
+        # every route): every task but a context's first. The file is read each time, never
+        # a copy kept here: replicas sharing this host's proxy edit it too.
+        if (await asyncio.to_thread(self._read_routes)).get(source) == entry:
+            return
         await self._edit_routes(lambda sources: sources.__setitem__(source, entry))
 
     async def drop_routes(self, context_id: str) -> None:
@@ -206,12 +211,16 @@ class EgressProxy:
         async with self._routes_lock:
             await asyncio.to_thread(self._rewrite_routes, change)
 
+    def _read_routes(self) -> dict[str, Any]:
+        try:
+            sources = json.loads(self.routes_path.read_text()).get("sources", {})
+        except (OSError, ValueError, AttributeError):
+            return {}
+        return sources if isinstance(sources, dict) else {}
+
     def _rewrite_routes(self, change: Any) -> None:
         path = self.routes_path
-        try:
-            sources = json.loads(path.read_text()).get("sources", {})
-        except (OSError, ValueError):
-            sources = {}
+        sources = self._read_routes()
         change(sources)
         partial = path.with_suffix(".json.partial")
         partial.unlink(missing_ok=True)  # made afresh below: never through a stale link

@@ -169,7 +169,9 @@ class PodmanService:
                 "run scripts/setup.sh), or set `sandbox: {kind: none}` to run the agent "
                 "unconfined on this host."
             )
-        if self.url is not None and not await self._answers():
+        if await self._answers():
+            return  # podman works: its service answers. `podman info` costs seconds loaded
+        if self.url is not None:
             raise HostUnreachable(self.host, self.url)
         try:
             result = await self.cli("info", "--format", "{{.Host.OCIRuntime.Name}}", timeout_s=60)

@@ -1,0 +1,102 @@
+"""A context's container around one task: before it, made or repaired (created on the
+first task, recreated when its image or user namespace setting changed or it died in its
+last task, started when stopped); after it, checked (still running: its stray processes
+end; gone: the task failed and the next one gets a fresh container).
+
+Split from ``sandbox.py``, which decides when these run (under the context's lock) and
+starts the task's exec in between.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from podman.errors import PodmanError
+
+from gateway_bot.config.sandbox import SandboxSettings
+from gateway_bot.sandbox.base import ExecutionContext, SandboxUnavailable
+from gateway_bot.sandbox.podman import containers as spec
+from gateway_bot.sandbox.podman.hosts import PodmanHost
+from gateway_bot.sandbox.podman.idle_stops import ContextState
+from gateway_bot.sandbox.podman.images import BuiltImage
+from gateway_bot.sandbox.podman.proxy import LABEL_DEPLOYMENT
+
+log = logging.getLogger(__name__)
+
+
+async def ensure_container(
+    host: PodmanHost,
+    context: ExecutionContext,
+    state: ContextState,
+    image: BuiltImage,
+    network: spec.ContextNetwork,
+    deployment: str,
+    settings: SandboxSettings,
+) -> bool:
+    """The context's container runs on ``image``; True when it was (re)started here (the
+    caller then enforces the host's cap)."""
+    name = spec.container_name(context.id)
+    info = await host.calls.inspect(name)
+    if info is not None:
+        owner = info["Config"]["Labels"].get(LABEL_DEPLOYMENT)
+        if owner != deployment:
+            raise SandboxUnavailable(
+                f"a container named {name} exists but belongs to deployment {owner!r}, "
+                f"not {deployment!r}; remove it or set sandbox.deployment"
+            )
+        reason = (
+            "its image changed" if info["Image"] != image.id
+            else "it stopped during its last task" if state.broken
+            else "its user namespace setting changed"
+            if not spec.userns_matches(info, settings.userns_host_uid)
+            else None
+        )  # fmt: skip
+        if reason:
+            log.info("recreating container %s: %s (mounts are kept)", name, reason)
+            await host.calls.remove(name)
+            info = None
+    state.broken = False
+    if info is None:
+        create = spec.create_spec(
+            context, image.tag, network, deployment, host.proxy.ca_certificate,
+            settings.limits, host.service,
+        )  # fmt: skip
+        uid = settings.userns_host_uid
+        if uid is not None:
+            mounted = [context.workspace, context.home, context.inbox, context.outbox]
+            await spec.hand_over([*mounted, context.storage], uid)
+        await host.calls.call(lambda c: spec.create_container(c, create, uid), f"create {name}")
+        log.info("created container %s on %s (host %s)", name, image.tag, host.name)
+    if info is None or not info["State"]["Running"]:
+        await host.calls.call(lambda c: c.containers.get(name).start(), f"start {name}")
+        await host.calls.exec_quietly(name, spec.TRUST_CA)
+        return True
+    return False
+
+
+async def after_exit(
+    host: PodmanHost, context_id: str, state: ContextState, code: int, killed: bool
+) -> str:
+    """After the task's exec ended: what to add to its reply ("" for nothing)."""
+    state.last_used = time.monotonic()
+    name = spec.container_name(context_id)
+    try:
+        info = await host.calls.inspect(name)
+    except (PodmanError, OSError) as exc:  # the host went away during the task
+        state.busy = False
+        return f"sandbox: the agent's host {host.name} stopped answering ({exc})"
+    running = info is not None and info["State"]["Running"]
+    if running:
+        # After every task, not only a killed one: whatever the agent started in the
+        # background (a server, a loop flipping files in the outbox) ends with it. From
+        # the host (a scan of /proc, milliseconds), before the reply goes out.
+        await host.calls.kill_strays(name, info)
+    state.busy = False
+    if code != 0 and not running:
+        state.broken = True
+        return (
+            f"sandbox: the container {name} stopped while the task ran (exit {code}); "
+            "the next message gets a fresh container with the same workspace."
+        )
+    return ""

@@ -1,0 +1,131 @@
+"""Which of a host's containers to stop, and when: one unused for ``idle_stop_minutes``, and
+past the host's cap (``max_live_containers``, or its capacity) the longest idle first.
+
+Split from ``sandbox.py``, which keeps the container lifecycle. Here because a warm agent
+session (``KeptProcesses``) keeps a container busy between tasks without a task running:
+the idle clock asks it, and a container stopped here ends its kept process first. State
+lives in ``ContextState``, one per context, shared with the sandbox (its lock and ``busy``
+are what a task holds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from podman.errors import NotFound, PodmanError
+
+from gateway_bot.config.sandbox import SandboxSettings
+from gateway_bot.sandbox.base import HostUnreachable, SandboxUnavailable
+from gateway_bot.sandbox.podman import containers as spec
+from gateway_bot.sandbox.podman.host_set import HostSet
+from gateway_bot.sandbox.podman.hosts import PodmanHost
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ContextState:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    busy: bool = False
+    last_used: float = field(default_factory=time.monotonic)
+    broken: bool = False
+    """Died mid-task: the next task gets a fresh container."""
+
+
+class KeptProcesses(Protocol):
+    """Processes kept running in containers between tasks (warm agent sessions): they keep
+    a container busy, so the idle stop and the cap ask here which are idle and end them."""
+
+    def idle_since(self) -> Mapping[str, float]:
+        """Context id -> when (``time.monotonic``) its kept process was last used."""
+        ...
+
+    async def end(self, context_id: str) -> None:
+        """End the context's kept process (it has exited when this returns)."""
+        ...
+
+
+class IdleStops:
+    def __init__(
+        self,
+        settings: SandboxSettings,
+        hosts: HostSet,
+        contexts: dict[str, ContextState],
+        foreign: Collection[str],
+    ) -> None:
+        self._settings = settings
+        self._hosts = hosts
+        self._contexts = contexts
+        self._foreign = foreign
+        self.kept_processes: KeptProcesses | None = None
+
+    async def housekeep(self) -> None:
+        """For ever: stop idle containers, enforce caps, and prune old images hourly."""
+        interval = max(0.5, min(60.0, self._settings.idle_stop_minutes * 60 / 4))
+        pruned_at = time.monotonic()
+        while True:
+            await asyncio.sleep(interval)
+            prune = time.monotonic() - pruned_at > 3600
+            if prune:
+                pruned_at = time.monotonic()
+            for host in self._hosts.hosts:
+                try:
+                    await self.stop_idle(host)
+                    for image in await host.images.prune() if prune else []:
+                        log.info("removed unused old image %s on %s", image, host.name)
+                except HostUnreachable as exc:
+                    log.debug("housekeeping skipped: %s", exc)
+                except (PodmanError, OSError, SandboxUnavailable) as exc:
+                    log.warning("sandbox housekeeping on %s failed: %s", host.name, exc)
+
+    async def stop_idle(self, host: PodmanHost) -> None:
+        await host.service.ensure_running()
+        idle_s = self._settings.idle_stop_minutes * 60
+        now = time.monotonic()
+        for context_id in await self.running_contexts(host):
+            since = self.idle_since(context_id)
+            if since is not None and now - since > idle_s:
+                await self.stop(host, context_id, "idle")
+        await self.enforce_cap(host, keep=None)
+
+    def idle_since(self, context_id: str) -> float | None:
+        """When the context's container was last used; None while a task runs in it. A kept
+        process between tasks (a warm agent session) does not count as a task."""
+        state = self._contexts.get(context_id)
+        if state is None:
+            return None
+        kept = self.kept_processes.idle_since() if self.kept_processes is not None else {}
+        if context_id in kept:
+            return kept[context_id]
+        return None if state.busy else state.last_used
+
+    async def enforce_cap(self, host: PodmanHost, keep: str | None) -> None:
+        running = await self.running_contexts(host)
+        idle = sorted(
+            (since, c) for c in running if c != keep and (since := self.idle_since(c)) is not None
+        )
+        excess = len(running) - host.capacity
+        for _, context_id in idle[: max(0, excess)]:
+            await self.stop(host, context_id, f"more than {host.capacity} running")
+
+    async def stop(self, host: PodmanHost, context_id: str, why: str) -> None:
+        kept = self.kept_processes
+        if kept is not None and context_id in kept.idle_since():
+            await kept.end(context_id)  # a warm session ends with its container
+        state = self._contexts[context_id]
+        if state.lock.locked() or state.busy:
+            return
+        async with state.lock:
+            name = spec.container_name(context_id)
+            log.info("stopping container %s (%s)", name, why)
+            with contextlib.suppress(NotFound):
+                await host.service.api(lambda c: c.containers.get(name).stop(timeout=5))
+
+    async def running_contexts(self, host: PodmanHost) -> list[str]:
+        return await self._hosts.running(host, self._foreign)

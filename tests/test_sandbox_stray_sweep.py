@@ -1,0 +1,69 @@
+"""The restart's one sweep of /proc for every running container (``strays.kill_all_but_inits``,
+what ``reattach.py`` runs after a kill -9): what a dead daemon's agents left running ends in
+each container, their init loops live on, and nothing outside the containers is touched."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from gateway_bot.sandbox.podman.containers import INIT_SCRIPT
+from gateway_bot.sandbox.podman.strays import kill_all_but_inits
+from tests.sandbox_fixtures import current_image, podman, podman_run_flags, wait_until
+
+
+@pytest.fixture
+def three_containers(sandbox_images: None) -> Iterator[list[str]]:
+    prefix = f"gwbt-sweep-{secrets.token_hex(3)}"
+    names = [f"{prefix}-{n}" for n in range(3)]
+    image = current_image("localhost/gateway-bot/agent")
+    try:
+        for name in names:
+            podman(
+                "run", "-d", "--name", name, *podman_run_flags(), "--network", "none",
+                image, "/bin/sh", "-c", INIT_SCRIPT,
+            )  # fmt: skip
+        yield names
+    finally:
+        podman("rm", "-f", "-t", "0", *names, check=False)
+
+
+def _commands(name: str) -> list[str]:
+    """Every process of the container, as the host sees it (``podman top``)."""
+    listed = podman("top", name, "args").stdout.splitlines()[1:]
+    return [line.strip() for line in listed]
+
+
+def _init_pid(name: str) -> int:
+    return int(json.loads(podman("inspect", name).stdout)[0]["State"]["Pid"])
+
+
+def test_one_sweep_ends_the_leftovers_of_every_container_and_nothing_else(
+    three_containers: list[str],
+) -> None:
+    for name in three_containers:  # a dead daemon's agent and what it started
+        podman("exec", "-d", name, "sh", "-c", "sleep 7001 & sleep 7002 & exec sleep 7003")
+    for name in three_containers:
+        wait_until(
+            lambda name=name: sum("sleep 700" in c for c in _commands(name)) == 3,
+            f"the three leftovers running in {name}",
+        )
+    outside = subprocess.Popen(["sleep", "7004"])  # the host's own: never the sweep's
+    try:
+        killed = kill_all_but_inits([_init_pid(name) for name in three_containers])
+        assert killed >= 9, f"three leftovers in each of three containers, {killed} kills"
+        for name in three_containers:
+            left = _commands(name)
+            assert not [c for c in left if "sleep 700" in c], f"{name} keeps {left}"
+            assert any(INIT_SCRIPT[:20] in c or "/bin/sh -c" in c for c in left), (
+                f"{name}'s init was killed: {left}"
+            )
+            assert podman("inspect", "-f", "{{.State.Running}}", name).stdout.strip() == "true"
+        assert outside.poll() is None, "a process outside the containers was killed"
+    finally:
+        outside.kill()
+        outside.wait()
