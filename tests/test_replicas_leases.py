@@ -2,8 +2,9 @@
 daemons have): leases, conversation claims and fencing, without a daemon.
 
 What a user relies on: a listener never runs on two replicas at once (a lease's holder
-stops before another may start), and a replica that lost its claim on a conversation (it
-was declared dead, then woke up) cannot record, hence never sends, a late reply."""
+stops before another may start), a replica that lost its claim on a conversation (it
+was declared dead, then woke up) cannot record, hence never sends, a late reply, and a
+task waiting for an action approval sees a decision another replica recorded."""
 
 from __future__ import annotations
 
@@ -15,9 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from gateway_bot.config.access import AccessSettings
+from gateway_bot.core.action_approvals import ActionApprovals, ActionDecision, ActionRequest
 from gateway_bot.core.listener_lease import LeaseKeeper
 from gateway_bot.domain.lifecycle import TaskState
 from gateway_bot.domain.messages import InboundMessage, RawMessage, Reply
+from gateway_bot.state.action_approvals_store import SqliteActionApprovals
 from gateway_bot.state.database import Database
 from gateway_bot.state.leases_store import LeaseStore, read_group
 from gateway_bot.state.sqlite_store import SqliteStore
@@ -188,3 +192,48 @@ class ExpiryRecordingLeases(LeaseStore):
         if renewed:
             self.expiries.append(now + lease_s)
         return renewed
+
+
+async def test_a_request_waiting_on_one_replica_sees_the_decision_another_recorded(
+    two_handles: tuple[SqliteStore, SqliteStore],
+) -> None:
+    """Replica a runs the task and waits for an action approval; the press reaches replica
+    b (its listener's), which records it in the shared row: a's request is allowed, and a
+    denial recorded by b reaches a's next request the same way."""
+    store_a, store_b = two_handles
+    access = AccessSettings.model_validate({"owners": {"slack": ["owner"]}})
+    asking = ActionApprovals(SqliteActionApprovals(store_a.database), store_a, {}, access)
+    deciding = ActionApprovals(SqliteActionApprovals(store_b.database), store_b, {}, access)
+    await asking.records.open()
+    asking.watch_shared(0.05)
+    task_id, conversation_id = await executing_task(store_a, "push it")
+
+    async def ask_and_decide(choice: str, reason: str = "") -> ActionDecision:
+        request = ActionRequest(
+            conversation_id, task_id, "tool", "git push", "$ git push", "Bash: ask", "push"
+        )
+        asked = asyncio.Event()
+
+        async def on_waiting(task: str, what: str | None) -> None:
+            if what is not None:
+                asked.set()
+
+        asking.on_waiting = on_waiting
+        waiting = asyncio.create_task(asking.ask(request))
+        async with asyncio.timeout(30):
+            await asked.wait()
+        [record] = await deciding.records.pending()
+        said = await deciding.decide("slack", "owner", "Olivia", record.code, choice, reason)
+        assert said is not None
+        assert said.startswith(("Allowed", "Denied")), said
+        async with asyncio.timeout(30):
+            return await waiting
+
+    allowed = await ask_and_decide("once")
+    assert (allowed.allowed, allowed.reason, allowed.decided_by) == (
+        True,
+        "allowed by Olivia",
+        "Olivia",
+    )
+    denied = await ask_and_decide("deny", "not today")
+    assert (denied.allowed, denied.reason) == (False, "denied by Olivia: not today")

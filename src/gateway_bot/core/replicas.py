@@ -16,6 +16,8 @@ What one replica does (``ha.enabled``; a single daemon has none of this and poll
   interrupted run re-run), queues their pending tasks oldest first, and releases the claim
   once its queue there is empty. One claim per conversation keeps its tasks in order
   whichever replica runs them, and never two at once;
+* lets a task waiting for an action approval see a decision another replica recorded (the
+  press reaches the listener's replica): ``ActionApprovals.watch_shared``;
 * stores a reply only while its claim's token is still its own (``record_reply``: the
   check and the write are one transaction), so a replica that was declared dead and wakes up
   cannot answer a task the others already took over.
@@ -98,6 +100,9 @@ class Replicas:
             self._keepers[channel] = self._listener_keeper(channel, adapters[channel])
         service.replicas = self
         self._scheduler.claims = self
+        if service.action_approvals is not None:
+            # A card's press is heard by the listener's replica; the task may wait here.
+            service.action_approvals.watch_shared(self._poll_s)
         self._keepers[SWEEP_LEASE] = LeaseKeeper(
             SWEEP_LEASE,
             leases,
