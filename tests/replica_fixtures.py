@@ -83,9 +83,10 @@ class Deployment:
         )
         self.replicas: list[Any] = []
 
-    def start_replica(self) -> Any:
-        """A replica that has joined the group (its listener lease may come later)."""
-        replica = self.gateway("run", "--config", str(self.config))
+    def start_replica(self, env: dict[str, str] | None = None) -> Any:
+        """A replica that has joined the group (its listener lease may come later); ``env``:
+        more variables for it (a test hook)."""
+        replica = self.gateway("run", "--config", str(self.config), env=env)
         self.replicas.append(replica)
         wait_for(lambda: "joined (lease" in replica.stderr, "the replica to join", replica)
         return replica

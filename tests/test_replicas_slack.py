@@ -18,7 +18,7 @@ import pytest
 from tests.fake_anthropic import FakeAnthropic
 from tests.fake_slack import APP_TOKEN, BOT_TOKEN, TEAM, FakeSlack
 from tests.replica_fixtures import Deployment, status, tasks_run, wait_for
-from tests.test_schedules_channels import card_buttons
+from tests.test_schedules_channels import LATER, card_buttons, moved_clock
 
 ALICE, DM = "U0ALICE", "D0ALICE"
 
@@ -235,5 +235,41 @@ def test_an_action_card_pressed_on_the_listeners_replica_lets_the_task_on_the_ot
         deployment.gate.touch()
         fake_slack.wait_for_reply(DM, slow_root, "Echo: msg-0-0", timeout=120)
         assert tasks_run(listening, "slack") == 1
+    finally:
+        deployment.print_logs()
+
+
+def test_two_replicas_fire_a_one_off_schedule_once_on_the_listeners_replica(
+    gateway: Any,
+    tmp_path: Path,
+    target_repo: Path,
+    fake_api: FakeAnthropic,
+    fake_slack: FakeSlack,
+) -> None:
+    """Both replicas run the schedules' loop on the same (moved) clock; the run is fired by
+    the replica holding the Slack listener, once: one notice, one run, one answer."""
+    fake_slack.add_user(ALICE, "Alice")
+    fake_slack.add_channel(DM, im_with=ALICE)
+    clock, env = moved_clock(tmp_path)
+    deployment = Deployment(gateway, tmp_path, target_repo, fake_api, slack_channel(fake_slack))
+    try:
+        listening = deployment.start_replica(env)
+        fake_slack.wait_connected(1)
+        other = deployment.start_replica(env)
+        root = fake_slack.user_says(ALICE, DM, "!schedule in 2 hours SCHEDULED msg-5-0")
+        fake_slack.wait_for_reply(DM, root, "Scheduled #1", timeout=120)
+
+        clock.write_text(str(LATER))
+        fake_slack.wait_for_reply(DM, root, "Echo: msg-5-0", timeout=120)
+        clock.write_text(str(LATER * 3))  # long past it: a one-off still runs once
+        fake_slack.user_says(ALICE, DM, "and msg-5-1", thread_ts=root)
+        fake_slack.wait_for_reply(DM, root, "Echo: msg-5-1", timeout=120)
+
+        texts = fake_slack.texts(DM, root)
+        assert sum("Scheduled run #1" in t for t in texts) == 1, texts
+        assert answers(fake_slack, root) == ["msg-5-0", "msg-5-1"]
+        assert deployment.runs_of() == ["msg-5-0", "msg-5-1"]
+        fired = [r for r in (listening, other) if re.search(r"schedule 1: run due", r.stderr)]
+        assert fired == [listening], "fired where the listener runs"
     finally:
         deployment.print_logs()

@@ -16,6 +16,8 @@ What one replica does (``ha.enabled``; a single daemon has none of this and poll
   interrupted run re-run), queues their pending tasks oldest first, and releases the claim
   once its queue there is empty. One claim per conversation keeps its tasks in order
   whichever replica runs them, and never two at once;
+* fires the scheduled runs of the channels whose listener it holds (the run's intake and
+  notices belong with the listener; a run is claimed once in the database anyway);
 * lets a task waiting for an action approval see a decision another replica recorded (the
   press reaches the listener's replica): ``ActionApprovals.watch_shared``;
 * stores a reply only while its claim's token is still its own (``record_reply``: the
@@ -103,6 +105,8 @@ class Replicas:
         if service.action_approvals is not None:
             # A card's press is heard by the listener's replica; the task may wait here.
             service.action_approvals.watch_shared(self._poll_s)
+        if service.schedules is not None:
+            service.schedules.fires_here = self.leads
         self._keepers[SWEEP_LEASE] = LeaseKeeper(
             SWEEP_LEASE,
             leases,
@@ -117,6 +121,8 @@ class Replicas:
         async def start() -> None:
             await self._service.take_in_channel(channel)
             await adapter.listener.start(self._service.submit)
+            if self._service.schedules is not None:
+                self._service.schedules.wake()  # its runs fire here now
 
         return LeaseKeeper(
             listener_lease_name(channel),
