@@ -199,7 +199,9 @@ async def test_a_request_waiting_on_one_replica_sees_the_decision_another_record
 ) -> None:
     """Replica a runs the task and waits for an action approval; the press reaches replica
     b (its listener's), which records it in the shared row: a's request is allowed, and a
-    denial recorded by b reaches a's next request the same way."""
+    denial recorded by b reaches a's next request the same way. The second is the asker's
+    own press before any card was recorded (no channel here posts one; a press can also beat
+    the card's record): it counts, in the asker's channel."""
     store_a, store_b = two_handles
     access = AccessSettings.model_validate({"owners": {"slack": ["owner"]}})
     asking = ActionApprovals(SqliteActionApprovals(store_a.database), store_a, {}, access)
@@ -208,7 +210,7 @@ async def test_a_request_waiting_on_one_replica_sees_the_decision_another_record
     asking.watch_shared(0.05)
     task_id, conversation_id = await executing_task(store_a, "push it")
 
-    async def ask_and_decide(choice: str, reason: str = "") -> ActionDecision:
+    async def ask_and_decide(who: str, name: str, choice: str, reason: str) -> ActionDecision:
         request = ActionRequest(
             conversation_id, task_id, "tool", "git push", "$ git push", "Bash: ask", "push"
         )
@@ -223,17 +225,17 @@ async def test_a_request_waiting_on_one_replica_sees_the_decision_another_record
         async with asyncio.timeout(30):
             await asked.wait()
         [record] = await deciding.records.pending()
-        said = await deciding.decide("slack", "owner", "Olivia", record.code, choice, reason)
+        said = await deciding.decide("slack", who, name, record.code, choice, reason)
         assert said is not None
         assert said.startswith(("Allowed", "Denied")), said
         async with asyncio.timeout(30):
             return await waiting
 
-    allowed = await ask_and_decide("once")
+    allowed = await ask_and_decide("owner", "Olivia", "once", "")
     assert (allowed.allowed, allowed.reason, allowed.decided_by) == (
         True,
         "allowed by Olivia",
         "Olivia",
     )
-    denied = await ask_and_decide("deny", "not today")
-    assert (denied.allowed, denied.reason) == (False, "denied by Olivia: not today")
+    denied = await ask_and_decide("slack:alice", "Alice", "deny", "not today")
+    assert (denied.allowed, denied.reason) == (False, "denied by Alice: not today")

@@ -209,7 +209,7 @@ def test_an_action_card_pressed_on_the_listeners_replica_lets_the_task_on_the_ot
     deployment = Deployment(
         gateway, tmp_path, target_repo, fake_api, slack_channel(fake_slack),
         max_concurrent_tasks=1, agent_script=ASKING_AGENT,
-        agent_settings={"approvals": {"timeout_s": 60}},
+        agent_settings={"approvals": {"timeout_s": 30}},
     )  # fmt: skip
     try:
         listening = deployment.start_replica()

@@ -334,11 +334,16 @@ class ActionApprovals:
     async def _may_decide(self, record: ActionApprovalRecord, channel: str, who: str) -> bool:
         if self._access.may_decide(channel, who):
             return True
-        if self._deciders is Deciders.OWNERS or record.card_channel != channel:
+        if self._deciders is Deciders.OWNERS:
+            return False
+        origin = await self._origin_of(record.conversation_id, record.task_id)
+        # The card's channel; until ``set_card`` wrote it (a press can arrive between the
+        # card's post and that write), the channel of the message whose task asks.
+        card_channel = record.card_channel or (origin.channel if origin is not None else None)
+        if card_channel != channel:
             return False
         if record.requester_id == who:
             return True
-        origin = await self._origin_of(record.conversation_id, record.task_id)
         return origin is not None and await self._store.approvals.is_member(
             channel, origin.room, who
         )
