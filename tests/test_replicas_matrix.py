@@ -1,7 +1,8 @@
 """Two daemons (replicas) on one PostgreSQL state database with the same config, talking
 Matrix to a real Synapse: the sync runs on one of them only, every message is answered
 exactly once and in order per room, and a replica killed mid-task (kill -9) with the Matrix
-listener leaves the listener and the task to the other.
+listener leaves the listener and the task to the other; a holder only paused past its lease
+wakes up to find its late reply refused (the claim's fencing token).
 
 Matrix conversations run on the replica holding the Matrix listener (the channel
 ``SendsWhereItListens``: its login and device crypto live with the listener), so here the
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -186,3 +188,39 @@ async def test_two_replicas_answer_once_each_in_order_and_survive_kill_9_of_the_
     assert re.search(rf"replica {replica_id(first)} missed its heartbeat", second.stderr)
     held = await asyncio.to_thread(leases, postgres_url)
     assert held["listener:matrix"] == (replica_id(second), 2), "taken over once, by the survivor"
+
+    # A holder only paused (SIGSTOP) past its lease mid-task: a third replica takes the
+    # listener and re-runs the task; the paused one wakes up with its own reply, which the
+    # claim's fencing token refuses: the room shows one answer.
+    third = await start_replica(deployment)
+    deployment.gate.unlink()
+    deployment.started.unlink()
+    await alice.say(slow_room, "SLOW msg-0-5")
+    await asyncio.to_thread(
+        wait_for, deployment.started.exists, "the slow task to start on the holder", second
+    )
+    second.process.send_signal(signal.SIGSTOP)
+    try:
+        await asyncio.to_thread(
+            wait_for,
+            lambda: deployment.runs_of().count("msg-0-5") == 2,
+            "the third replica to take the listener and run the task again",
+            third,
+        )
+        deployment.gate.touch()
+        await alice.wait_for(slow_room, bot_text(bot.user_id, r"Echo: msg-0-5\b"), 120)
+    finally:
+        second.process.send_signal(signal.SIGCONT)
+    await asyncio.to_thread(
+        wait_for,
+        lambda: "its reply is refused" in second.stderr,
+        "the woken holder's late reply to be refused",
+        second,
+    )
+    await alice.say(slow_room, "then msg-0-6")
+    await alice.wait_for(slow_room, bot_text(bot.user_id, r"Echo: msg-0-6\b"), 120)
+    words = [f"msg-0-{turn}" for turn in range(7)]
+    assert await seen_in(deployment, slow_room) == (words, 7), "the late reply was not sent"
+    assert listener_holders([third]) == [third]
+    held = await asyncio.to_thread(leases, postgres_url)
+    assert held["listener:matrix"] == (replica_id(third), 3), "taken over from the paused one"
