@@ -217,6 +217,12 @@ async def test_two_replicas_answer_once_each_in_order_and_survive_kill_9_of_the_
         "the woken holder's late reply to be refused",
         second,
     )
+    await asyncio.to_thread(
+        wait_for,
+        lambda: "lease listener:matrix: stopping its duty" in second.stderr,
+        "the woken holder to stop its Matrix listener",
+        second,
+    )
     await alice.say(slow_room, "then msg-0-6")
     await alice.wait_for(slow_room, bot_text(bot.user_id, r"Echo: msg-0-6\b"), 120)
     words = [f"msg-0-{turn}" for turn in range(7)]
