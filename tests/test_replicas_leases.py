@@ -9,6 +9,7 @@ task waiting for an action approval sees a decision another replica recorded."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 import time
 from collections.abc import AsyncIterator
@@ -239,3 +240,52 @@ async def test_a_request_waiting_on_one_replica_sees_the_decision_another_record
     )
     denied = await ask_and_decide("slack:alice", "Alice", "deny", "not today")
     assert (denied.allowed, denied.reason) == (False, "denied by Alice: not today")
+
+
+async def test_a_question_waiting_on_one_replica_is_answered_by_a_message_heard_on_another(
+    two_handles: tuple[SqliteStore, SqliteStore],
+) -> None:
+    """The agent's question waits on replica a; Alice's next message in the conversation is
+    heard by replica b (its listener's) and answers it. When b takes the conversation over
+    from a (a was declared dead), a question a left pending is closed, so it cannot swallow
+    the message meant for the re-run's question."""
+    store_a, store_b = two_handles
+    access = AccessSettings.model_validate({})
+    asking = ActionApprovals(SqliteActionApprovals(store_a.database), store_a, {}, access)
+    hearing = ActionApprovals(SqliteActionApprovals(store_b.database), store_b, {}, access)
+    await asking.records.open()
+    asking.watch_shared(0.05)
+    hearing.watch_shared(0.05)
+    task_id, conversation_id = await executing_task(store_a, "which branch")
+    question = ActionRequest(
+        conversation_id, task_id, "question", "Which branch?", "", "question", "q",
+        options=("main", "dev"),
+    )  # fmt: skip
+    parsed = (await store_a.get_task(task_id)).parsed
+    assert parsed is not None
+    reply = dataclasses.replace(parsed, message_id="m-answer", body="2")
+
+    waiting = asyncio.create_task(asking.ask(question))
+    asked = await pending_question(hearing, conversation_id)
+    assert await hearing.answer_reply(conversation_id, reply) == f"Answered {asked}: dev"
+    async with asyncio.timeout(30):
+        answered = await waiting
+    assert (answered.allowed, answered.answer) == (True, "dev")
+
+    left = asyncio.create_task(asking.ask(question))
+    await pending_question(hearing, conversation_id)
+    await hearing.abandon_in(conversation_id)
+    async with asyncio.timeout(30):
+        gone = await left
+    assert (gone.allowed, gone.reason) == (False, "abandoned")
+    assert await hearing.answer_reply(conversation_id, reply) is None, "a message, not an answer"
+
+
+async def pending_question(approvals: ActionApprovals, conversation_id: str) -> str:
+    """The code of the question pending in the conversation, once another handle wrote it."""
+    async with asyncio.timeout(30):
+        while True:
+            found = await approvals.records.pending_in(conversation_id, "question")
+            if found:
+                return found[0].code
+            await asyncio.sleep(0.02)

@@ -149,6 +149,17 @@ class ActionApprovals:
                 log.info("closed action approval %s left pending by a restart", record.code)
                 await self._close_card(record.code)
 
+    async def abandon_in(self, conversation_id: str) -> None:
+        """Under replicas, when this replica takes up a conversation: a request still
+        pending there was asked by a run of the replica that had it (dead, or paused and
+        fenced off), whose task runs again and asks anew. Close it as a restart would."""
+        for record in await self._records.pending():
+            if record.conversation_id != conversation_id or record.code in self._waiting:
+                continue
+            if await self._records.decide(record.code, ABANDONED, "take-over"):
+                log.info("closed action approval %s left pending by another replica", record.code)
+                await self._close_card(record.code)
+
     async def always_rules(self, conversation_id: str) -> list[ConversationRule]:
         return await self._records.rules(conversation_id)
 
@@ -289,7 +300,9 @@ class ActionApprovals:
         """A message in a conversation with a question pending answers it (the oldest), when
         its sender may; None when there is no such question (the message is a message)."""
         for record in await self._records.pending_in(conversation_id, "question"):
-            if record.code in self._waiting:
+            # Under replicas the asking run may wait on another replica; a pending question
+            # is a live run's (``abandon_in`` closed those of runs that are gone).
+            if record.code in self._waiting or self._poll_s is not None:
                 return await self.decide(
                     message.channel,
                     message.sender_id,

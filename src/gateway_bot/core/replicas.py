@@ -273,6 +273,8 @@ class Replicas:
 
     async def _take_up(self, conversation_id: str) -> None:
         try:
+            if self._service.action_approvals is not None:
+                await self._service.action_approvals.abandon_in(conversation_id)
             await self._service.recover_conversation(conversation_id)
             self._taking_up.discard(conversation_id)
             await self._queue_pending(conversation_id)
