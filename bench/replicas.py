@@ -1,15 +1,19 @@
-"""Replicas (issue 18): tasks per second with one replica vs two, and failover time.
+"""Replicas (issue 18): tasks per second with one replica vs two, on SQLite and on
+PostgreSQL, and failover time.
 
     uv run python -m bench.replicas [--runs 5] [--tasks 60]
 
-Real ``gateway-bot run`` processes on one state directory (SQLite, WAL), Slack through the
-fake (tests/fake_slack.py), an instant agent (a shell script speaking Claude Code's
+Real ``gateway-bot run`` processes on one state database: the state directory's SQLite file
+(WAL), or a PostgreSQL server the benchmark starts (tests/pg_fixtures.py's throw-away
+cluster, a fresh schema per run; Debian's binaries, scripts/setup.d/55-postgresql.sh). Slack
+through the fake (tests/fake_slack.py), an instant agent (a shell script speaking Claude Code's
 stream-json; warm sessions off everywhere, as ``ha`` turns them off), the host sandbox.
 Throughput: ``--tasks`` messages over ``--tasks / 3``
 conversations, sent at once; timed from the first message to the last reply, for a single
-daemon without ``ha``, one replica, and two replicas. Failover (``ha.lease_seconds: 3``):
-the replica holding the Slack listener is killed (SIGKILL) and a message sent at once; timed
-from the kill to that message's reply, which the other replica must take over to send.
+daemon without ``ha``, one replica, and two replicas, on each engine in the same run.
+Failover (``ha.lease_seconds: 3``), ``--runs`` times on each engine: the replica holding the
+Slack listener is killed (SIGKILL) and a message sent at once; timed from the kill to that
+message's reply, which the other replica must take over to send.
 
 Prints the numbers and medians. Not a test: they depend on the machine (and its load).
 """
@@ -21,12 +25,14 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from tests.conftest import GatewayProcess, make_repo, write_config
 from tests.fake_anthropic import FakeAnthropic
 from tests.fake_slack import APP_TOKEN, BOT_TOKEN, TEAM, FakeSlack
+from tests.pg_fixtures import Databases, running_server
 
 ALICE, DM = "U0ALICE", "D0ALICE"
 LEASE_S = 3.0
@@ -51,7 +57,9 @@ def _wait(check: Callable[[], Any], what: str, timeout: float = 300) -> Any:
 
 
 class Deployment:
-    def __init__(self, root: Path, api: FakeAnthropic, fake: FakeSlack, ha: bool) -> None:
+    def __init__(
+        self, root: Path, api: FakeAnthropic, fake: FakeSlack, ha: bool, state_url: str | None
+    ) -> None:
         root.mkdir(parents=True)
         agent = root / "agent"
         agent.write_text(INSTANT_AGENT)
@@ -69,6 +77,8 @@ class Deployment:
             "agent": {"command": [str(agent)], "timeout_seconds": 60, "max_warm_sessions": 0},
             "logging": {"level": "INFO"},  # a replica says "joined" at INFO
         }
+        if state_url is not None:
+            sections["state"] = {"url": state_url}
         if ha:
             sections["ha"] = {"enabled": True, "lease_seconds": LEASE_S, "poll_seconds": 0.2}
         self.config = write_config(root, make_repo(root / "repo"), api, **sections)
@@ -95,12 +105,17 @@ def _replied(fake: FakeSlack, root: str, word: str) -> bool:
 
 
 def _throughput(
-    root: Path, api: FakeAnthropic, fake: FakeSlack, replicas: int, tasks: int
+    root: Path,
+    api: FakeAnthropic,
+    fake: FakeSlack,
+    replicas: int,
+    tasks: int,
+    state_url: str | None,
 ) -> float:
     fake.reset()
     fake.add_user(ALICE, "Alice")
     fake.add_channel(DM, im_with=ALICE)
-    deployment = Deployment(root, api, fake, ha=replicas > 0)
+    deployment = Deployment(root, api, fake, replicas > 0, state_url)
     try:
         deployment.start()
         fake.wait_connected(1, timeout=300)
@@ -118,7 +133,7 @@ def _throughput(
                 fake.user_says(ALICE, DM, f"do {word}", thread_ts=roots[n % conversations])
             sent.append((n % conversations, word))
         for conversation, word in sent:
-            _wait(lambda c=conversation, w=word: _replied(fake, roots[c], w), f"reply {word}")
+            _wait(partial(_replied, fake, roots[conversation], word), f"reply {word}")
         return tasks / (time.perf_counter() - started)
     except TimeoutError:
         print(deployment.logs())
@@ -127,11 +142,11 @@ def _throughput(
         deployment.stop()
 
 
-def _failover(root: Path, api: FakeAnthropic, fake: FakeSlack) -> float:
+def _failover(root: Path, api: FakeAnthropic, fake: FakeSlack, state_url: str | None) -> float:
     fake.reset()
     fake.add_user(ALICE, "Alice")
     fake.add_channel(DM, im_with=ALICE)
-    deployment = Deployment(root, api, fake, ha=True)
+    deployment = Deployment(root, api, fake, True, state_url)
     try:
         holder = deployment.start()
         fake.wait_connected(1, timeout=300)
@@ -156,21 +171,39 @@ def main() -> None:
     api.start()
     fake.start()
     try:
-        with tempfile.TemporaryDirectory(prefix="gwb-bench-replicas-") as temp:
+        with (
+            tempfile.TemporaryDirectory(prefix="gwb-bench-replicas-") as temp,
+            running_server() as server,
+        ):
+            databases = Databases(server)
             base = Path(temp)
-            for label, replicas in (("single daemon, no ha", 0), ("one replica", 1),
-                                    ("two replicas", 2)):  # fmt: skip
-                rate = _throughput(base / f"rate-{replicas}", api, fake, replicas, args.tasks)
-                print(f"{label:>22}: {rate:6.1f} tasks/s ({args.tasks} tasks)", flush=True)
-            times = []
-            for run in range(args.runs):
-                elapsed = _failover(base / f"failover-{run}", api, fake)
-                times.append(elapsed)
-                print(f"failover {run + 1}: {elapsed:.2f} s", flush=True)
-            print(
-                f"failover (kill -9 of the listener's replica -> first reply from the other), "
-                f"lease {LEASE_S:.0f} s: median {statistics.median(times):.2f} s of {args.runs}"
-            )
+            engines: list[tuple[str, Callable[[], str | None]]] = [
+                ("SQLite", lambda: None),
+                ("PostgreSQL", databases.fresh),
+            ]
+            for engine, place in engines:
+                for label, replicas in (("single daemon, no ha", 0), ("one replica", 1),
+                                        ("two replicas", 2)):  # fmt: skip
+                    rate = _throughput(
+                        base / f"rate-{engine}-{replicas}", api, fake, replicas, args.tasks,
+                        place(),
+                    )  # fmt: skip
+                    print(
+                        f"{engine:>10} {label:>22}: {rate:6.1f} tasks/s ({args.tasks} tasks)",
+                        flush=True,
+                    )
+            for engine, place in engines:
+                times = []
+                for run in range(args.runs):
+                    elapsed = _failover(base / f"failover-{engine}-{run}", api, fake, place())
+                    times.append(elapsed)
+                    print(f"{engine} failover {run + 1}: {elapsed:.2f} s", flush=True)
+                print(
+                    f"{engine} failover (kill -9 of the listener's replica -> first reply from "
+                    f"the other), lease {LEASE_S:.0f} s: median "
+                    f"{statistics.median(times):.2f} s of {args.runs}",
+                    flush=True,
+                )
     finally:
         fake.stop()
         api.stop()

@@ -8,6 +8,7 @@ asks for PostgreSQL (``postgres_url`` or the ``state_target`` parameter "postgre
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import itertools
 import os
@@ -52,8 +53,10 @@ def _as_server_user(argv: list[str]) -> list[str]:
     return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
 
 
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[PostgresServer]:
+@contextlib.contextmanager
+def running_server() -> Iterator[PostgresServer]:
+    """A throw-away server (and its ``TEST_DATABASE``) for the duration; the session's
+    fixture, and the benchmarks (bench/replicas.py), which run outside pytest."""
     binaries = _bin_dir()
     home = Path(tempfile.mkdtemp(prefix="gwbt-postgres-"))
     data = home / "data"
@@ -79,9 +82,9 @@ def postgres_server() -> Iterator[PostgresServer]:
         check=True, capture_output=True, timeout=180,
     )  # fmt: skip
     server = PostgresServer(port, "gateway")
-    with psycopg.connect(server.url("postgres"), autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {TEST_DATABASE}")
     try:
+        with psycopg.connect(server.url("postgres"), autocommit=True) as admin:
+            admin.execute(f"CREATE DATABASE {TEST_DATABASE}")
         yield server
     finally:
         subprocess.run(
@@ -90,6 +93,12 @@ def postgres_server() -> Iterator[PostgresServer]:
             check=False, capture_output=True, timeout=120,
         )  # fmt: skip
         shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    with running_server() as server:
+        yield server
 
 
 _numbers = itertools.count(1)

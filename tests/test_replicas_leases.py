@@ -2,12 +2,14 @@
 daemons have): leases, conversation claims and fencing, without a daemon.
 
 What a user relies on: a listener never runs on two replicas at once (a lease's holder
-stops before another may start), and a replica that lost its claim on a conversation (it
-was declared dead, then woke up) cannot record, hence never sends, a late reply."""
+stops before another may start), a replica that lost its claim on a conversation (it
+was declared dead, then woke up) cannot record, hence never sends, a late reply, and a
+task waiting for an action approval sees a decision another replica recorded."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 import time
 from collections.abc import AsyncIterator
@@ -15,9 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from gateway_bot.config.access import AccessSettings
+from gateway_bot.core.action_approvals import ActionApprovals, ActionDecision, ActionRequest
 from gateway_bot.core.listener_lease import LeaseKeeper
 from gateway_bot.domain.lifecycle import TaskState
 from gateway_bot.domain.messages import InboundMessage, RawMessage, Reply
+from gateway_bot.state.action_approvals_store import SqliteActionApprovals
 from gateway_bot.state.database import Database
 from gateway_bot.state.leases_store import LeaseStore, read_group
 from gateway_bot.state.sqlite_store import SqliteStore
@@ -188,3 +193,99 @@ class ExpiryRecordingLeases(LeaseStore):
         if renewed:
             self.expiries.append(now + lease_s)
         return renewed
+
+
+async def test_a_request_waiting_on_one_replica_sees_the_decision_another_recorded(
+    two_handles: tuple[SqliteStore, SqliteStore],
+) -> None:
+    """Replica a runs the task and waits for an action approval; the press reaches replica
+    b (its listener's), which records it in the shared row: a's request is allowed, and a
+    denial recorded by b reaches a's next request the same way. The second is the asker's
+    own press before any card was recorded (no channel here posts one; a press can also beat
+    the card's record): it counts, in the asker's channel."""
+    store_a, store_b = two_handles
+    access = AccessSettings.model_validate({"owners": {"slack": ["owner"]}})
+    asking = ActionApprovals(SqliteActionApprovals(store_a.database), store_a, {}, access)
+    deciding = ActionApprovals(SqliteActionApprovals(store_b.database), store_b, {}, access)
+    await asking.records.open()
+    asking.watch_shared(0.05)
+    task_id, conversation_id = await executing_task(store_a, "push it")
+
+    async def ask_and_decide(who: str, name: str, choice: str, reason: str) -> ActionDecision:
+        request = ActionRequest(
+            conversation_id, task_id, "tool", "git push", "$ git push", "Bash: ask", "push"
+        )
+        asked = asyncio.Event()
+
+        async def on_waiting(task: str, what: str | None) -> None:
+            if what is not None:
+                asked.set()
+
+        asking.on_waiting = on_waiting
+        waiting = asyncio.create_task(asking.ask(request))
+        async with asyncio.timeout(30):
+            await asked.wait()
+        [record] = await deciding.records.pending()
+        said = await deciding.decide("slack", who, name, record.code, choice, reason)
+        assert said is not None
+        assert said.startswith(("Allowed", "Denied")), said
+        async with asyncio.timeout(30):
+            return await waiting
+
+    allowed = await ask_and_decide("owner", "Olivia", "once", "")
+    assert (allowed.allowed, allowed.reason, allowed.decided_by) == (
+        True,
+        "allowed by Olivia",
+        "Olivia",
+    )
+    denied = await ask_and_decide("slack:alice", "Alice", "deny", "not today")
+    assert (denied.allowed, denied.reason) == (False, "denied by Alice: not today")
+
+
+async def test_a_question_waiting_on_one_replica_is_answered_by_a_message_heard_on_another(
+    two_handles: tuple[SqliteStore, SqliteStore],
+) -> None:
+    """The agent's question waits on replica a; Alice's next message in the conversation is
+    heard by replica b (its listener's) and answers it. When b takes the conversation over
+    from a (a was declared dead), a question a left pending is closed, so it cannot swallow
+    the message meant for the re-run's question."""
+    store_a, store_b = two_handles
+    access = AccessSettings.model_validate({})
+    asking = ActionApprovals(SqliteActionApprovals(store_a.database), store_a, {}, access)
+    hearing = ActionApprovals(SqliteActionApprovals(store_b.database), store_b, {}, access)
+    await asking.records.open()
+    asking.watch_shared(0.05)
+    hearing.watch_shared(0.05)
+    task_id, conversation_id = await executing_task(store_a, "which branch")
+    question = ActionRequest(
+        conversation_id, task_id, "question", "Which branch?", "", "question", "q",
+        options=("main", "dev"),
+    )  # fmt: skip
+    parsed = (await store_a.get_task(task_id)).parsed
+    assert parsed is not None
+    reply = dataclasses.replace(parsed, message_id="m-answer", body="2")
+
+    waiting = asyncio.create_task(asking.ask(question))
+    asked = await pending_question(hearing, conversation_id)
+    assert await hearing.answer_reply(conversation_id, reply) == f"Answered {asked}: dev"
+    async with asyncio.timeout(30):
+        answered = await waiting
+    assert (answered.allowed, answered.answer) == (True, "dev")
+
+    left = asyncio.create_task(asking.ask(question))
+    await pending_question(hearing, conversation_id)
+    await hearing.abandon_in(conversation_id)
+    async with asyncio.timeout(30):
+        gone = await left
+    assert (gone.allowed, gone.reason) == (False, "abandoned")
+    assert await hearing.answer_reply(conversation_id, reply) is None, "a message, not an answer"
+
+
+async def pending_question(approvals: ActionApprovals, conversation_id: str) -> str:
+    """The code of the question pending in the conversation, once another handle wrote it."""
+    async with asyncio.timeout(30):
+        while True:
+            found = await approvals.records.pending_in(conversation_id, "question")
+            if found:
+                return found[0].code
+            await asyncio.sleep(0.02)

@@ -3,113 +3,24 @@ the fake: the listener runs on one of them only, every message is answered exact
 in order per conversation whichever replica runs it, and a replica killed mid-task (kill -9)
 leaves its listener and its unfinished task to the other.
 
-The agent is a small script speaking Claude Code's stream-json (fast, and it logs each run
-with the daemon that started it); the sandbox is the host's."""
+The agent and the deployment are tests/replica_fixtures.py's."""
 
 from __future__ import annotations
 
-import json
 import re
 import signal
-import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import write_config
 from tests.fake_anthropic import FakeAnthropic
 from tests.fake_slack import APP_TOKEN, BOT_TOKEN, TEAM, FakeSlack
+from tests.replica_fixtures import Deployment, status, tasks_run, wait_for
+from tests.test_schedules_channels import LATER, card_buttons, moved_clock
 
 ALICE, DM = "U0ALICE", "D0ALICE"
-LEASE_S = 3.0
-
-FAKE_AGENT = r"""#!/bin/sh
-# Claude Code's stream-json, minimally. The reply names the message's msg-C-N word; each
-# run is logged; a prompt with SLOW waits for the gate file.
-prompt=$(cat)
-word=$(printf '%s\n' "$prompt" | grep -o 'msg-[0-9]*-[0-9]*' | tail -n 1)
-echo "$word" >> "{runs}"
-case "$prompt" in
-  *SLOW*) touch "{started}"; while [ ! -e "{gate}" ]; do sleep 0.05; done ;;
-  *) sleep 0.2 ;;
-esac
-echo '{{"type":"system","subtype":"init","session_id":"fake-'$$'","model":"fake"}}'
-echo '{{"type":"result","subtype":"success","is_error":false,"result":"Echo: '$word'",'\
-'"session_id":"fake-'$$'","num_turns":1}}'
-"""
-
-
-class Deployment:
-    """One config, one state directory, any number of replicas of it."""
-
-    def __init__(
-        self,
-        gateway: Any,
-        tmp_path: Path,
-        repo: Path,
-        api: FakeAnthropic,
-        fake: FakeSlack,
-        state_url: str | None = None,
-    ) -> None:
-        self.gateway = gateway
-        self.fake = fake
-        self.runs = tmp_path / "runs.log"
-        self.started = tmp_path / "slow-started"
-        self.gate = tmp_path / "slow-gate"
-        agent = tmp_path / "fake-agent"
-        agent.write_text(FAKE_AGENT.format(runs=self.runs, started=self.started, gate=self.gate))
-        agent.chmod(0o755)
-        slack = {
-            "bot_token": BOT_TOKEN,
-            "app_token": APP_TOKEN,
-            "team_ids": [TEAM],
-            "allowed_users": [ALICE],
-            "api_base_url": fake.base_url,
-            "reconnect_max_delay_seconds": 1.0,
-        }
-        self.config = write_config(
-            tmp_path,
-            repo,
-            api,
-            channels={"console": None, "slack": slack},
-            agent={"command": [str(agent)], "timeout_seconds": 60},
-            execution={"max_concurrent_tasks": 3},
-            ha={"enabled": True, "lease_seconds": LEASE_S, "poll_seconds": 0.2},
-            **({"state": {"url": state_url}} if state_url else {}),
-        )
-        self.replicas: list[Any] = []
-
-    def start_replica(self) -> Any:
-        """A replica that has joined the group (its listener lease may come later)."""
-        replica = self.gateway("run", "--config", str(self.config))
-        self.replicas.append(replica)
-        wait_for(lambda: "joined (lease" in replica.stderr, "the replica to join", replica)
-        return replica
-
-    def runs_of(self) -> list[str]:
-        """The msg-C-N word of every agent run, in the order they started."""
-        return self.runs.read_text().split() if self.runs.exists() else []
-
-
-def tasks_run(replica: Any) -> int:
-    """Tasks the replica started (its log says so for each)."""
-    return len(re.findall(r"task \S+ running \(slack", replica.stderr))
-
-
-def wait_for(check: Callable[[], Any], what: str, process: Any, timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = check()
-        if result:
-            return result
-        if process.process.poll() is not None:
-            break
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}; stderr:\n{process.stderr[-8000:]}")
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -125,10 +36,23 @@ def deployment(
     fake_slack.add_user(ALICE, "Alice")
     fake_slack.add_channel(DM, im_with=ALICE)
     url = request.getfixturevalue("postgres_url") if request.param == "postgresql" else None
-    made = Deployment(gateway, tmp_path, target_repo, fake_api, fake_slack, url)
+    made = Deployment(gateway, tmp_path, target_repo, fake_api, slack_channel(fake_slack), url)
     yield made
-    for replica in made.replicas:
-        print(f"--- replica {replica.process.pid} stderr ---\n{replica.stderr[-20000:]}")
+    made.print_logs()
+
+
+def slack_channel(fake: FakeSlack) -> dict[str, Any]:
+    """The Slack channel's settings, on the fake, Alice allowed."""
+    return {
+        "slack": {
+            "bot_token": BOT_TOKEN,
+            "app_token": APP_TOKEN,
+            "team_ids": [TEAM],
+            "allowed_users": [ALICE],
+            "api_base_url": fake.base_url,
+            "reconnect_max_delay_seconds": 1.0,
+        }
+    }
 
 
 def answers(fake: FakeSlack, root: str) -> list[str]:
@@ -174,9 +98,9 @@ def test_two_replicas_answer_thirty_messages_once_each_in_order_with_one_listene
     for conversation in range(10):
         ran = [word for word in runs if word.startswith(f"msg-{conversation}-")]
         assert ran == [f"msg-{conversation}-{turn}" for turn in range(3)], "run once, in order"
-    assert tasks_run(first) + tasks_run(second) == 30
-    assert tasks_run(first) > 0, "both replicas ran tasks"
-    assert tasks_run(second) > 0, "both replicas ran tasks"
+    assert tasks_run(first, "slack") + tasks_run(second, "slack") == 30
+    assert tasks_run(first, "slack") > 0, "both replicas ran tasks"
+    assert tasks_run(second, "slack") > 0, "both replicas ran tasks"
     assert fake_slack.hellos == 1, "the Socket Mode listener ran on one replica only"
     holders = [r for r in (first, second) if "lease listener:slack: taken" in r.stderr]
     assert holders == [first]
@@ -207,7 +131,7 @@ def test_kill_9_of_the_listeners_replica_mid_task_the_other_takes_over(
     assert sorted(deployment.runs_of()) == ["msg-0-0", "msg-0-0", "msg-0-1", "msg-1-0"], (
         "the interrupted task ran again, every other task once"
     )
-    assert tasks_run(survivor) == 3
+    assert tasks_run(survivor, "slack") == 3
     assert "lease listener:slack: taken" in survivor.stderr
     assert re.search(r"replica \S+ missed its heartbeat", survivor.stderr)
 
@@ -217,18 +141,6 @@ def test_kill_9_of_the_listeners_replica_mid_task_the_other_takes_over(
     leases = {lease["name"]: lease for lease in shown["leases"]}
     assert leases["listener:slack"]["holder"] == alive["id"]
     assert leases["listener:slack"]["token"] == 2, "taken over once"
-
-
-def status(config: Path, *more: str) -> Any:
-    """``gateway-bot status`` beside the replicas; its JSON when asked for."""
-    done = subprocess.run(
-        [sys.executable, "-m", "gateway_bot", "status", "--config", str(config), *more],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout) if more else done.stdout
 
 
 def test_a_replica_stopped_cleanly_hands_its_listener_over_at_once(
@@ -249,3 +161,115 @@ def test_a_replica_stopped_cleanly_hands_its_listener_over_at_once(
     assert not re.search(r"missed its heartbeat", survivor.stderr), "it left, it did not die"
     assert answers(fake_slack, first) == ["msg-0-0"]
     assert answers(fake_slack, after) == ["msg-1-0"]
+
+
+ASKING_AGENT = r"""#!{python}
+# Claude Code with action approvals, minimally: the prompt comes in as a stream-json user
+# message; a prompt with PUSH asks to run "git push" (a control request) and waits for the
+# daemon's answer. The reply names the msg-C-N word and the answer (allow or deny).
+import json, re, sys
+message = json.loads(sys.stdin.readline())["message"]["content"][0]["text"]
+word = re.findall(r"msg-[0-9]+-[0-9]+", message)[-1]
+with open("{runs}", "a") as runs:
+    print(word, file=runs)
+print(json.dumps({{"type": "system", "subtype": "init", "session_id": "s", "model": "fake"}}))
+answer = ""
+if "PUSH" in message:
+    ask = {{"subtype": "can_use_tool", "tool_name": "Bash", "tool_use_id": "t1",
+           "input": {{"command": "git push origin main"}}}}
+    print(json.dumps({{"type": "control_request", "request_id": "r1", "request": ask}}))
+    sys.stdout.flush()
+    for line in sys.stdin:
+        data = json.loads(line)
+        if data.get("type") == "control_response":
+            answer = " " + data["response"]["response"]["behavior"]
+            break
+elif "SLOW" in message:
+    open("{started}", "w").close()
+    import os, time
+    while not os.path.exists("{gate}"):
+        time.sleep(0.05)
+print(json.dumps({{"type": "result", "subtype": "success", "is_error": False, "num_turns": 1,
+                  "result": "Echo: " + word + answer, "session_id": "s"}}))
+"""
+
+
+def test_an_action_card_pressed_on_the_listeners_replica_lets_the_task_on_the_other_go_on(
+    gateway: Any,
+    tmp_path: Path,
+    target_repo: Path,
+    fake_api: FakeAnthropic,
+    fake_slack: FakeSlack,
+) -> None:
+    """The task asking runs on the replica without the listener (the listener's replica is
+    busy with a slow task, one conversation at a time); the press reaches the listener's
+    replica, which records it; the asking replica sees it and the push is allowed."""
+    fake_slack.add_user(ALICE, "Alice")
+    fake_slack.add_channel(DM, im_with=ALICE)
+    deployment = Deployment(
+        gateway, tmp_path, target_repo, fake_api, slack_channel(fake_slack),
+        max_concurrent_tasks=1, agent_script=ASKING_AGENT,
+        agent_settings={"approvals": {"timeout_s": 30}},
+    )  # fmt: skip
+    try:
+        listening = deployment.start_replica()
+        fake_slack.wait_connected(1)
+        slow_root = fake_slack.user_says(ALICE, DM, "SLOW msg-0-0")
+        wait_for(deployment.started.exists, "the slow task on the listener's replica", listening)
+        other = deployment.start_replica()
+
+        push_root = fake_slack.user_says(ALICE, DM, "PUSH msg-1-0")
+        card = fake_slack.wait_until(
+            lambda: next((m for m in fake_slack.bot_posts(DM, push_root) if card_buttons(m)), None),
+            what="the action card in the thread",
+            timeout=120,
+        )
+        assert tasks_run(other, "slack") == 1, "the asking task runs on the other replica"
+        once = next(a for a in card_buttons(card) if a.endswith(":once"))
+        fake_slack.click(ALICE, DM, card["ts"], once)
+
+        reply = fake_slack.wait_for_reply(DM, push_root, "Echo: msg-1-0", timeout=120)
+        assert reply["text"].startswith("Echo: msg-1-0 allow"), reply["text"]
+        assert re.search(r"action approval \S+: allowed \(recorded by another", other.stderr)
+        assert re.search(r"action approval \S+: allowed by \S+", listening.stderr)
+        deployment.gate.touch()
+        fake_slack.wait_for_reply(DM, slow_root, "Echo: msg-0-0", timeout=120)
+        assert tasks_run(listening, "slack") == 1
+    finally:
+        deployment.print_logs()
+
+
+def test_two_replicas_fire_a_one_off_schedule_once_on_the_listeners_replica(
+    gateway: Any,
+    tmp_path: Path,
+    target_repo: Path,
+    fake_api: FakeAnthropic,
+    fake_slack: FakeSlack,
+) -> None:
+    """Both replicas run the schedules' loop on the same (moved) clock; the run is fired by
+    the replica holding the Slack listener, once: one notice, one run, one answer."""
+    fake_slack.add_user(ALICE, "Alice")
+    fake_slack.add_channel(DM, im_with=ALICE)
+    clock, env = moved_clock(tmp_path)
+    deployment = Deployment(gateway, tmp_path, target_repo, fake_api, slack_channel(fake_slack))
+    try:
+        listening = deployment.start_replica(env)
+        fake_slack.wait_connected(1)
+        other = deployment.start_replica(env)
+        root = fake_slack.user_says(ALICE, DM, "!schedule in 2 hours SCHEDULED msg-5-0")
+        fake_slack.wait_for_reply(DM, root, "Scheduled #1", timeout=120)
+
+        clock.write_text(str(LATER))
+        fake_slack.wait_for_reply(DM, root, "Echo: msg-5-0", timeout=120)
+        clock.write_text(str(LATER * 3))  # long past it: a one-off still runs once
+        fake_slack.user_says(ALICE, DM, "and msg-5-1", thread_ts=root)
+        fake_slack.wait_for_reply(DM, root, "Echo: msg-5-1", timeout=120)
+
+        texts = fake_slack.texts(DM, root)
+        assert sum("Scheduled run #1" in t for t in texts) == 1, texts
+        assert answers(fake_slack, root) == ["msg-5-0", "msg-5-1"]
+        assert deployment.runs_of() == ["msg-5-0", "msg-5-1"]
+        fired = [r for r in (listening, other) if re.search(r"schedule 1: run due", r.stderr)]
+        assert fired == [listening], "fired where the listener runs"
+    finally:
+        deployment.print_logs()

@@ -18,6 +18,11 @@ Durable: every request is a row before its card goes out. A request still pendin
 daemon starts belongs to a run that no longer exists: ``recover`` closes it (the card says
 so) and a late press on it is refused, so a decision never applies to a different request;
 the recovered task runs again and asks anew.
+
+Replicas (``ha``): the task waits on the replica that runs it, while a press reaches the
+replica holding the channel's listener, which records the decision in the shared row.
+``watch_shared`` makes a waiting ``ask`` re-read its row every ``poll_s`` (the future still
+wakes it at once when the press lands on its own replica); a single daemon polls nothing.
 """
 
 from __future__ import annotations
@@ -118,6 +123,14 @@ class ActionApprovals:
         a press cannot both edit the card."""
         self.on_waiting: WaitingListener | None = None
         self._shutting_down = False
+        self._poll_s: float | None = None
+        """Set under replicas: how often a waiting request re-reads its row."""
+
+    def watch_shared(self, poll_s: float) -> None:
+        """One of several replicas: a decision may be recorded by another replica (the one
+        whose listener heard the press), so a waiting request re-reads its row every
+        ``poll_s`` as well as waiting for a press heard here."""
+        self._poll_s = poll_s
 
     def shutting_down(self) -> None:
         """The daemon stops: a run cancelled from now on is re-run at the next start, so its
@@ -134,6 +147,17 @@ class ActionApprovals:
         for record in await self._records.pending():
             if await self._records.decide(record.code, ABANDONED, "restart"):
                 log.info("closed action approval %s left pending by a restart", record.code)
+                await self._close_card(record.code)
+
+    async def abandon_in(self, conversation_id: str) -> None:
+        """Under replicas, when this replica takes up a conversation: a request still
+        pending there was asked by a run of the replica that had it (dead, or paused and
+        fenced off), whose task runs again and asks anew. Close it as a restart would."""
+        for record in await self._records.pending():
+            if record.conversation_id != conversation_id or record.code in self._waiting:
+                continue
+            if await self._records.decide(record.code, ABANDONED, "take-over"):
+                log.info("closed action approval %s left pending by another replica", record.code)
                 await self._close_card(record.code)
 
     async def always_rules(self, conversation_id: str) -> list[ConversationRule]:
@@ -190,7 +214,7 @@ class ActionApprovals:
                 request.summary,
             )
             try:
-                return await asyncio.wait_for(asyncio.shield(future), self._timeout_s)
+                return await self._wait(record.code, future)
             except TimeoutError:
                 why = f"no answer within {self._timeout_s:g} s"
                 if request.kind == "question":
@@ -276,7 +300,9 @@ class ActionApprovals:
         """A message in a conversation with a question pending answers it (the oldest), when
         its sender may; None when there is no such question (the message is a message)."""
         for record in await self._records.pending_in(conversation_id, "question"):
-            if record.code in self._waiting:
+            # Under replicas the asking run may wait on another replica; a pending question
+            # is a live run's (``abandon_in`` closed those of runs that are gone).
+            if record.code in self._waiting or self._poll_s is not None:
                 return await self.decide(
                     message.channel,
                     message.sender_id,
@@ -286,6 +312,25 @@ class ActionApprovals:
                     message.body.strip(),
                 )
         return None
+
+    async def _wait(self, code: str, future: asyncio.Future[ActionDecision]) -> ActionDecision:
+        """The decision, from a press heard here (the future) or, under replicas, from the
+        row another replica decided; TimeoutError after ``timeout_s``."""
+        if self._poll_s is None:
+            return await asyncio.wait_for(asyncio.shield(future), self._timeout_s)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._timeout_s
+        while (left := deadline - loop.time()) > 0:
+            try:
+                return await asyncio.wait_for(asyncio.shield(future), min(self._poll_s, left))
+            except TimeoutError:
+                record = await self._records.get(code)
+                if record is not None and record.state != PENDING:
+                    log.info(
+                        "action approval %s: %s (recorded by another replica)", code, record.state
+                    )
+                    return _decision_of(record)
+        raise TimeoutError
 
     async def _close(self, code: str, state: str, by: str, reason: str) -> ActionDecision:
         async with self._lock:
@@ -297,17 +342,21 @@ class ActionApprovals:
         if future is not None and future.done():
             return future.result()
         record = await self._records.get(code)
-        allowed = record is not None and record.state == ALLOWED
-        return ActionDecision(allowed, record.reason if record else reason, None)
+        return _decision_of(record) if record is not None else ActionDecision(False, reason, None)
 
     async def _may_decide(self, record: ActionApprovalRecord, channel: str, who: str) -> bool:
         if self._access.may_decide(channel, who):
             return True
-        if self._deciders is Deciders.OWNERS or record.card_channel != channel:
+        if self._deciders is Deciders.OWNERS:
+            return False
+        origin = await self._origin_of(record.conversation_id, record.task_id)
+        # The card's channel; until ``set_card`` wrote it (a press can arrive between the
+        # card's post and that write), the channel of the message whose task asks.
+        card_channel = record.card_channel or (origin.channel if origin is not None else None)
+        if card_channel != channel:
             return False
         if record.requester_id == who:
             return True
-        origin = await self._origin_of(record.conversation_id, record.task_id)
         return origin is not None and await self._store.approvals.is_member(
             channel, origin.room, who
         )
@@ -362,6 +411,22 @@ class ActionApprovals:
             await self.on_waiting(task_id, what)
         except Exception:
             log.warning("could not show task %s waiting for approval", task_id, exc_info=True)
+
+
+def _decision_of(record: ActionApprovalRecord) -> ActionDecision:
+    """A decided row as ``decide`` made it (for a decision made elsewhere: another replica,
+    or a press that raced the timeout)."""
+    who = record.decided_by
+    because = f": {record.reason}" if record.reason else ""
+    if record.state == ALLOWED and record.kind == "question":
+        return ActionDecision(True, f"{who} answered", who, record.answer)
+    if record.state == ALLOWED:
+        return ActionDecision(True, f"allowed by {who}", who)
+    if record.state == DENIED and record.kind == "question":
+        return ActionDecision(False, f"{who} declined to answer{because}", who)
+    if record.state == DENIED:
+        return ActionDecision(False, f"denied by {who}{because}", who)
+    return ActionDecision(False, record.reason or record.state, None)
 
 
 def _answer(record: ActionApprovalRecord, choice: str, text: str) -> str | None:

@@ -16,6 +16,10 @@ What one replica does (``ha.enabled``; a single daemon has none of this and poll
   interrupted run re-run), queues their pending tasks oldest first, and releases the claim
   once its queue there is empty. One claim per conversation keeps its tasks in order
   whichever replica runs them, and never two at once;
+* fires the scheduled runs of the channels whose listener it holds (the run's intake and
+  notices belong with the listener; a run is claimed once in the database anyway);
+* lets a task waiting for an action approval see a decision another replica recorded (the
+  press reaches the listener's replica): ``ActionApprovals.watch_shared``;
 * stores a reply only while its claim's token is still its own (``record_reply``: the
   check and the write are one transaction), so a replica that was declared dead and wakes up
   cannot answer a task the others already took over.
@@ -98,6 +102,11 @@ class Replicas:
             self._keepers[channel] = self._listener_keeper(channel, adapters[channel])
         service.replicas = self
         self._scheduler.claims = self
+        if service.action_approvals is not None:
+            # A card's press is heard by the listener's replica; the task may wait here.
+            service.action_approvals.watch_shared(self._poll_s)
+        if service.schedules is not None:
+            service.schedules.fires_here = self.leads
         self._keepers[SWEEP_LEASE] = LeaseKeeper(
             SWEEP_LEASE,
             leases,
@@ -112,6 +121,8 @@ class Replicas:
         async def start() -> None:
             await self._service.take_in_channel(channel)
             await adapter.listener.start(self._service.submit)
+            if self._service.schedules is not None:
+                self._service.schedules.wake()  # its runs fire here now
 
         return LeaseKeeper(
             listener_lease_name(channel),
@@ -262,6 +273,8 @@ class Replicas:
 
     async def _take_up(self, conversation_id: str) -> None:
         try:
+            if self._service.action_approvals is not None:
+                await self._service.action_approvals.abandon_in(conversation_id)
             await self._service.recover_conversation(conversation_id)
             self._taking_up.discard(conversation_id)
             await self._queue_pending(conversation_id)

@@ -54,6 +54,9 @@ MAX_SLEEP_S = 30.0
 """The longest the runner sleeps between ticks (a changed clock is noticed by then)."""
 NOTICE_TIMEOUT_S = 10.0
 FAILED_TICK_PAUSE_S = 5.0
+ELSEWHERE_POLL_S = 1.0
+"""Under replicas: how soon a replica looks again at a run due in a channel whose listener
+runs elsewhere (that replica fires it; this one only must not spin on it meanwhile)."""
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
@@ -86,6 +89,11 @@ class ScheduleRunner:
         self._sleep = sleep
         self._wake = asyncio.Event()
         self._loop: asyncio.Task[None] | None = None
+        self.fires_here: Callable[[str], bool] | None = None
+        """Set under replicas (``core/replicas.py``): whether this replica fires a channel's
+        runs, i.e. holds its listener (the run's intake and notices belong there; a Matrix
+        run could not be announced anywhere else). None: a single daemon fires them all."""
+        self._left_elsewhere = False
 
     async def start(self) -> None:
         """Migrate, catch up once (missed runs, unqueued runs), then tick in the background."""
@@ -122,6 +130,8 @@ class ScheduleRunner:
         delay = MAX_SLEEP_S
         if earliest is not None:
             delay = min(MAX_SLEEP_S, max(0.0, earliest - self.clock()))
+        if self._left_elsewhere:
+            delay = max(delay, ELSEWHERE_POLL_S)
         sleeping = asyncio.ensure_future(self._sleep(delay))
         woken = asyncio.ensure_future(self._wake.wait())
         try:
@@ -131,11 +141,21 @@ class ScheduleRunner:
             woken.cancel()
 
     async def tick(self) -> None:
-        """Queue what a crash left recorded, then claim and queue every due run."""
+        """Queue what a crash left recorded, then claim and queue every due run (under
+        replicas, of the channels whose listener runs here)."""
+        self._left_elsewhere = False
         for run in await self.store.unqueued_runs():
+            if self.fires_here is not None:
+                schedule = await self.store.get(run.schedule_id)
+                if schedule is not None and not self.fires_here(schedule.channel):
+                    self._left_elsewhere = True
+                    continue
             await self._queue(run)
         now = self.clock()
         for schedule in await self.store.due(now):
+            if self.fires_here is not None and not self.fires_here(schedule.channel):
+                self._left_elsewhere = True
+                continue
             await self._fire(schedule, now)
 
     async def _fire(self, schedule: ScheduleRecord, now: float) -> None:

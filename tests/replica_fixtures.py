@@ -1,0 +1,132 @@
+"""What the replica tests share (tests/test_replicas_*.py): one config run by several
+daemons (replicas) on one state database, with a shell fake agent speaking Claude Code's
+stream-json.
+
+The agent is fast, and it logs each run's msg-C-N word to a file (so a test counts runs
+across replicas); a prompt with SLOW waits for a gate file (a task a test kills mid-run).
+The sandbox is the host's."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import write_config
+from tests.fake_anthropic import FakeAnthropic
+
+LEASE_S = 3.0
+
+FAKE_AGENT = r"""#!/bin/sh
+# Claude Code's stream-json, minimally. The reply names the message's msg-C-N word; each
+# run is logged; a prompt with SLOW waits for the gate file.
+prompt=$(cat)
+word=$(printf '%s\n' "$prompt" | grep -o 'msg-[0-9]*-[0-9]*' | tail -n 1)
+echo "$word" >> "{runs}"
+case "$prompt" in
+  *SLOW*) touch "{started}"; while [ ! -e "{gate}" ]; do sleep 0.05; done ;;
+  *) sleep 0.2 ;;
+esac
+echo '{{"type":"system","subtype":"init","session_id":"fake-'$$'","model":"fake"}}'
+echo '{{"type":"result","subtype":"success","is_error":false,"result":"Echo: '$word'",'\
+'"session_id":"fake-'$$'","num_turns":1}}'
+"""
+
+
+class Deployment:
+    """One config, one state directory (and maybe a PostgreSQL ``state_url``), any number
+    of replicas of it. ``channels`` is the config's channels section; ``agent_script`` the
+    fake agent (``str.format``ted with the ``runs``, ``started`` and ``gate`` paths and the
+    ``python`` running the tests); ``agent_settings`` more keys of the agent section;
+    ``sections`` more top-level keys."""
+
+    def __init__(
+        self,
+        gateway: Any,
+        tmp_path: Path,
+        repo: Path,
+        api: FakeAnthropic,
+        channels: dict[str, Any],
+        state_url: str | None = None,
+        *,
+        max_concurrent_tasks: int = 3,
+        agent_script: str = FAKE_AGENT,
+        agent_settings: dict[str, Any] | None = None,
+        **sections: Any,
+    ) -> None:
+        self.gateway = gateway
+        self.runs = tmp_path / "runs.log"
+        self.started = tmp_path / "slow-started"
+        self.gate = tmp_path / "slow-gate"
+        agent = tmp_path / "fake-agent"
+        agent.write_text(
+            agent_script.format(
+                runs=self.runs, started=self.started, gate=self.gate, python=sys.executable
+            )
+        )
+        agent.chmod(0o755)
+        self.config = write_config(
+            tmp_path,
+            repo,
+            api,
+            channels={"console": None, **channels},
+            agent={"command": [str(agent)], "timeout_seconds": 60, **(agent_settings or {})},
+            execution={"max_concurrent_tasks": max_concurrent_tasks},
+            ha={"enabled": True, "lease_seconds": LEASE_S, "poll_seconds": 0.2},
+            **({"state": {"url": state_url}} if state_url else {}),
+            **sections,
+        )
+        self.replicas: list[Any] = []
+
+    def start_replica(self, env: dict[str, str] | None = None) -> Any:
+        """A replica that has joined the group (its listener lease may come later); ``env``:
+        more variables for it (a test hook)."""
+        replica = self.gateway("run", "--config", str(self.config), env=env)
+        self.replicas.append(replica)
+        wait_for(lambda: "joined (lease" in replica.stderr, "the replica to join", replica)
+        return replica
+
+    def runs_of(self) -> list[str]:
+        """The msg-C-N word of every agent run, in the order they started."""
+        return self.runs.read_text().split() if self.runs.exists() else []
+
+    def print_logs(self) -> None:
+        """For a failing test: what each replica logged."""
+        for replica in self.replicas:
+            print(f"--- replica {replica.process.pid} stderr ---\n{replica.stderr[-20000:]}")
+
+
+def tasks_run(replica: Any, channel: str) -> int:
+    """Tasks the replica started (its log says so for each)."""
+    return len(re.findall(rf"task \S+ running \({channel}", replica.stderr))
+
+
+def wait_for(check: Callable[[], Any], what: str, process: Any, timeout: float = 60) -> Any:
+    """Poll ``check`` until it is true; fail saying what was awaited (and the process's
+    log) on timeout or when the process ended."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = check()
+        if result:
+            return result
+        if process.process.poll() is not None:
+            break
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}; stderr:\n{process.stderr[-8000:]}")
+
+
+def status(config: Path, *more: str) -> Any:
+    """``gateway-bot status`` beside the replicas; its JSON when asked for."""
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway_bot", "status", "--config", str(config), *more],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout) if more else done.stdout
