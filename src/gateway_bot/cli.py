@@ -35,6 +35,7 @@ from gateway_bot.agents.backend import AgentBackend
 from gateway_bot.approvals_command import run_decision, run_list
 from gateway_bot.channels.factory import create_adapters
 from gateway_bot.check_sandbox import check_sandbox
+from gateway_bot.cli_preflight import DaemonLock, local_repo_problem, state_dir_problem
 from gateway_bot.config.channels import ChannelsSettings, ConsoleChannelSettings
 from gateway_bot.config.server import (
     ServerConfig,
@@ -185,11 +186,24 @@ def main(argv: list[str] | None = None) -> int:
     if problem is not None:
         print(problem.message, file=sys.stderr)
         return EXIT_CONFIG
-    return asyncio.run(
-        _serve(
-            config, agent_env, chat=args.command == "chat", new=bool(getattr(args, "new", False))
+    if (unusable := state_dir_problem(config.state_dir)) is not None:
+        print(unusable, file=sys.stderr)
+        return EXIT_CONFIG
+    lock = DaemonLock(config.state_dir)
+    if not config.ha.enabled and (taken := lock.acquire()) is not None:
+        print(taken, file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        return asyncio.run(
+            _serve(
+                config,
+                agent_env,
+                chat=args.command == "chat",
+                new=bool(getattr(args, "new", False)),
+            )
         )
-    )
+    finally:
+        lock.release()
 
 
 async def _serve(config: ServerConfig, agent_env: dict[str, str], *, chat: bool, new: bool) -> int:
@@ -254,9 +268,20 @@ def _check(path: Path, *, canary: bool = False) -> int:
     config = _load(path)
     if config is None:
         return EXIT_CONFIG
+    channels = [name for name, value in config.channels if value is not None]
+    for problem_text in (
+        state_dir_problem(config.state_dir, create=False),
+        local_repo_problem(config.repo.url),
+        None
+        if channels
+        else "No channel is enabled in the config: `run` would have nothing "
+        "to listen to (add one under channels:, e.g. console: {}).",
+    ):
+        if problem_text is not None:
+            print(f"{path}: {problem_text}", file=sys.stderr)
+            return EXIT_CONFIG
     agent_env = agent_environment(config, path.parent)
     problem = check_agent_setup(config, agent_env)
-    channels = [name for name, value in config.channels if value is not None]
     print(
         f"{path}: OK (state {config.state_dir}, repo {config.repo.url}, "
         f"channels: {', '.join(channels) or 'none'})"
@@ -342,6 +367,9 @@ def _install_service(args: argparse.Namespace) -> int:
         unit = install_unit(settings, args.unit_dir or default_unit_dir(), args.name)
     except UnsafeUnitValue as exc:
         print(f"install-service: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except OSError as exc:
+        print(f"install-service: cannot write the unit: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     print(instructions(unit, args.name))
     return 0

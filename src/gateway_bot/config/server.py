@@ -30,7 +30,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from gateway_bot.config.access import AccessSettings
+from gateway_bot.config.access import AccessSettings, known_zone
 from gateway_bot.config.action_rules import ActionApprovalSettings
 from gateway_bot.config.channels import ChannelsSettings
 from gateway_bot.config.ha import HaSettings
@@ -263,6 +263,12 @@ class ServerConfig(BaseSettings):
 
     _yaml_data: ClassVar[dict[str, Any]] = {}
 
+    @field_validator("timezone")
+    @classmethod
+    def _known_timezone(cls, value: str) -> str:
+        # Every prompt shows the time in this zone: an unknown one would fail every task.
+        return known_zone(value) or value
+
     @property
     def state_target(self) -> Path | str:
         """Where the state database is: ``state.url``, else ``<state_dir>/state.db``."""
@@ -324,7 +330,16 @@ def load_server_config(path: Path) -> ServerConfig:
     config = build_server_config(data, source)
     if not config.state_dir.is_absolute():
         config.state_dir = (path.parent / config.state_dir).resolve()
+    if _is_relative_path(config.repo.url):
+        # Like state_dir: relative to the config, not to wherever the daemon was started.
+        config.repo.url = str((path.parent / config.repo.url).resolve())
     return config
+
+
+def _is_relative_path(url: str) -> bool:
+    """A relative local path, not a URL (``scheme://``) nor git's ``host:path``."""
+    head = url.split("/", 1)[0]
+    return bool(url) and "://" not in url and ":" not in head and not url.startswith(("/", "~"))
 
 
 def _default_repo_to_current(data: dict[str, Any]) -> None:

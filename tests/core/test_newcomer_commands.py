@@ -1,0 +1,88 @@
+"""Chat commands typed the way careless or hostile people type them: a schedule number too
+big for the database, a digit from another script, a model "name" that is a CLI option,
+and /status after /model while a session runs. Each gets an answer that says what happened,
+and the conversation goes on."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tests.core.conftest import World
+from tests.core.test_schedules import ScheduleWorld
+
+
+@pytest.fixture
+async def sworld(tmp_path: Path) -> AsyncIterator[ScheduleWorld]:
+    made = ScheduleWorld(tmp_path)
+    await made.start()
+    yield made
+    await made.close()
+
+
+async def test_a_huge_schedule_number_is_answered_and_the_conversation_goes_on(
+    sworld: ScheduleWorld,
+) -> None:
+    assert (await sworld.command("/schedule in 2 hours check CI")).startswith("Scheduled #1")
+    # Used to reach SQLite as an integer it cannot hold: a traceback and no answer at all.
+    for command in ("/unschedule", "/pause", "/resume"):
+        answer = await sworld.command(f"{command} 99999999999999999999999999")
+        assert answer == (
+            "There is no schedule #9999999999999999999… in this conversation "
+            "(/schedules lists them)."
+        )
+    # Past int()'s own digit limit too.
+    assert (await sworld.command("/pause " + "9" * 5000)).startswith("There is no schedule #")
+    assert await sworld.command("/pause 1") == "Paused schedule #1. /resume 1 to run it again."
+
+
+async def test_digits_of_other_scripts_name_no_schedule(sworld: ScheduleWorld) -> None:
+    await sworld.command("/schedule in 2 hours check CI")
+    # "١" (Arabic-Indic one) and "¹" count as digits for str.isdigit: they used to pause #1.
+    for number in ("١", "¹", "#١"):
+        assert await sworld.command(f"/pause {number}") == (
+            "Which schedule? Give its number, as /schedules lists them."
+        )
+    assert "next " in await sworld.command("/schedules")  # still active, not paused
+
+
+@pytest.fixture
+async def world(tmp_path: Path) -> AsyncIterator[World]:
+    made = World(tmp_path)
+    await made.start()
+    yield made
+    await made.close()
+
+
+async def test_a_model_name_that_is_an_option_or_prose_is_refused(world: World) -> None:
+    for name in ("--dangerously-skip-permissions", "-m", "opus; rm -rf /", "x" * 129, "ópus"):
+        answer = (await world.reply(await world.say(f"/model {name}"))).text
+        assert answer.startswith("Not a model name:"), (name, answer)
+    conversation = await world.store.active_conversation("fake", "dm")
+    assert conversation is not None and conversation.next_model is None
+    for name in ("claude-opus-4-1", "sonnet[1m]", "us.anthropic.claude-3-7-sonnet-v1:0"):
+        assert (await world.reply(await world.say(f"/model {name}"))).text == (
+            f"Model set to {name}."
+        )
+
+
+async def test_status_says_which_model_runs_and_which_comes_with_new(world: World) -> None:
+    await world.reply(await world.say("hello"))
+    conversation = await world.store.active_conversation("fake", "dm")
+    assert conversation is not None
+    # The agent's first run made a session with the default model.
+    await world.store.update_conversation(conversation.id, agent_session_id="session-1")
+    chosen = (await world.reply(await world.say("/model claude-opus-4-1"))).text
+    assert chosen == "Model claude-opus-4-1 will be used from the next new session (/new)."
+    status = (await world.reply(await world.say("/status"))).text
+    # It used to say "(claude-opus-4-1)", though the session still runs the default.
+    assert status.startswith(
+        f"Conversation {conversation.id} (default model; claude-opus-4-1 from the next /new)."
+    )
+    usage = (await world.reply(await world.say("/model"))).text
+    assert usage == (
+        "Usage: /model NAME. This conversation uses default model; claude-opus-4-1 from the "
+        "next /new."
+    )
