@@ -268,18 +268,10 @@ def _check(path: Path, *, canary: bool = False) -> int:
     config = _load(path)
     if config is None:
         return EXIT_CONFIG
+    if (unusable := state_dir_problem(config.state_dir, create=False)) is not None:
+        print(f"{path}: {unusable}", file=sys.stderr)
+        return EXIT_CONFIG
     channels = [name for name, value in config.channels if value is not None]
-    for problem_text in (
-        state_dir_problem(config.state_dir, create=False),
-        local_repo_problem(config.repo.url),
-        None
-        if channels
-        else "No channel is enabled in the config: `run` would have nothing "
-        "to listen to (add one under channels:, e.g. console: {}).",
-    ):
-        if problem_text is not None:
-            print(f"{path}: {problem_text}", file=sys.stderr)
-            return EXIT_CONFIG
     agent_env = agent_environment(config, path.parent)
     problem = check_agent_setup(config, agent_env)
     print(
@@ -291,6 +283,13 @@ def _check(path: Path, *, canary: bool = False) -> int:
         print(line)
     if problem is not None:
         print(f"warning: {problem.message}")
+    if (missing_repo := local_repo_problem(config.repo.url)) is not None:
+        print(f"warning: {missing_repo}")
+    if not channels:
+        print(
+            "warning: no channel is enabled: `run` would refuse to start (add one under "
+            "channels:, e.g. console: {})."
+        )
     sandbox = create_sandbox(config.sandbox, config.state_dir)
     try:
         asyncio.run(sandbox.check())

@@ -40,8 +40,10 @@ async def test_a_huge_schedule_number_is_answered_and_the_conversation_goes_on(
 
 async def test_digits_of_other_scripts_name_no_schedule(sworld: ScheduleWorld) -> None:
     await sworld.command("/schedule in 2 hours check CI")
-    # "١" (Arabic-Indic one) and "¹" count as digits for str.isdigit: they used to pause #1.
-    for number in ("١", "¹", "#١"):
+    # An Arabic-Indic one and a superscript one count as digits for str.isdigit: they used
+    # to pause #1.
+    arabic_one, superscript_one = "\u0661", "\u00b9"
+    for number in (arabic_one, superscript_one, "#" + arabic_one):
         assert await sworld.command(f"/pause {number}") == (
             "Which schedule? Give its number, as /schedules lists them."
         )
@@ -61,7 +63,8 @@ async def test_a_model_name_that_is_an_option_or_prose_is_refused(world: World) 
         answer = (await world.reply(await world.say(f"/model {name}"))).text
         assert answer.startswith("Not a model name:"), (name, answer)
     conversation = await world.store.active_conversation("fake", "dm")
-    assert conversation is not None and conversation.next_model is None
+    assert conversation is not None
+    assert conversation.next_model is None
     for name in ("claude-opus-4-1", "sonnet[1m]", "us.anthropic.claude-3-7-sonnet-v1:0"):
         assert (await world.reply(await world.say(f"/model {name}"))).text == (
             f"Model set to {name}."
