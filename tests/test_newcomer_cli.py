@@ -114,12 +114,12 @@ def test_a_relative_repo_path_is_relative_to_the_config_like_state_dir(
     for url in ("https://example.org/x.git", "git@example.org:x.git", "/srv/x", "~/x"):
         config.write_text(f"repo: {{url: {url!r}}}\nchannels: {{console: {{}}}}\n")
         assert load_server_config(config).repo.url == url
-    # check says the local repo is missing (a warning: a repo may be made before `run`).
+    # check notes the missing local repo (not an error: it may be made before `run`).
     config.write_text("repo: {url: ../project}\nsandbox: {kind: none}\nchannels: {}\n")
     assert main(["check", "--config", str(config)]) == 0
     out = capsys.readouterr().out
-    assert f"warning: repo.url {tmp_path / 'project'} is not a directory" in out
-    assert "warning: no channel is enabled: `run` would refuse to start" in out
+    assert f"note: repo.url {tmp_path / 'project'} is not a directory" in out
+    assert "note: no channel is enabled: `run` would refuse to start" in out
 
 
 def test_install_service_into_a_directory_it_cannot_make_is_one_line(

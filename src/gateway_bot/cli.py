@@ -284,10 +284,10 @@ def _check(path: Path, *, canary: bool = False) -> int:
     if problem is not None:
         print(f"warning: {problem.message}")
     if (missing_repo := local_repo_problem(config.repo.url)) is not None:
-        print(f"warning: {missing_repo}")
+        print(f"note: {missing_repo}")
     if not channels:
         print(
-            "warning: no channel is enabled: `run` would refuse to start (add one under "
+            "note: no channel is enabled: `run` would refuse to start (add one under "
             "channels:, e.g. console: {})."
         )
     sandbox = create_sandbox(config.sandbox, config.state_dir)

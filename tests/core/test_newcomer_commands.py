@@ -89,3 +89,16 @@ async def test_status_says_which_model_runs_and_which_comes_with_new(world: Worl
         "Usage: /model NAME. This conversation uses default model; claude-opus-4-1 from the "
         "next /new."
     )
+
+
+async def test_a_command_a_phone_capitalised_is_still_the_command(world: World) -> None:
+    # A phone's keyboard writes "/Status": it used to go to the agent as a prompt.
+    for typed in ("/Status", "!STATUS"):
+        answer = (await world.reply(await world.say(typed))).text
+        assert answer.startswith("Conversation "), (typed, answer)
+    assert world.agent.bodies() == []
+    # A capitalised word that is no command stays text for the agent; a lowercase one is
+    # still an unknown command.
+    assert (await world.reply(await world.say("/Users"))).text == "Echo: /Users"
+    unknown = (await world.reply(await world.say("/frobnicate"))).text
+    assert unknown.startswith("Unknown command 'frobnicate'")

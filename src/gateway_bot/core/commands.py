@@ -8,7 +8,8 @@ approval card), /revoke (owners only), /mail (``conversation_mail.py``), and /sc
 ``!`` works as a prefix too, for clients that swallow ``/``. A message that starts with the
 prefix and a known word is a command; an unknown word gets a clear error listing the known
 ones, rather than being sent to the agent by surprise. A path such as ``/etc/hosts is
-broken`` is not a command: only a single lowercase word directly after the prefix is.
+broken`` is not a command: only a single word directly after the prefix is (a known one in
+any letter case; an unknown one only in lowercase, so ``/Users`` alone stays text).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ HELP_TEXT = (
     "`!` works instead of `/`."
 )
 
-_COMMAND = re.compile(r"^[/!]([a-z][a-z-]*)(?:\s+(.*))?$", re.DOTALL)
+_COMMAND = re.compile(r"^[/!]([A-Za-z][A-Za-z-]*)(?:\s+(.*))?$", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,10 @@ def parse_command(body: str) -> Command | None:
         return None
     word, argument = match.group(1), (match.group(2) or "").strip()
     try:
-        name = CommandName(word)
+        # "/Stop" as a phone's keyboard capitalises it is /stop, not a prompt for the agent.
+        name = CommandName(word.lower())
     except ValueError:
+        if word != word.lower():
+            return None  # "/Users" alone: a capitalised word that is no command is text
         raise UnknownCommand(word) from None
     return Command(name=name, argument=argument)
