@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from gateway_bot.domain.lifecycle import CompletionReason
 from tests.core.conftest import World
+from tests.core.test_approvals import card_code
 from tests.core.test_schedules import ScheduleWorld
 
 
@@ -102,3 +104,19 @@ async def test_a_command_a_phone_capitalised_is_still_the_command(world: World) 
     assert (await world.reply(await world.say("/Users"))).text == "Echo: /Users"
     unknown = (await world.reply(await world.say("/frobnicate"))).text
     assert unknown.startswith("Unknown command 'frobnicate'")
+
+
+async def test_an_owner_may_add_a_reason_after_the_code_and_a_missing_code_gets_usage(
+    world: World,
+) -> None:
+    held = await world.say("hello bot", sender="stranger")
+    await world.until(lambda: world.channel.texts("owners", "card"), "the approval card")
+    code = card_code(world)
+    usage = await world.say("/deny", room="owners", sender="owner")
+    assert (await world.reply(usage)).text == "Usage: /deny CODE (the code on the card)."
+    # "/deny CODE REASON" as for the agent's actions: it used to look for an approval named
+    # "CODE looks like spam" and deny nothing.
+    denied = await world.say(f"/deny {code} looks like spam", room="owners", sender="owner")
+    assert (await world.reply(denied)).text == "Denied Stranger in Room dm (dm) (1 held dropped)."
+    assert (await world.settled(held)).completion_reason is CompletionReason.UNAUTHORIZED
+    assert world.agent.runs == []

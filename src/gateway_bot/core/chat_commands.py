@@ -97,14 +97,19 @@ class ChatCommands:
         elif command.name in (CommandName.APPROVE, CommandName.DENY):
             choice = "allow" if command.name is CommandName.APPROVE else "deny"
             decider = (message.channel, message.sender_id, message.sender_name)
-            if self._proposals is not None and await self._proposals.knows(command.argument):
-                decided = await self._proposals.decide(*decider, command.argument, choice)
+            # The code is the first word: "/deny CODE spammer" gives a reason these cards
+            # do not keep, which used to make "CODE spammer" the code (no such approval).
+            code = command.argument.split(maxsplit=1)[0] if command.argument.strip() else ""
+            if not code:
+                return f"Usage: /{command.name.value} CODE (the code on the card)."
+            if self._proposals is not None and await self._proposals.knows(code):
+                decided = await self._proposals.decide(*decider, code, choice)
                 text = decided or (
                     "Only the person the agent was answering, or an owner, can decide this "
                     "schedule request."
                 )
             else:
-                decided = await self._gate.decide(*decider, command.argument, choice)
+                decided = await self._gate.decide(*decider, code, choice)
                 text = decided or "Only an owner or admin of this bot can decide approvals."
         elif command.name in SCHEDULE_COMMANDS:
             if self._schedules is None:
