@@ -141,3 +141,28 @@ def test_a_repo_model_that_would_read_as_a_cli_option_is_refused() -> None:
             parse_repo_config(f"model: {hostile!r}\n")
         assert caught.value.problems[0].startswith("model: String should match pattern")
     assert parse_repo_config("model: claude-opus-4-1\n").model == "claude-opus-4-1"
+
+
+def test_state_copy_mistakes_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "state.db"
+    source.write_text("these are notes, not a database\n")
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    cases = {
+        # Onto itself: with --replace it emptied the tables it was about to read.
+        (f"sqlite:///{source}", f"sqlite:///{tmp_path}/../{tmp_path.name}/state.db"): (
+            "state copy refused: --from and --to are the same database"
+        ),
+        (f"sqlite:///{source}", f"sqlite:///{tmp_path}/out.db"): (
+            "state copy failed: file is not a database"
+        ),
+        (f"sqlite:///{source}", f"sqlite:///{a_file}/sub/out.db"): "state copy failed: [Errno",
+    }
+    for (origin, target), said in cases.items():
+        assert main(["state", "copy", "--from", origin, "--to", target, "--replace"]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(said), err
+        assert len(err.strip().splitlines()) == 1, err
+    assert source.read_text() == "these are notes, not a database\n"
