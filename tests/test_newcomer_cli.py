@@ -57,6 +57,13 @@ def test_a_state_dir_that_is_a_file_is_one_line_for_check_and_run(
     )
     assert main(["check", "--config", str(config)]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [f"{config}: {problem}"]
+    # migrate and approve used to end in tracebacks too.
+    assert main(["migrate", "--config", str(config)]) == 1
+    assert capsys.readouterr().err.startswith(
+        f"cannot open the state database {in_the_way}/state.db: [Errno 17] File exists"
+    )
+    assert main(["approve", "0123abcd", "--as", "owner", "--config", str(config)]) == 4
+    assert capsys.readouterr().err.startswith("The daemon is not running (no daemon answers at")
     # `run` used to end in a FileExistsError traceback from the store's start.
     result = cli("run", "--config", str(config))
     assert result.returncode == 2, result.stderr

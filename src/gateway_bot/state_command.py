@@ -80,6 +80,9 @@ def run_migrate(target: StateTarget) -> int:
     except (SchemaTooNew, StateUnavailable) as exc:
         print(str(exc), file=sys.stderr)
         return EXIT_REFUSED
+    except OSError as exc:  # a state_dir that cannot be made: one line, no traceback
+        print(f"cannot open the state database {_shown(target)}: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
     print("\n".join(lines))
     return 0
 
