@@ -118,6 +118,18 @@ def test_a_relative_repo_path_is_relative_to_the_config_like_state_dir(
     # "git clone failed: fatal: repository '../project' does not exist".
     assert loaded.repo.url == str(tmp_path / "project")
     assert loaded.state_dir == tmp_path / "conf" / "state"
+    # So are the other files it names (the sample's comment says so of every path).
+    config.write_text(
+        "repo: {url: /srv/x}\nchannels: {console: {}}\n"
+        "sandbox: {image: {containerfile: images/Containerfile}}\n"
+        "dashboard: {token: 0123456789abcdef, behind_proxy: true, tls_certificate: c.pem,"
+        " tls_key: ../k.pem}\n"
+    )
+    loaded = load_server_config(config)
+    assert loaded.sandbox.image.containerfile == tmp_path / "conf" / "images" / "Containerfile"
+    assert loaded.dashboard is not None
+    assert loaded.dashboard.tls_certificate == tmp_path / "conf" / "c.pem"
+    assert loaded.dashboard.tls_key == tmp_path / "k.pem"
     for url in ("https://example.org/x.git", "git@example.org:x.git", "/srv/x", "~/x"):
         config.write_text(f"repo: {{url: {url!r}}}\nchannels: {{console: {{}}}}\n")
         assert load_server_config(config).repo.url == url
@@ -127,6 +139,17 @@ def test_a_relative_repo_path_is_relative_to_the_config_like_state_dir(
     out = capsys.readouterr().out
     assert f"note: repo.url {tmp_path / 'project'} is not a directory" in out
     assert "note: no channel is enabled: `run` would refuse to start" in out
+
+
+def test_image_build_with_a_containerfile_that_cannot_be_read_is_one_line(
+    tmp_path: Path, target_repo: Path, fake_api: FakeAnthropic, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, target_repo, fake_api)
+    missing = tmp_path / "no-such" / "Containerfile"
+    # It used to end in a FileNotFoundError traceback (exit 1).
+    assert main(["image", "build", "--config", str(config), "--containerfile", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [f"error: cannot read {missing}: No such file or directory"]
 
 
 def test_install_service_into_a_directory_it_cannot_make_is_one_line(

@@ -344,6 +344,9 @@ def _image(args: argparse.Namespace) -> int:
     except (SandboxUnavailable, PodmanCommandError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    except OSError as exc:  # a --containerfile (or the config's) that cannot be read
+        print(f"error: cannot read {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return EXIT_CONFIG
     return 0
 
 

@@ -333,6 +333,14 @@ def load_server_config(path: Path) -> ServerConfig:
     if _is_relative_path(config.repo.url):
         # Like state_dir: relative to the config, not to wherever the daemon was started.
         config.repo.url = str((path.parent / config.repo.url).resolve())
+    image = config.sandbox.image
+    if image.containerfile is not None and not image.containerfile.is_absolute():
+        image.containerfile = (path.parent / image.containerfile).resolve()
+    if (dashboard := config.dashboard) is not None:
+        if dashboard.tls_certificate and not dashboard.tls_certificate.is_absolute():
+            dashboard.tls_certificate = (path.parent / dashboard.tls_certificate).resolve()
+        if dashboard.tls_key and not dashboard.tls_key.is_absolute():
+            dashboard.tls_key = (path.parent / dashboard.tls_key).resolve()
     return config
 
 
