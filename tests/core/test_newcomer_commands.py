@@ -99,9 +99,10 @@ async def test_a_command_a_phone_capitalised_is_still_the_command(world: World) 
         answer = (await world.reply(await world.say(typed))).text
         assert answer.startswith("Conversation "), (typed, answer)
     assert world.agent.bodies() == []
-    # A capitalised word that is no command stays text for the agent; a lowercase one is
-    # still an unknown command.
-    assert (await world.reply(await world.say("/Users"))).text == "Echo: /Users"
+    # A capitalised word that is no command, or a sentence, stays text for the agent; a
+    # lowercase unknown word is still an unknown command.
+    for text in ("/Users", "!Help me with the tests", "/New idea: cache the build"):
+        assert (await world.reply(await world.say(text))).text == f"Echo: {text}"
     unknown = (await world.reply(await world.say("/frobnicate"))).text
     assert unknown.startswith("Unknown command 'frobnicate'")
 
