@@ -5,13 +5,17 @@ and the conversation goes on."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from gateway_bot.config.action_rules import ActionApprovalSettings
 from gateway_bot.domain.lifecycle import CompletionReason
 from tests.core.conftest import World
+from tests.core.fakes import BareChannel
+from tests.core.test_action_approvals import ApprovalWorld
 from tests.core.test_approvals import card_code
 from tests.core.test_schedules import ScheduleWorld
 
@@ -121,3 +125,29 @@ async def test_an_owner_may_add_a_reason_after_the_code_and_a_missing_code_gets_
     assert (await world.reply(denied)).text == "Denied Stranger in Room dm (dm) (1 held dropped)."
     assert (await world.settled(held)).completion_reason is CompletionReason.UNAUTHORIZED
     assert world.agent.runs == []
+
+
+async def test_allow_with_a_stray_word_decides_nothing_and_always_in_capitals_counts(
+    tmp_path: Path,
+) -> None:
+    world = ApprovalWorld(tmp_path, channel=BareChannel(), actions=ActionApprovalSettings())
+    await world.start()
+    try:
+        asked = await world.say("ask:git_push")
+        notice = await world.until(
+            lambda: next((t for t in world.channel.texts("dm") if "asks to run" in t), None),
+            "the text card",
+        )
+        code = re.findall(r"`!allow ([0-9a-f]{12})` to run it once", notice)[0]
+        # It used to allow once: only "always" was read, anything else meant "once".
+        assert await world.command(f"!allow {code} alwyas") == (
+            f"Usage: /allow {code} (once) or /allow {code} always. Nothing was decided."
+        )
+        assert await world.command(f"!answer {code}") == (
+            "Usage: /answer CODE TEXT (your answer in words)."
+        )
+        answer = await world.command(f"!allow {code} Always")
+        assert answer == f"Allowed {code} (always in this conversation)."
+        assert "[allowed: allowed by Alice]" in (await world.reply(asked)).text
+    finally:
+        await world.close()

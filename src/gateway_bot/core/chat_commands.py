@@ -142,11 +142,17 @@ class ChatCommands:
         if not code:
             return f"Usage: /{command.name.value} CODE …"
         if command.name is CommandName.ANSWER:
+            if not rest:
+                return "Usage: /answer CODE TEXT (your answer in words)."
             choice = "text"
         elif command.name is CommandName.DENY:
             choice = "deny"
+        elif rest.lower() not in ("", "always"):
+            # "/allow CODE always please" used to allow once, silently: an allow that is
+            # not exactly what was asked for decides nothing.
+            return f"Usage: /allow {code} (once) or /allow {code} always. Nothing was decided."
         else:
-            choice = "always" if rest == "always" else "once"
+            choice = "always" if rest.lower() == "always" else "once"
         decided = await approvals.decide(
             message.channel, message.sender_id, message.sender_name, code, choice, rest
         )
