@@ -196,3 +196,18 @@ def test_state_copy_mistakes_are_one_line(
         assert err.startswith(said), err
         assert len(err.strip().splitlines()) == 1, err
     assert source.read_text() == "these are notes, not a database\n"
+
+
+def test_a_dotenv_that_is_not_utf8_is_named_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "gateway-bot.yaml"
+    config.write_text("repo: {url: /srv/x}\nchannels: {console: {}}\nsecrets: {A: !env FOO}\n")
+    (tmp_path / ".env").write_bytes(b"FOO=caf\xe9\n")  # saved as Latin-1 by an old editor
+    assert main(["check", "--config", str(config)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"{tmp_path / '.env'}: the config is not valid:",
+        "  cannot read: 'utf-8' codec can't decode byte 0xe9 in position 7: invalid "
+        "continuation byte",
+    ]

@@ -306,9 +306,12 @@ def _default_state_dir() -> Path:
 
 def environment_with_dotenv(config_dir: Path) -> dict[str, str]:
     """The process environment over the ``.env`` file beside the config (env wins)."""
-    merged = {
-        key: value for key, value in dotenv_values(config_dir / ".env").items() if value is not None
-    }
+    path = config_dir / ".env"
+    try:
+        values = dotenv_values(path)
+    except (OSError, UnicodeDecodeError) as exc:  # not UTF-8, unreadable: name the file
+        raise ConfigError(str(path), [f"cannot read: {exc}"]) from exc
+    merged = {key: value for key, value in values.items() if value is not None}
     merged.update(os.environ)
     return merged
 
