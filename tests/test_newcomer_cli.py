@@ -211,3 +211,22 @@ def test_a_dotenv_that_is_not_utf8_is_named_not_a_traceback(
         "  cannot read: 'utf-8' codec can't decode byte 0xe9 in position 7: invalid "
         "continuation byte",
     ]
+
+
+def test_a_dashboard_operator_who_is_no_owner_is_a_config_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "gateway-bot.yaml"
+    base = (
+        "repo: {url: /srv/x}\nchannels: {console: {}}\n"
+        "dashboard: {token: 0123456789abcdef, operator: {slack: U0ALICE}}\n"
+    )
+    config.write_text(base + "access: {owners: {slack: [U0BOB]}}\n")
+    # It used to check OK; every Allow or Deny on the dashboard was then refused.
+    assert main(["check", "--config", str(config)]) == 2
+    assert (
+        "dashboard.operator.slack: 'U0ALICE' is not an owner or admin of slack (add it to "
+        "access.owners.slack or access.admins.slack)"
+    ) in capsys.readouterr().err
+    config.write_text(base + "access: {admins: {slack: [U0ALICE]}}\n")
+    assert load_server_config(config).dashboard is not None

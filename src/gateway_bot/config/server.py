@@ -263,6 +263,19 @@ class ServerConfig(BaseSettings):
 
     _yaml_data: ClassVar[dict[str, Any]] = {}
 
+    @model_validator(mode="after")
+    def _operators_may_decide(self) -> ServerConfig:
+        # Without this an operator who is no owner passed check and every dashboard Allow /
+        # Deny was then refused; say so where the mistake is.
+        dashboard = self.dashboard
+        for channel, identity in dashboard.operator.items() if dashboard else ():
+            if not self.access.may_decide(channel, identity):
+                raise ValueError(
+                    f"dashboard.operator.{channel}: {identity!r} is not an owner or admin of "
+                    f"{channel} (add it to access.owners.{channel} or access.admins.{channel})"
+                )
+        return self
+
     @field_validator("timezone")
     @classmethod
     def _known_timezone(cls, value: str) -> str:
