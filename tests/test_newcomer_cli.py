@@ -6,8 +6,6 @@ nothing can start), never a traceback, and nothing already running is disturbed.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,20 +15,8 @@ from gateway_bot.cli import main
 from gateway_bot.config.repo import parse_repo_config
 from gateway_bot.config.server import load_server_config
 from gateway_bot.config.yaml_tags import ConfigError
-from tests.conftest import gateway_env, write_config
+from tests.conftest import write_config
 from tests.fake_anthropic import FakeAnthropic
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gateway_bot", *args],
-        capture_output=True,
-        text=True,
-        env=gateway_env(),
-        timeout=60,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 def test_an_unknown_time_zone_is_a_config_error_not_a_failure_of_every_task(
@@ -65,9 +51,8 @@ def test_a_state_dir_that_is_a_file_is_one_line_for_check_and_run(
     assert main(["approve", "0123abcd", "--as", "owner", "--config", str(config)]) == 4
     assert capsys.readouterr().err.startswith("The daemon is not running (no daemon answers at")
     # `run` used to end in a FileExistsError traceback from the store's start.
-    result = cli("run", "--config", str(config))
-    assert result.returncode == 2, result.stderr
-    assert result.stderr.strip().splitlines() == [problem]
+    assert main(["run", "--config", str(config)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [problem]
     assert in_the_way.read_text() == "not a directory\n"
 
 
@@ -82,7 +67,11 @@ def _lock_holder(state_dir: Path, within_s: float = 60.0) -> int:
 
 
 def test_a_second_daemon_on_the_same_state_dir_is_refused_and_the_first_keeps_serving(
-    gateway, tmp_path: Path, target_repo: Path, fake_api: FakeAnthropic
+    gateway,
+    tmp_path: Path,
+    target_repo: Path,
+    fake_api: FakeAnthropic,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     config = write_config(tmp_path, target_repo, fake_api)
     state_dir = tmp_path / "state"
@@ -90,9 +79,8 @@ def test_a_second_daemon_on_the_same_state_dir_is_refused_and_the_first_keeps_se
     assert _lock_holder(state_dir) == first.process.pid
     # Without the lock a second `run` (or a `chat` on that config) started as well: both
     # listened on every channel and ran the same conversations.
-    second = cli("run", "--config", str(config))
-    assert second.returncode == 2, second.stderr
-    assert second.stderr.strip().splitlines() == [
+    assert main(["run", "--config", str(config)]) == 2  # refused before anything starts
+    assert capsys.readouterr().err.strip().splitlines() == [
         f"Another gateway-bot (pid {first.process.pid}) already serves the state "
         f"directory {state_dir}: stop it first, or give this config its own state_dir "
         "(ha.enabled lets several daemons share one)."

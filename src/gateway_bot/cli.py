@@ -178,14 +178,6 @@ def main(argv: list[str] | None = None) -> int:
         config.channels = ChannelsSettings(
             console=ConsoleChannelSettings(enabled=True, conversation=name)
         )
-    level = logging.getLevelNamesMapping()[config.logging.level]
-    configure_logging(config.logging.format, logging.WARNING if args.command == "chat" else level)
-    config_dir = args.config.parent if args.config else None
-    agent_env = agent_environment(config, config_dir)
-    problem = check_agent_setup(config, agent_env)
-    if problem is not None:
-        print(problem.message, file=sys.stderr)
-        return EXIT_CONFIG
     if (unusable := state_dir_problem(config.state_dir)) is not None:
         print(unusable, file=sys.stderr)
         return EXIT_CONFIG
@@ -194,6 +186,15 @@ def main(argv: list[str] | None = None) -> int:
         print(taken, file=sys.stderr)
         return EXIT_CONFIG
     try:
+        level = logging.getLevelNamesMapping()[config.logging.level]
+        chatting = args.command == "chat"
+        configure_logging(config.logging.format, logging.WARNING if chatting else level)
+        config_dir = args.config.parent if args.config else None
+        agent_env = agent_environment(config, config_dir)
+        problem = check_agent_setup(config, agent_env)
+        if problem is not None:
+            print(problem.message, file=sys.stderr)
+            return EXIT_CONFIG
         return asyncio.run(
             _serve(
                 config,
