@@ -35,6 +35,7 @@ from gateway_bot.agents.backend import AgentBackend
 from gateway_bot.approvals_command import run_decision, run_list
 from gateway_bot.channels.factory import create_adapters
 from gateway_bot.check_sandbox import check_sandbox
+from gateway_bot.cli_preflight import DaemonLock, local_repo_problem, state_dir_problem
 from gateway_bot.config.channels import ChannelsSettings, ConsoleChannelSettings
 from gateway_bot.config.server import (
     ServerConfig,
@@ -177,19 +178,33 @@ def main(argv: list[str] | None = None) -> int:
         config.channels = ChannelsSettings(
             console=ConsoleChannelSettings(enabled=True, conversation=name)
         )
-    level = logging.getLevelNamesMapping()[config.logging.level]
-    configure_logging(config.logging.format, logging.WARNING if args.command == "chat" else level)
-    config_dir = args.config.parent if args.config else None
-    agent_env = agent_environment(config, config_dir)
-    problem = check_agent_setup(config, agent_env)
-    if problem is not None:
-        print(problem.message, file=sys.stderr)
+    if (unusable := state_dir_problem(config.state_dir)) is not None:
+        print(unusable, file=sys.stderr)
         return EXIT_CONFIG
-    return asyncio.run(
-        _serve(
-            config, agent_env, chat=args.command == "chat", new=bool(getattr(args, "new", False))
+    lock = DaemonLock(config.state_dir)
+    if not config.ha.enabled and (taken := lock.acquire()) is not None:
+        print(taken, file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        level = logging.getLevelNamesMapping()[config.logging.level]
+        chatting = args.command == "chat"
+        configure_logging(config.logging.format, logging.WARNING if chatting else level)
+        config_dir = args.config.parent if args.config else None
+        agent_env = agent_environment(config, config_dir)
+        problem = check_agent_setup(config, agent_env)
+        if problem is not None:
+            print(problem.message, file=sys.stderr)
+            return EXIT_CONFIG
+        return asyncio.run(
+            _serve(
+                config,
+                agent_env,
+                chat=args.command == "chat",
+                new=bool(getattr(args, "new", False)),
+            )
         )
-    )
+    finally:
+        lock.release()
 
 
 async def _serve(config: ServerConfig, agent_env: dict[str, str], *, chat: bool, new: bool) -> int:
@@ -254,9 +269,12 @@ def _check(path: Path, *, canary: bool = False) -> int:
     config = _load(path)
     if config is None:
         return EXIT_CONFIG
+    if (unusable := state_dir_problem(config.state_dir, create=False)) is not None:
+        print(f"{path}: {unusable}", file=sys.stderr)
+        return EXIT_CONFIG
+    channels = [name for name, value in config.channels if value is not None]
     agent_env = agent_environment(config, path.parent)
     problem = check_agent_setup(config, agent_env)
-    channels = [name for name, value in config.channels if value is not None]
     print(
         f"{path}: OK (state {config.state_dir}, repo {config.repo.url}, "
         f"channels: {', '.join(channels) or 'none'})"
@@ -266,6 +284,13 @@ def _check(path: Path, *, canary: bool = False) -> int:
         print(line)
     if problem is not None:
         print(f"warning: {problem.message}")
+    if (missing_repo := local_repo_problem(config.repo.url)) is not None:
+        print(f"note: {missing_repo}")
+    if not channels:
+        print(
+            "note: no channel is enabled: `run` would refuse to start (add one under "
+            "channels:, e.g. console: {})."
+        )
     sandbox = create_sandbox(config.sandbox, config.state_dir)
     try:
         asyncio.run(sandbox.check())
@@ -320,6 +345,9 @@ def _image(args: argparse.Namespace) -> int:
     except (SandboxUnavailable, PodmanCommandError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    except OSError as exc:  # a --containerfile (or the config's) that cannot be read
+        print(f"error: cannot read {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return EXIT_CONFIG
     return 0
 
 
@@ -342,6 +370,9 @@ def _install_service(args: argparse.Namespace) -> int:
         unit = install_unit(settings, args.unit_dir or default_unit_dir(), args.name)
     except UnsafeUnitValue as exc:
         print(f"install-service: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except OSError as exc:
+        print(f"install-service: cannot write the unit: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     print(instructions(unit, args.name))
     return 0

@@ -175,7 +175,7 @@ def ask_daemon(state_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
         try:
             with _addressable(path) as address:
                 client.connect(address)
-        except (FileNotFoundError, ConnectionRefusedError) as exc:
+        except OSError as exc:  # missing, refused, or a state_dir that is no directory
             raise DaemonUnreachable(f"no daemon answers at {path} ({exc.strerror})") from exc
         client.sendall(json.dumps(request).encode() + b"\n")
         received = b""

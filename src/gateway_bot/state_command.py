@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sqlite3
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -79,6 +80,9 @@ def run_migrate(target: StateTarget) -> int:
     except (SchemaTooNew, StateUnavailable) as exc:
         print(str(exc), file=sys.stderr)
         return EXIT_REFUSED
+    except OSError as exc:  # a state_dir that cannot be made: one line, no traceback
+        print(f"cannot open the state database {_shown(target)}: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
     print("\n".join(lines))
     return 0
 
@@ -116,10 +120,18 @@ def run_state_copy(source: str, target: str, *, replace: bool) -> int:
         print(f"--to must be a postgresql:// URL, not {_shown(target)!r}", file=sys.stderr)
         return EXIT_REFUSED
     destination: StateTarget = _sqlite_path(target) or target
+    if isinstance(destination, Path) and destination.resolve() == path.resolve():
+        print("state copy refused: --from and --to are the same database", file=sys.stderr)
+        return EXIT_REFUSED
     try:
         copied = asyncio.run(_copy(path, destination, replace=replace))
     except (CopyRefused, SchemaTooNew, StateUnavailable) as exc:
         print(f"state copy refused: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    except (OSError, sqlite3.DatabaseError) as exc:
+        # A --to in a directory that cannot be made, a --from that is no SQLite database:
+        # one line, not a traceback (the copy's transaction rolled back or never began).
+        print(f"state copy failed: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     width = max((len(c.name) for c in copied), default=5)
     print(f"{'TABLE'.ljust(width)}  {'SOURCE':>8}  {'TARGET':>8}")

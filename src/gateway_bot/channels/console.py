@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import getpass
+import re
 import sys
 import threading
 import time
@@ -33,6 +34,16 @@ from gateway_bot.domain.messages import (
 )
 
 CHANNEL = "console"
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+"""C0 and C1 controls but newline and tab: ESC and CSI start terminal escape sequences."""
+
+
+def _printable(text: str) -> str:
+    """``text`` with its control characters shown as ``\\xNN``. What is printed comes from
+    the agent (and the repo it read): raw, an escape sequence could rewrite the screen,
+    retitle the window or set the clipboard (OSC 52) in the user's terminal."""
+    return _CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
 
 
 class ConsoleListener:
@@ -98,7 +109,7 @@ class ConsoleAdapter:
         return self._listener
 
     def say(self, text: str) -> None:
-        self._out.write(text + "\n")
+        self._out.write(_printable(text) + "\n")
         self._out.flush()
 
     async def authenticate_and_parse(self, raw: RawMessage) -> InboundMessage:

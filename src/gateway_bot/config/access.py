@@ -64,7 +64,7 @@ class RoomSettings(Section):
     @field_validator("timezone")
     @classmethod
     def _room_zone(cls, value: str | None) -> str | None:
-        return _known_zone(value)
+        return known_zone(value)
 
     @field_validator("pattern")
     @classmethod
@@ -76,7 +76,7 @@ class RoomSettings(Section):
         return value
 
 
-def _known_zone(value: str | None) -> str | None:
+def known_zone(value: str | None) -> str | None:
     if value is not None:
         try:
             ZoneInfo(value)
@@ -173,7 +173,7 @@ class AccessSettings(Section):
     @field_validator("timezone")
     @classmethod
     def _zone(cls, value: str | None) -> str | None:
-        return _known_zone(value)
+        return known_zone(value)
 
     def room_settings(self, channel: str, room: str) -> RoomSettings:
         for settings in self.rooms:

@@ -19,6 +19,10 @@ from gateway_bot.config.yaml_tags import ConfigError, SecretRef, load_repo_yaml
 
 REPO_CONFIG_PATH = ".gateway/config.yaml"
 
+MODEL_NAME = r"^[A-Za-z0-9][A-Za-z0-9._:/@\[\]-]{0,127}$"
+"""A model name as the agent CLI's ``--model`` gets it (from a repo or ``/model``): never
+starting with ``-`` (it would read as another option), no spaces, at most 128 characters."""
+
 _ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 REFUSED_ENV = frozenset(
     {
@@ -45,7 +49,7 @@ would change what runs, the rest are the agent's credentials and where they go."
 class RepoConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
-    model: str | None = None
+    model: str | None = Field(default=None, pattern=MODEL_NAME)
     agent: str | None = Field(
         default=None,
         description="The agent CLI for this repo's new sessions: one the server enables.",

@@ -30,7 +30,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from gateway_bot.config.access import AccessSettings
+from gateway_bot.config.access import AccessSettings, known_zone
 from gateway_bot.config.action_rules import ActionApprovalSettings
 from gateway_bot.config.channels import ChannelsSettings
 from gateway_bot.config.ha import HaSettings
@@ -263,6 +263,25 @@ class ServerConfig(BaseSettings):
 
     _yaml_data: ClassVar[dict[str, Any]] = {}
 
+    @model_validator(mode="after")
+    def _operators_may_decide(self) -> ServerConfig:
+        # Without this an operator who is no owner passed check and every dashboard Allow /
+        # Deny was then refused; say so where the mistake is.
+        dashboard = self.dashboard
+        for channel, identity in dashboard.operator.items() if dashboard else ():
+            if not self.access.may_decide(channel, identity):
+                raise ValueError(
+                    f"dashboard.operator.{channel}: {identity!r} is not an owner or admin of "
+                    f"{channel} (add it to access.owners.{channel} or access.admins.{channel})"
+                )
+        return self
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_timezone(cls, value: str) -> str:
+        # Every prompt shows the time in this zone: an unknown one would fail every task.
+        return known_zone(value) or value
+
     @property
     def state_target(self) -> Path | str:
         """Where the state database is: ``state.url``, else ``<state_dir>/state.db``."""
@@ -300,9 +319,12 @@ def _default_state_dir() -> Path:
 
 def environment_with_dotenv(config_dir: Path) -> dict[str, str]:
     """The process environment over the ``.env`` file beside the config (env wins)."""
-    merged = {
-        key: value for key, value in dotenv_values(config_dir / ".env").items() if value is not None
-    }
+    path = config_dir / ".env"
+    try:
+        values = dotenv_values(path)
+    except (OSError, UnicodeDecodeError) as exc:  # not UTF-8, unreadable: name the file
+        raise ConfigError(str(path), [f"cannot read: {exc}"]) from exc
+    merged = {key: value for key, value in values.items() if value is not None}
     merged.update(os.environ)
     return merged
 
@@ -324,7 +346,24 @@ def load_server_config(path: Path) -> ServerConfig:
     config = build_server_config(data, source)
     if not config.state_dir.is_absolute():
         config.state_dir = (path.parent / config.state_dir).resolve()
+    if _is_relative_path(config.repo.url):
+        # Like state_dir: relative to the config, not to wherever the daemon was started.
+        config.repo.url = str((path.parent / config.repo.url).resolve())
+    image = config.sandbox.image
+    if image.containerfile is not None and not image.containerfile.is_absolute():
+        image.containerfile = (path.parent / image.containerfile).resolve()
+    if (dashboard := config.dashboard) is not None:
+        if dashboard.tls_certificate and not dashboard.tls_certificate.is_absolute():
+            dashboard.tls_certificate = (path.parent / dashboard.tls_certificate).resolve()
+        if dashboard.tls_key and not dashboard.tls_key.is_absolute():
+            dashboard.tls_key = (path.parent / dashboard.tls_key).resolve()
     return config
+
+
+def _is_relative_path(url: str) -> bool:
+    """A relative local path, not a URL (``scheme://``) nor git's ``host:path``."""
+    head = url.split("/", 1)[0]
+    return bool(url) and "://" not in url and ":" not in head and not url.startswith(("/", "~"))
 
 
 def _default_repo_to_current(data: dict[str, Any]) -> None:

@@ -7,9 +7,11 @@ gate (``approvals.py``) and the store, and returns the text to answer with.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
+from gateway_bot.config.repo import MODEL_NAME
 from gateway_bot.core.action_approvals import ActionApprovals
 from gateway_bot.core.approvals import Gatekeeper
 from gateway_bot.core.commands import HELP_TEXT, Command, CommandName
@@ -17,7 +19,7 @@ from gateway_bot.core.conversation_mail import ConversationMailer
 from gateway_bot.core.schedule_commands import SCHEDULE_COMMANDS, ScheduleCommands
 from gateway_bot.core.schedule_proposals import ScheduleProposals
 from gateway_bot.core.scheduler import RunningTask
-from gateway_bot.core.status import describe_status
+from gateway_bot.core.status import describe_model, describe_status
 from gateway_bot.core.workspace_diff import WorkspaceReports
 from gateway_bot.domain.lifecycle import TaskState
 from gateway_bot.domain.messages import InboundMessage, Reply
@@ -95,14 +97,19 @@ class ChatCommands:
         elif command.name in (CommandName.APPROVE, CommandName.DENY):
             choice = "allow" if command.name is CommandName.APPROVE else "deny"
             decider = (message.channel, message.sender_id, message.sender_name)
-            if self._proposals is not None and await self._proposals.knows(command.argument):
-                decided = await self._proposals.decide(*decider, command.argument, choice)
+            # The code is the first word: "/deny CODE spammer" gives a reason these cards
+            # do not keep, which used to make "CODE spammer" the code (no such approval).
+            code = command.argument.split(maxsplit=1)[0] if command.argument.strip() else ""
+            if not code:
+                return f"Usage: /{command.name.value} CODE (the code on the card)."
+            if self._proposals is not None and await self._proposals.knows(code):
+                decided = await self._proposals.decide(*decider, code, choice)
                 text = decided or (
                     "Only the person the agent was answering, or an owner, can decide this "
                     "schedule request."
                 )
             else:
-                decided = await self._gate.decide(*decider, command.argument, choice)
+                decided = await self._gate.decide(*decider, code, choice)
                 text = decided or "Only an owner or admin of this bot can decide approvals."
         elif command.name in SCHEDULE_COMMANDS:
             if self._schedules is None:
@@ -135,11 +142,17 @@ class ChatCommands:
         if not code:
             return f"Usage: /{command.name.value} CODE …"
         if command.name is CommandName.ANSWER:
+            if not rest:
+                return "Usage: /answer CODE TEXT (your answer in words)."
             choice = "text"
         elif command.name is CommandName.DENY:
             choice = "deny"
+        elif rest.lower() not in ("", "always"):
+            # "/allow CODE always please" used to allow once, silently: an allow that is
+            # not exactly what was asked for decides nothing.
+            return f"Usage: /allow {code} (once) or /allow {code} always. Nothing was decided."
         else:
-            choice = "always" if rest == "always" else "once"
+            choice = "always" if rest.lower() == "always" else "once"
         decided = await approvals.decide(
             message.channel, message.sender_id, message.sender_name, code, choice, rest
         )
@@ -194,9 +207,25 @@ class ChatCommands:
 
     async def _set_model(self, conversation: ConversationRecord, name: str) -> str:
         if not name:
-            current = conversation.model or conversation.next_model or "the default"
-            return f"Usage: /model NAME. This conversation uses {current}."
+            return f"Usage: /model NAME. This conversation uses {describe_model(conversation)}."
+        if (problem := model_name_problem(name)) is not None:
+            return problem
         await self._store.update_conversation(conversation.id, next_model=name)
         if conversation.agent_session_id is None:
             return f"Model set to {name}."
         return f"Model {name} will be used from the next new session (/new)."
+
+
+_MODEL_NAME = re.compile(MODEL_NAME)
+
+
+def model_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a model name, or None. It becomes the agent CLI's ``--model``
+    argument: a leading ``-`` would read as another option of the CLI, and spaces, quotes or
+    a very long text are no model's name."""
+    if _MODEL_NAME.fullmatch(name):
+        return None
+    return (
+        "Not a model name: use letters, digits and . _ - : / @ [ ] (at most 128, starting "
+        "with a letter or digit), e.g. /model claude-sonnet-4-5."
+    )

@@ -8,7 +8,8 @@ approval card), /revoke (owners only), /mail (``conversation_mail.py``), and /sc
 ``!`` works as a prefix too, for clients that swallow ``/``. A message that starts with the
 prefix and a known word is a command; an unknown word gets a clear error listing the known
 ones, rather than being sent to the agent by surprise. A path such as ``/etc/hosts is
-broken`` is not a command: only a single lowercase word directly after the prefix is.
+broken`` is not a command: only a single lowercase word directly after the prefix is, or a
+known command alone in any letter case (``/Stop`` as a phone capitalises it).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ HELP_TEXT = (
     "`!` works instead of `/`."
 )
 
-_COMMAND = re.compile(r"^[/!]([a-z][a-z-]*)(?:\s+(.*))?$", re.DOTALL)
+_COMMAND = re.compile(r"^[/!]([A-Za-z][A-Za-z-]*)(?:\s+(.*))?$", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,13 @@ def parse_command(body: str) -> Command | None:
     if match is None:
         return None
     word, argument = match.group(1), (match.group(2) or "").strip()
+    if word != word.lower():
+        # "/Stop" alone, as a phone's keyboard capitalises it, is /stop; with more words
+        # ("!Help me with the tests", "/Users is full") it stays text for the agent.
+        known = {name.value for name in CommandName}
+        if argument or word.lower() not in known:
+            return None
+        word = word.lower()
     try:
         name = CommandName(word)
     except ValueError:

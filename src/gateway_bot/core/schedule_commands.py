@@ -154,17 +154,26 @@ class ScheduleCommands:
 
     async def _find(self, message: InboundMessage, argument: str) -> ScheduleRecord | str:
         text = argument.strip().lstrip("#")
-        if not text.isdigit():
+        # ASCII digits only (str.isdigit also takes other scripts' digits and superscripts),
+        # and few enough to be a database integer: a longer number is no schedule of ours.
+        if not (text.isascii() and text.isdigit()):
             return "Which schedule? Give its number, as /schedules lists them."
-        schedule = await self._store.get(int(text))
+        fits = len(text) <= _ID_DIGITS and int(text) < _LARGEST_ID
+        schedule = await self._store.get(int(text)) if fits else None
         if (
             schedule is None
             or schedule.state not in (ACTIVE, PAUSED)
             or schedule.channel != message.channel
             or schedule.conversation_key != message.conversation_key
         ):
-            return f"There is no schedule #{text} in this conversation (/schedules lists them)."
+            shown = text if len(text) <= _ID_DIGITS else text[:_ID_DIGITS] + "…"
+            return f"There is no schedule #{shown} in this conversation (/schedules lists them)."
         return schedule
+
+
+_LARGEST_ID = 2**63
+"""One past the largest integer a SQLite or PostgreSQL BIGINT column holds."""
+_ID_DIGITS = len(str(_LARGEST_ID))
 
 
 def _next(upcoming: list[float], timezone: str) -> str:

@@ -17,8 +17,7 @@ def describe_status(
     elapsed_s: float,
     waiting_bodies: Sequence[str],
 ) -> str:
-    model = conversation.model or conversation.next_model or "default model"
-    lines = [f"Conversation {conversation.id} ({model})."]
+    lines = [f"Conversation {conversation.id} ({describe_model(conversation)})."]
     if running_task_id is None:
         lines.append("Nothing is running.")
     else:
@@ -33,6 +32,18 @@ def describe_status(
     else:
         lines.append("Queue empty.")
     return "\n".join(lines)
+
+
+def describe_model(conversation: ConversationRecord) -> str:
+    """The model the session runs, and the one ``/model`` chose for the next session when
+    it differs: a started session keeps its model, so the chosen one is not "in use" yet."""
+    if conversation.agent_session_id is None:
+        return conversation.next_model or "default model"
+    current = conversation.model or "default model"
+    chosen = conversation.next_model
+    if chosen and chosen != conversation.model:
+        return f"{current}; {chosen} from the next /new"
+    return current
 
 
 def _preview(text: str) -> str:

@@ -1,0 +1,85 @@
+"""What ``run``, ``chat`` and ``check`` make sure of before starting anything, so a user's
+mistake is one line naming it (exit 2) instead of a traceback from deep in the start:
+
+- the state directory can be made and written (a path that is a file, a read-only disk);
+- no other daemon serves the same state directory (without ``ha`` two daemons would both
+  listen on every channel and both run the same conversations: double replies);
+- a repo given as a local path exists.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import tempfile
+from pathlib import Path
+
+LOCK_NAME = "daemon.lock"
+
+
+def state_dir_problem(state_dir: Path, *, create: bool = True) -> str | None:
+    """Why ``state_dir`` cannot hold the state, or None. ``create``: make it if missing
+    (``run``, ``chat``); else (``check``) its nearest existing ancestor must be writable."""
+    try:
+        if create:
+            state_dir.mkdir(parents=True, exist_ok=True)
+        existing = state_dir
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if not existing.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(existing))
+        # A real write: os.access says yes to root on a read-only mount.
+        with tempfile.TemporaryFile(dir=existing, prefix=".write-check-"):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        if isinstance(exc, FileExistsError) or exc.errno == errno.ENOTDIR:
+            reason = "a file (or a path through a file) is in the way"
+        return (
+            f"The state directory {state_dir} cannot be used: {reason} (state_dir in the config)."
+        )
+    return None
+
+
+class DaemonLock:
+    """An exclusive ``flock`` on ``<state_dir>/daemon.lock`` held for the process's life.
+
+    The kernel drops it when the process ends, however it ends (``kill -9`` included), so a
+    stale lock never blocks a restart. The file keeps the holder's pid for the message."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.path = state_dir / LOCK_NAME
+        self._fd: int | None = None
+
+    def acquire(self) -> str | None:
+        """Take the lock; the reason it is taken by another process, or None."""
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            return (
+                f"Another gateway-bot (pid {holder}) already serves the state directory "
+                f"{self.path.parent}: stop it first, or give this config its own state_dir "
+                "(ha.enabled lets several daemons share one)."
+            )
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+        return None
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def local_repo_problem(url: str) -> str | None:
+    """For ``repo.url`` given as a local path (absolute by now): why it cannot be cloned."""
+    if not url.startswith("/"):
+        return None  # a URL or host:path: only the clone can tell
+    if not Path(url).is_dir():
+        return f"repo.url {url} is not a directory: no repo to clone there."
+    return None

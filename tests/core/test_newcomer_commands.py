@@ -1,0 +1,153 @@
+"""Chat commands typed the way careless or hostile people type them: a schedule number too
+big for the database, a digit from another script, a model "name" that is a CLI option,
+and /status after /model while a session runs. Each gets an answer that says what happened,
+and the conversation goes on."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from gateway_bot.config.action_rules import ActionApprovalSettings
+from gateway_bot.domain.lifecycle import CompletionReason
+from tests.core.conftest import World
+from tests.core.fakes import BareChannel
+from tests.core.test_action_approvals import ApprovalWorld
+from tests.core.test_approvals import card_code
+from tests.core.test_schedules import ScheduleWorld
+
+
+@pytest.fixture
+async def sworld(tmp_path: Path) -> AsyncIterator[ScheduleWorld]:
+    made = ScheduleWorld(tmp_path)
+    await made.start()
+    yield made
+    await made.close()
+
+
+async def test_a_huge_schedule_number_is_answered_and_the_conversation_goes_on(
+    sworld: ScheduleWorld,
+) -> None:
+    assert (await sworld.command("/schedule in 2 hours check CI")).startswith("Scheduled #1")
+    # Used to reach SQLite as an integer it cannot hold: a traceback and no answer at all.
+    for command in ("/unschedule", "/pause", "/resume"):
+        answer = await sworld.command(f"{command} 99999999999999999999999999")
+        assert answer == (
+            "There is no schedule #9999999999999999999… in this conversation "
+            "(/schedules lists them)."
+        )
+    # Past int()'s own digit limit too.
+    assert (await sworld.command("/pause " + "9" * 5000)).startswith("There is no schedule #")
+    assert await sworld.command("/pause 1") == "Paused schedule #1. /resume 1 to run it again."
+
+
+async def test_digits_of_other_scripts_name_no_schedule(sworld: ScheduleWorld) -> None:
+    await sworld.command("/schedule in 2 hours check CI")
+    # An Arabic-Indic one and a superscript one count as digits for str.isdigit: they used
+    # to pause #1.
+    arabic_one, superscript_one = "\u0661", "\u00b9"
+    for number in (arabic_one, superscript_one, "#" + arabic_one):
+        assert await sworld.command(f"/pause {number}") == (
+            "Which schedule? Give its number, as /schedules lists them."
+        )
+    assert "next " in await sworld.command("/schedules")  # still active, not paused
+
+
+@pytest.fixture
+async def world(tmp_path: Path) -> AsyncIterator[World]:
+    made = World(tmp_path)
+    await made.start()
+    yield made
+    await made.close()
+
+
+async def test_a_model_name_that_is_an_option_or_prose_is_refused(world: World) -> None:
+    for name in ("--dangerously-skip-permissions", "-m", "opus; rm -rf /", "x" * 129, "ópus"):
+        answer = (await world.reply(await world.say(f"/model {name}"))).text
+        assert answer.startswith("Not a model name:"), (name, answer)
+    conversation = await world.store.active_conversation("fake", "dm")
+    assert conversation is not None
+    assert conversation.next_model is None
+    for name in ("claude-opus-4-1", "sonnet[1m]", "us.anthropic.claude-3-7-sonnet-v1:0"):
+        assert (await world.reply(await world.say(f"/model {name}"))).text == (
+            f"Model set to {name}."
+        )
+
+
+async def test_status_says_which_model_runs_and_which_comes_with_new(world: World) -> None:
+    await world.reply(await world.say("hello"))
+    conversation = await world.store.active_conversation("fake", "dm")
+    assert conversation is not None
+    # The agent's first run made a session with the default model.
+    await world.store.update_conversation(conversation.id, agent_session_id="session-1")
+    chosen = (await world.reply(await world.say("/model claude-opus-4-1"))).text
+    assert chosen == "Model claude-opus-4-1 will be used from the next new session (/new)."
+    status = (await world.reply(await world.say("/status"))).text
+    # It used to say "(claude-opus-4-1)", though the session still runs the default.
+    assert status.startswith(
+        f"Conversation {conversation.id} (default model; claude-opus-4-1 from the next /new)."
+    )
+    usage = (await world.reply(await world.say("/model"))).text
+    assert usage == (
+        "Usage: /model NAME. This conversation uses default model; claude-opus-4-1 from the "
+        "next /new."
+    )
+
+
+async def test_a_command_a_phone_capitalised_is_still_the_command(world: World) -> None:
+    # A phone's keyboard writes "/Status": it used to go to the agent as a prompt.
+    for typed in ("/Status", "!STATUS"):
+        answer = (await world.reply(await world.say(typed))).text
+        assert answer.startswith("Conversation "), (typed, answer)
+    assert world.agent.bodies() == []
+    # A capitalised word that is no command, or a sentence, stays text for the agent; a
+    # lowercase unknown word is still an unknown command.
+    for text in ("/Users", "!Help me with the tests", "/New idea: cache the build"):
+        assert (await world.reply(await world.say(text))).text == f"Echo: {text}"
+    unknown = (await world.reply(await world.say("/frobnicate"))).text
+    assert unknown.startswith("Unknown command 'frobnicate'")
+
+
+async def test_an_owner_may_add_a_reason_after_the_code_and_a_missing_code_gets_usage(
+    world: World,
+) -> None:
+    held = await world.say("hello bot", sender="stranger")
+    await world.until(lambda: world.channel.texts("owners", "card"), "the approval card")
+    code = card_code(world)
+    usage = await world.say("/deny", room="owners", sender="owner")
+    assert (await world.reply(usage)).text == "Usage: /deny CODE (the code on the card)."
+    # "/deny CODE REASON" as for the agent's actions: it used to look for an approval named
+    # "CODE looks like spam" and deny nothing.
+    denied = await world.say(f"/deny {code} looks like spam", room="owners", sender="owner")
+    assert (await world.reply(denied)).text == "Denied Stranger in Room dm (dm) (1 held dropped)."
+    assert (await world.settled(held)).completion_reason is CompletionReason.UNAUTHORIZED
+    assert world.agent.runs == []
+
+
+async def test_allow_with_a_stray_word_decides_nothing_and_always_in_capitals_counts(
+    tmp_path: Path,
+) -> None:
+    world = ApprovalWorld(tmp_path, channel=BareChannel(), actions=ActionApprovalSettings())
+    await world.start()
+    try:
+        asked = await world.say("ask:git_push")
+        notice = await world.until(
+            lambda: next((t for t in world.channel.texts("dm") if "asks to run" in t), None),
+            "the text card",
+        )
+        code = re.findall(r"`!allow ([0-9a-f]{12})` to run it once", notice)[0]
+        # It used to allow once: only "always" was read, anything else meant "once".
+        assert await world.command(f"!allow {code} alwyas") == (
+            f"Usage: /allow {code} (once) or /allow {code} always. Nothing was decided."
+        )
+        assert await world.command(f"!answer {code}") == (
+            "Usage: /answer CODE TEXT (your answer in words)."
+        )
+        answer = await world.command(f"!allow {code} Always")
+        assert answer == f"Allowed {code} (always in this conversation)."
+        assert "[allowed: allowed by Alice]" in (await world.reply(asked)).text
+    finally:
+        await world.close()
