@@ -11,7 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from gateway_bot.state.group_flush import GroupFlush
 
 Params = Iterable[Any]
 
@@ -73,6 +76,16 @@ class Backend(Protocol):
         """One auto-committed statement; the caller holds the write lock where the engine
         needs one (``needs_write_lock``). ``durable=False``: committed without waiting for
         the disk (see ``Database.write``)."""
+        ...
+
+    flusher: GroupFlush
+    """Shares one flush among concurrent durable commits (``group_flush``)."""
+
+    async def flushed(self, durable: bool) -> None:
+        """After a commit (``write``, ``transaction``, a migration), outside the write
+        lock: ``durable`` returns once the commit is on disk (a flush shared with every
+        commit made before it: group commit); else a flush is only made sure to follow
+        soon, without waiting for it."""
         ...
 
     needs_write_lock: bool

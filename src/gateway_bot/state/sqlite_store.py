@@ -1,7 +1,17 @@
 """The Store on the shared state database, SQLite or PostgreSQL (``state/database.py``).
 
-Every write commits before returning: "accepted" means "on disk". The SQL is portable:
-the engine is chosen by what ``open`` is given (a file's path or a ``postgresql://`` URL).
+Every write commits before returning, so everything survives the process's death (kill
+-9). Two writes also wait for the disk (a flush shared with concurrent writers,
+``state/group_flush``), because an effect outside follows them: ``accept_inbound`` (the
+channel then acknowledges or deletes the message at its source) and ``record_reply`` (the
+reply is then sent; after a power cut it is re-sent, never recomputed). The task's states
+and the rows written with it (its conversation, usage, delivered mark) are committed
+``durable=False`` (issue 19): recovery rebuilds them from those two, and the engine's log
+keeps a prefix of the commits, so the next flush (one of those two, or a background one
+within ``group_flush.RELAXED_FLUSH_S``) puts them on disk too. A power cut in that window
+can at worst repeat a step (re-route a message, re-run an interrupted task, re-send the
+stored reply), never lose an accepted message. The SQL is portable: the engine is chosen
+by what ``open`` is given (a file's path or a ``postgresql://`` URL).
 """
 
 from __future__ import annotations
@@ -202,12 +212,10 @@ class SqlStore:
         if error is not None:
             sets.append("error = ?")
             values.append(error)
-        # AUTHENTICATING only marks a task being taken in, and recovery turns it back into
-        # QUEUED: it needs no disk flush of its own before the acknowledgement (issue 19).
+        # No state needs a flush of its own (module docstring): recovery rebuilds it from
+        # the accepted message and the stored reply, both flushed before their effects.
         await self._database.write(
-            f"UPDATE tasks SET {', '.join(sets)} WHERE id = ?",
-            [*values, task_id],
-            durable=target is not TaskState.AUTHENTICATING,
+            f"UPDATE tasks SET {', '.join(sets)} WHERE id = ?", [*values, task_id], durable=False
         )
         return self._published(await self.get_task(task_id), current.state)
 
@@ -264,18 +272,21 @@ class SqlStore:
 
     async def mark_reply_delivered(self, task_id: str) -> None:
         await self._database.write(
-            "UPDATE tasks SET reply_delivered = 1, delivery_error = NULL WHERE id = ?", (task_id,)
+            "UPDATE tasks SET reply_delivered = 1, delivery_error = NULL WHERE id = ?",
+            (task_id,),
+            durable=False,
         )
 
     async def record_delivery_failure(self, task_id: str, error: str) -> None:
         await self._database.write(
-            "UPDATE tasks SET delivery_error = ? WHERE id = ?", (error, task_id)
+            "UPDATE tasks SET delivery_error = ? WHERE id = ?", (error, task_id), durable=False
         )
 
     async def record_usage(self, task_id: str, usage: Usage) -> None:
         await self._database.write(
             "UPDATE tasks SET cost_usd = ?, num_turns = ? WHERE id = ?",
             (usage.cost_usd, usage.num_turns, task_id),
+            durable=False,
         )
 
     # -- conversations -----------------------------------------------------------------
@@ -318,7 +329,9 @@ class SqlStore:
     ) -> ConversationRecord:
         conversation_id = secrets.token_hex(4)
         now = time.time()
-        async with self._database.transaction() as db:
+        # Routing makes it; the task's durable reply record flushes it (or recovery
+        # re-routes the task and makes it again).
+        async with self._database.transaction(durable=False) as db:
             await db.execute(
                 "UPDATE conversations SET active = 0, updated_at = ?"
                 " WHERE channel = ? AND channel_key = ? AND active = 1",
@@ -358,9 +371,11 @@ class SqlStore:
                 values.append(value)
         if clear_session:
             sets.append("agent_session_id = NULL")
+        # Written by a task's run or a command, whose durable reply record follows.
         await self._database.write(
             f"UPDATE conversations SET {', '.join(sets)} WHERE id = ?",
             [*values, conversation_id],
+            durable=False,
         )
         return await self.get_conversation(conversation_id)
 

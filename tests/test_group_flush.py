@@ -1,0 +1,66 @@
+"""Group commit (``state/group_flush``): writers that ask while a flush runs share the
+next one, and none of them is released by a flush that began before it asked."""
+
+from __future__ import annotations
+
+import asyncio
+
+from gateway_bot.state.group_flush import RELAXED_FLUSH_S, GroupFlush
+
+
+class Disk:
+    """A flush that ends only when the test lets it (what one fsync looks like)."""
+
+    def __init__(self) -> None:
+        self.started = 0
+        self.release = asyncio.Event()
+        self.began = asyncio.Event()
+        self.finished = asyncio.Event()
+
+    async def flush(self) -> None:
+        self.started += 1
+        self.began.set()
+        await self.release.wait()
+        self.release.clear()
+        self.finished.set()
+
+
+async def test_waiters_during_a_flush_share_the_next_one_and_wait_for_it() -> None:
+    disk = Disk()
+    group = GroupFlush(disk.flush)
+    first = asyncio.create_task(group.wait())
+    await asyncio.wait_for(disk.began.wait(), 10)
+    later = [asyncio.create_task(group.wait()) for _ in range(5)]
+    await asyncio.sleep(0.01)
+    disk.began.clear()
+    disk.release.set()  # flush 1 ends: it started before the five asked
+    await asyncio.wait_for(first, 10)
+    await asyncio.wait_for(disk.began.wait(), 10)
+    assert not any(task.done() for task in later), "released by a flush that began before"
+    assert disk.started == 2, "the five share one flush"
+    disk.release.set()
+    await asyncio.wait_for(asyncio.gather(*later), 10)
+    assert group.flushes == 2
+
+
+async def test_a_relaxed_commit_is_flushed_soon_without_anyone_waiting() -> None:
+    disk = Disk()
+    group = GroupFlush(disk.flush)
+    group.soon()
+    group.soon()
+    await asyncio.sleep(RELAXED_FLUSH_S / 5)
+    assert disk.started == 0, "a relaxed commit waits a little for someone else's flush"
+    await asyncio.wait_for(disk.began.wait(), 10)  # the background flush, on its own
+    disk.release.set()
+    await asyncio.wait_for(disk.finished.wait(), 10)
+    await group.close()
+    assert disk.started == 1
+
+
+async def test_closing_flushes_what_is_pending() -> None:
+    disk = Disk()
+    disk.release.set()
+    group = GroupFlush(disk.flush)
+    group.soon()
+    await group.close()
+    assert disk.started == 1
