@@ -29,6 +29,7 @@ from tests.fake_slack import APP_TOKEN, BOT_TOKEN, TEAM, FakeSlack
 from bench.daemon import Daemon, trivial_agent
 from bench.report import Section, budget_row, info_row
 from bench.restart_recovery import answer_counts
+from gateway_bot.core.service import SWEEP_INTERVAL_S
 from gateway_bot.state.database import Database
 
 ALICE, DM = "U0ALICE", "D0ALICE"
@@ -79,13 +80,16 @@ def fsync_commit_ms(directory: Path, commits: int = 100) -> float:
 
 
 async def _throughput(root: Path, tasks: int, concurrency: int) -> float:
-    world = World(root, max_concurrent=concurrency, max_pending=tasks)
+    world = World(
+        root, max_concurrent=concurrency, max_pending=tasks, sweep_interval_s=SWEEP_INTERVAL_S
+    )
     await world.start()
     try:
         channel = world.channel
         started = time.perf_counter()
-        for number in range(tasks):
-            await world.say(f"task {number}", room=f"room{number}")
+        await asyncio.gather(
+            *(world.say(f"task {number}", room=f"room{number}") for number in range(tasks))
+        )
         await world.until(
             lambda: sum(1 for s in channel.sent if s.kind == "reply") >= tasks,
             f"{tasks} replies",

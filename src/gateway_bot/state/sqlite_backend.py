@@ -18,9 +18,10 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any, cast
 
 import aiosqlite
 
@@ -32,21 +33,51 @@ _BUSY_ATTEMPTS = 25
 
 
 class SqliteTransaction:
+    """Each statement is one trip to aiosqlite's thread (statement, rows and cursor
+    together): aiosqlite's cursor API makes three (execute, fetch, close), and a task's
+    way through the core runs a few dozen statements (issue 19)."""
+
     def __init__(self, connection: aiosqlite.Connection) -> None:
         self._connection = connection
+        # aiosqlite's own queue to its thread (untyped): runs a function there, in order
+        # with everything else on the connection.
+        self._on_thread = cast(Callable[..., Awaitable[Any]], connection._execute)
 
     async def fetch_one(self, sql: str, params: Params = ()) -> Row | None:
-        async with self._connection.execute(sql, tuple(params)) as cursor:
-            row: aiosqlite.Row | None = await cursor.fetchone()
-            return row
+        row: Row | None = await self._on_thread(_fetch_one, self._connection, sql, tuple(params))
+        return row
 
     async def fetch_all(self, sql: str, params: Params = ()) -> list[Row]:
-        async with self._connection.execute(sql, tuple(params)) as cursor:
-            return list(await cursor.fetchall())
+        rows: list[Row] = await self._on_thread(_fetch_all, self._connection, sql, tuple(params))
+        return rows
 
     async def execute(self, sql: str, params: Params = ()) -> int:
-        async with self._connection.execute(sql, tuple(params)) as cursor:
-            return cursor.rowcount
+        count: int = await self._on_thread(_execute, self._connection, sql, tuple(params))
+        return count
+
+
+def _fetch_one(connection: aiosqlite.Connection, sql: str, params: tuple[Any, ...]) -> Any:
+    cursor = connection._conn.execute(sql, params)
+    try:
+        return cursor.fetchone()
+    finally:
+        cursor.close()
+
+
+def _fetch_all(connection: aiosqlite.Connection, sql: str, params: tuple[Any, ...]) -> Any:
+    cursor = connection._conn.execute(sql, params)
+    try:
+        return cursor.fetchall()
+    finally:
+        cursor.close()
+
+
+def _execute(connection: aiosqlite.Connection, sql: str, params: tuple[Any, ...]) -> int:
+    cursor = connection._conn.execute(sql, params)
+    try:
+        return cursor.rowcount
+    finally:
+        cursor.close()
 
 
 class SqliteBackend:
@@ -138,9 +169,9 @@ class SqliteBackend:
         try:
             yield self._statements
         except BaseException:
-            await self.connection.execute("ROLLBACK")
+            await self._statements.execute("ROLLBACK")
             raise
-        await self.connection.execute("COMMIT")
+        await self._statements.execute("COMMIT")
 
     async def has_table(self, name: str) -> bool:
         row = await self.fetch_one(
