@@ -1,5 +1,6 @@
-"""Group commit (``state/group_flush``): writers that ask while a flush runs share the
-next one, and none of them is released by a flush that began before it asked."""
+"""Group commit (``state/group_flush``): commits made while a flush runs share the next
+one, none of them is released by a flush that began before it was made, and a commit the
+running flush already covers is released with it."""
 
 from __future__ import annotations
 
@@ -25,27 +26,32 @@ class Disk:
         self.finished.set()
 
 
-async def test_waiters_during_a_flush_share_the_next_one_and_wait_for_it() -> None:
+async def test_commits_during_a_flush_share_the_next_one_and_wait_for_it() -> None:
     disk = Disk()
     group = GroupFlush(disk.flush)
-    first = asyncio.create_task(group.wait())
+    early = group.committed()
+    first = asyncio.create_task(group.wait(early))
     await asyncio.wait_for(disk.began.wait(), 10)
-    later = [asyncio.create_task(group.wait()) for _ in range(5)]
+    covered = asyncio.create_task(group.wait(early))  # asks late, for an early commit
+    later = [asyncio.create_task(group.wait(group.committed())) for _ in range(5)]
     await asyncio.sleep(0.01)
     disk.began.clear()
-    disk.release.set()  # flush 1 ends: it started before the five asked
-    await asyncio.wait_for(first, 10)
+    disk.release.set()  # flush 1 ends: it began before the five commits were made
+    await asyncio.wait_for(asyncio.gather(first, covered), 10)
     await asyncio.wait_for(disk.began.wait(), 10)
     assert not any(task.done() for task in later), "released by a flush that began before"
     assert disk.started == 2, "the five share one flush"
     disk.release.set()
     await asyncio.wait_for(asyncio.gather(*later), 10)
     assert group.flushes == 2
+    await asyncio.wait_for(group.wait(early), 10)  # on disk already: no flush
+    assert disk.started == 2
 
 
 async def test_a_relaxed_commit_is_flushed_soon_without_anyone_waiting() -> None:
     disk = Disk()
     group = GroupFlush(disk.flush)
+    group.committed()
     group.soon()
     group.soon()
     await asyncio.sleep(RELAXED_FLUSH_S / 5)
@@ -61,6 +67,7 @@ async def test_closing_flushes_what_is_pending() -> None:
     disk = Disk()
     disk.release.set()
     group = GroupFlush(disk.flush)
+    group.committed()
     group.soon()
     await group.close()
     assert disk.started == 1

@@ -79,14 +79,9 @@ class Backend(Protocol):
         ...
 
     flusher: GroupFlush
-    """Shares one flush among concurrent durable commits (``group_flush``)."""
-
-    async def flushed(self, durable: bool) -> None:
-        """After a commit (``write``, ``transaction``, a migration), outside the write
-        lock: ``durable`` returns once the commit is on disk (a flush shared with every
-        commit made before it: group commit); else a flush is only made sure to follow
-        soon, without waiting for it."""
-        ...
+    """Puts commits on disk, one flush for every commit made before it (``group_flush``):
+    ``write``, ``transaction`` and migrations commit without waiting for the disk, and
+    ``Database`` waits here (outside its lock) for the durable ones."""
 
     needs_write_lock: bool
     """True when single statements must wait for an open transaction (one connection)."""

@@ -173,7 +173,8 @@ class Database:
         )
         async with guard:
             count = await backend.write(sql, tuple(params), durable)
-        await backend.flushed(durable)  # outside the lock: writers share the flush
+            commit = backend.flusher.committed()
+        await self._flushed(commit, durable)  # outside the lock: writers share the flush
         return count
 
     async def write_many(self, sql: str, rows: Iterable[Params]) -> None:
@@ -196,9 +197,19 @@ class Database:
         rows a decision depends on are read ``FOR UPDATE`` (see ``skip_locked``).
         ``durable`` as for ``write``."""
         backend = self.backend
-        async with self._lock, backend.transaction(durable) as transaction:
-            yield transaction
-        await backend.flushed(durable)  # outside the lock: writers share the flush
+        async with self._lock:
+            async with backend.transaction(durable) as transaction:
+                yield transaction
+            commit = backend.flusher.committed()
+        await self._flushed(commit, durable)  # outside the lock: writers share the flush
+
+    async def _flushed(self, commit: int, durable: bool) -> None:
+        """After commit number ``commit``: durable, wait until it is on disk (group
+        commit); else only make sure a flush follows soon."""
+        if durable:
+            await self.backend.flusher.wait(commit)
+        else:
+            self.backend.flusher.soon()
 
     # -- schema ----------------------------------------------------------------------------
 
@@ -251,13 +262,15 @@ class Database:
                     if await self.backend.apply_migration(owner, number, migration):
                         applied.append(number)
                         log.info("state: migrated %s to schema version %d", owner, number)
-                await self.backend.flushed(True)
+                    commit = self.backend.flusher.committed()
+                await self._flushed(commit, True)
         return applied
 
     async def _ensure_versions_table(self) -> None:
         async with self._lock:
             await self.backend.ensure_versions_table(_VERSIONS_TABLE)
-        await self.backend.flushed(True)
+            commit = self.backend.flusher.committed()
+        await self._flushed(commit, True)
 
     # -- retention -------------------------------------------------------------------------
 

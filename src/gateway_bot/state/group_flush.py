@@ -3,9 +3,10 @@
 A commit that must survive a power cut used to flush (fsync) on its own, on the one SQLite
 connection, while every other writer waited for the lock (issue 19: 8 flushes per task,
 ~4 ms each, in series). Now every commit is made without waiting for the disk (it
-survives the process's death at once: the engine has it), and ``wait`` returns once a
-flush that *started after the call* is done. Every writer that asks while a flush runs
-joins the next one, so N concurrent writers cost about two flushes instead of N.
+survives the process's death at once: the engine has it), is numbered (``committed``),
+and ``wait`` returns once a flush that started after that commit is done. A writer whose
+commit came after the running flush began joins the next one, so N concurrent writers
+cost about two flushes instead of N.
 
 Why a later flush covers everything before it: the engine's log is written in order
 (SQLite's WAL, PostgreSQL's WAL) and recovery keeps a prefix of it, so once a commit is on
@@ -34,16 +35,35 @@ class GroupFlush:
         """``flush``: puts everything committed so far on disk (one fsync, one synchronous
         commit), whatever else runs meanwhile."""
         self._flush = flush
+        self._commits = 0
+        """Commits noted so far (``committed``), in the order the engine made them."""
+        self._on_disk = 0
+        """Commits up to this number are on disk."""
+        self._running: tuple[int, asyncio.Future[None]] | None = None
+        """The flush in progress: the commits it covers, and its waiters' future."""
         self._next: asyncio.Future[None] | None = None
-        """The flush waiters join: it starts when the running one (if any) ends."""
+        """The flush later commits join: it starts when the running one ends."""
         self._runner: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self.flushes = 0
         """Flushes done (the benchmarks report flushes per task)."""
 
-    async def wait(self) -> None:
-        """Return once everything committed before this call is on disk. A cancelled
-        waiter leaves the flush running for the others."""
+    def committed(self) -> int:
+        """Note a commit the engine has just made; returns its number (for ``wait``)."""
+        self._commits += 1
+        return self._commits
+
+    async def wait(self, commit: int | None = None) -> None:
+        """Return once commit number ``commit`` (default: every commit noted so far) is on
+        disk: at once if a flush already covered it, with the running flush if that one
+        started after it, else with the next. A cancelled waiter leaves the flush running
+        for the others."""
+        wanted = self._commits if commit is None else commit
+        if wanted <= self._on_disk:
+            return
+        if self._running is not None and wanted <= self._running[0]:
+            await asyncio.shield(self._running[1])
+            return
         await asyncio.shield(self._request())
 
     def soon(self) -> None:
@@ -63,7 +83,8 @@ class GroupFlush:
 
     def _relaxed(self) -> None:
         self._timer = None
-        self._request().add_done_callback(_retrieve)
+        if self._commits > self._on_disk:
+            self._request().add_done_callback(_retrieve)
 
     def _request(self) -> asyncio.Future[None]:
         if self._next is None:
@@ -76,6 +97,8 @@ class GroupFlush:
         try:
             while self._next is not None:
                 batch, self._next = self._next, None
+                covers = self._commits
+                self._running = (covers, batch)
                 if self._timer is not None:  # this flush covers the relaxed commits too
                     self._timer.cancel()
                     self._timer = None
@@ -88,8 +111,11 @@ class GroupFlush:
                 except Exception as exc:
                     batch.set_exception(exc)
                 else:
+                    self._on_disk = max(self._on_disk, covers)
                     self.flushes += 1
                     batch.set_result(None)
+                finally:
+                    self._running = None
         finally:
             self._runner = None
             if self._next is not None and not self._next.done():  # cancelled mid-way

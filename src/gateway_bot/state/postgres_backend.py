@@ -7,7 +7,7 @@ several daemons starting on one database apply each migration once.
 
 Group commit (issue 19), as on SQLite: every connection commits with
 ``synchronous_commit`` off (committed and visible at once, not yet flushed), and
-``flushed`` makes a durable commit wait for one synchronous commit made after it, shared by
+``Database`` makes a durable commit wait for one synchronous commit made after it, shared by
 every writer waiting meanwhile. PostgreSQL's WAL is flushed in order, so that one flush
 puts every earlier commit (any connection's) on disk. Transactions, serialised by
 ``Database``'s lock, no longer hold it during their flush.
@@ -115,12 +115,6 @@ class PostgresBackend:
                 "SELECT set_config('synchronous_commit', 'on', true), pg_current_xact_id()"
             )
 
-    async def flushed(self, durable: bool) -> None:
-        if durable:
-            await self.flusher.wait()
-        else:
-            self.flusher.soon()
-
     @classmethod
     async def open(cls, url: str, *, pool_size: int = 10) -> PostgresBackend:
         """One connection first, so a wrong host or password is told at once and plainly
@@ -156,7 +150,7 @@ class PostgresBackend:
             return await PostgresTransaction(connection).fetch_all(sql, params)
 
     async def write(self, sql: str, params: Params, durable: bool = True) -> int:
-        """Committed, not yet flushed: ``flushed`` follows (``durable`` decides there)."""
+        """Committed, not yet flushed: ``Database`` then waits for ``flusher``, or not."""
         async with self._pool.connection() as connection:
             return await PostgresTransaction(connection).execute(sql, params)
 
@@ -164,7 +158,7 @@ class PostgresBackend:
     async def transaction(self, durable: bool = True) -> AsyncIterator[PostgresTransaction]:
         """BEGIN ... COMMIT (READ COMMITTED) on one pooled connection; rolled back when the
         block raises. Rows a decision depends on are locked with ``FOR UPDATE``.
-        Committed, not yet flushed: ``flushed`` follows."""
+        Committed, not yet flushed: ``Database`` then waits for ``flusher``, or not."""
         async with self._pool.connection() as connection, connection.transaction():
             yield PostgresTransaction(connection)
 

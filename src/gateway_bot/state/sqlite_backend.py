@@ -6,11 +6,12 @@ transactions with one lock (``needs_write_lock``).
 
 Durability (issue 19): the connection commits with ``synchronous=NORMAL``: a commit is
 written to the WAL file (the OS has it: it survives the process's death, kill -9) but not
-fsynced. ``flushed`` then fsyncs the WAL file itself, once for every commit made before
-the fsync started (``group_flush``): a durable commit returns only once it is on disk, as
-with ``synchronous=FULL``, but concurrent writers share the fsync and none of them holds
-the write lock while it runs. Checkpoints still sync (NORMAL syncs the WAL before and the
-database file after each one), so a WAL restarted after a checkpoint loses nothing.
+fsynced. ``Database`` then has ``flusher`` fsync the WAL file itself, once for every
+commit made before the fsync started (``group_flush``): a durable commit returns only once
+it is on disk, as with ``synchronous=FULL``, but concurrent writers share the fsync and
+none of them holds the write lock while it runs. Checkpoints still sync (NORMAL syncs the
+WAL before and the database file after each one), so a WAL restarted after a checkpoint
+loses nothing.
 """
 
 from __future__ import annotations
@@ -136,14 +137,8 @@ class SqliteBackend:
         return await self._statements.fetch_all(sql, params)
 
     async def write(self, sql: str, params: Params, durable: bool = True) -> int:
-        """Committed, not yet flushed: ``flushed`` follows (``durable`` decides there)."""
+        """Committed, not yet flushed: ``Database`` then waits for ``flusher``, or not."""
         return await self._execute_when_free(sql, params)
-
-    async def flushed(self, durable: bool) -> None:
-        if durable:
-            await self.flusher.wait()
-        else:
-            self.flusher.soon()
 
     async def _execute_when_free(self, sql: str, params: Params) -> int:
         """A write that may meet another process's (a second replica on this file, issue
@@ -164,7 +159,7 @@ class SqliteBackend:
     async def transaction(self, durable: bool = True) -> AsyncIterator[SqliteTransaction]:
         """BEGIN IMMEDIATE: the write lock is taken at the start, so a read inside the
         transaction is never stale by the time the transaction writes. Committed, not yet
-        flushed: ``flushed`` follows."""
+        flushed: ``Database`` then waits for ``flusher``, or not."""
         await self._execute_when_free("BEGIN IMMEDIATE", ())
         try:
             yield self._statements
