@@ -135,6 +135,7 @@ class SqlStore:
                 return str(existing[0]), False
             task_id = secrets.token_hex(6)
             now = time.time()
+            raw_json = json.dumps(raw.to_json())
             await db.execute(
                 "INSERT INTO tasks (id, channel, message_id, state, raw_json, created_at)"
                 " VALUES (?, ?, ?, ?, ?, ?)",
@@ -143,7 +144,7 @@ class SqlStore:
                     raw.channel,
                     raw.message_id,
                     TaskState.QUEUED.value,
-                    json.dumps(raw.to_json()),
+                    raw_json,
                     now,
                 ),
             )
@@ -152,8 +153,15 @@ class SqlStore:
                 " VALUES (?, ?, ?, ?)",
                 (raw.channel, raw.message_id, task_id, raw.received_at),
             )
-        if self._transition_listeners:
-            self._published(await self.get_task(task_id), None)
+        if self._transition_listeners:  # the new row, as it reads (without reading it)
+            task = TaskRecord(
+                id=task_id, channel=raw.channel, message_id=raw.message_id,
+                conversation_id=None, state=TaskState.QUEUED, completion_reason=None,
+                raw=RawMessage.from_json(json.loads(raw_json)), parsed=None, reply=None,
+                reply_delivered=False, created_at=now, started_at=None, completed_at=None,
+                cost_usd=0.0, num_turns=0, error=None, attempts=0,
+            )  # fmt: skip
+            self._published(task, None)
         return task_id, True
 
     async def get_task(self, task_id: str) -> TaskRecord:
