@@ -203,6 +203,11 @@ class Database:
             commit = backend.flusher.committed()
         await self._flushed(commit, durable)  # outside the lock: writers share the flush
 
+    async def flush(self) -> None:
+        """Return once every commit made so far is on disk (for a store that acts between
+        a relaxed commit and its flush: ``SqlStore.accept_inbound``)."""
+        await self.backend.flusher.wait()
+
     async def _flushed(self, commit: int, durable: bool) -> None:
         """After commit number ``commit``: durable, wait until it is on disk (group
         commit); else only make sure a flush follows soon."""

@@ -21,7 +21,7 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState, check_transition
@@ -125,8 +125,18 @@ class SqlStore:
 
     # -- tasks -------------------------------------------------------------------------
 
-    async def accept_inbound(self, raw: RawMessage) -> tuple[str, bool]:
-        async with self._database.transaction() as db:
+    async def accept_inbound(
+        self, raw: RawMessage, on_committed: Callable[[str, bool], None] | None = None
+    ) -> tuple[str, bool]:
+        task_id, is_new = await self._insert_inbound(raw)
+        if on_committed is not None:
+            on_committed(task_id, is_new)
+        # A duplicate waits too: the first delivery's commit may not be on disk yet.
+        await self._database.flush()
+        return task_id, is_new
+
+    async def _insert_inbound(self, raw: RawMessage) -> tuple[str, bool]:
+        async with self._database.transaction(durable=False) as db:
             existing = await db.fetch_one(
                 "SELECT task_id FROM inbound_messages WHERE channel = ? AND message_id = ?",
                 (raw.channel, raw.message_id),
