@@ -201,8 +201,9 @@ class Scheduler:
 
     def hold_notices(self, task_id: str, on_disk: asyncio.Future[None]) -> None:
         """The task's message is committed but not yet on disk (``on_disk`` says when it
-        is): its acknowledgement or refusal, and its run, wait for that, so no person
-        hears of a message a power cut could still take (issue 19)."""
+        is): ``queue`` waits for that before the task joins its lane, so no person hears
+        of a message a power cut could still take (no acknowledgement, refusal or run), and
+        a task killed before it is on disk is at most being routed (issue 19)."""
         if on_disk.done():
             return
         self._on_disk[task_id] = on_disk
@@ -212,8 +213,10 @@ class Scheduler:
         """Take a routed message: PENDING and queued, then acknowledged; or refused when the
         conversation already has ``max_pending`` waiting. The acknowledgement (or refusal) is a
         job of its own, retried, and never decides whether the task runs."""
-        ahead = self.depth(conversation_id)
         on_disk = self._on_disk.pop(task.id, None)
+        if on_disk is not None:
+            await on_disk  # (its lane, its notices and a kill's recovery start from here)
+        ahead = self.depth(conversation_id)
         await self._store.transition(
             task.id, TaskState.PENDING, conversation_id=conversation_id, parsed=message
         )
@@ -230,7 +233,6 @@ class Scheduler:
             self._tell(
                 f"{message.channel}: refusing task {task.id}",
                 lambda: adapter.send_rejection(context, text),
-                on_disk,
             )
             return
         ack = f"Queued behind {ahead} task(s)." if ahead else "Working on it…"
@@ -245,32 +247,18 @@ class Scheduler:
             notice = adapter
             send = lambda: notice.acknowledge(context, task.id, ack)  # noqa: E731
         else:
-            self.enqueue(
-                conversation_id,
-                task.id,
-                after=None if on_disk is None else self._tell(f"task {task.id}", None, on_disk),
-            )
+            self.enqueue(conversation_id, task.id)
             return
-        acknowledged = self._tell(f"{message.channel}: acknowledging task {task.id}", send, on_disk)
+        acknowledged = self._tell(f"{message.channel}: acknowledging task {task.id}", send)
         self.enqueue(conversation_id, task.id, after=acknowledged)
 
-    def _tell(
-        self,
-        what: str,
-        send: Callable[[], Awaitable[None]] | None,
-        on_disk: asyncio.Future[None] | None = None,
-    ) -> asyncio.Task[None]:
+    def _tell(self, what: str, send: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
         """A best-effort send in a job of its own: retried by the policy, then given up
-        (logged). People may miss a notice; a task waits for it at most ``ACK_WAIT_S``.
-        ``on_disk``: the flush of the task's message, waited for first (``hold_notices``);
-        when it failed, nothing is sent. ``send`` None: only that wait."""
+        (logged). People may miss a notice; a task waits for it at most ``ACK_WAIT_S``."""
 
         async def attempt() -> None:
             try:
-                if on_disk is not None:
-                    await on_disk
-                if send is not None:
-                    await call_channel(what, send, self._policy)
+                await call_channel(what, send, self._policy)
             except Exception as exc:
                 log.warning("%s: given up (%s)", what, exc)
 
