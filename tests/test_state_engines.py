@@ -110,13 +110,34 @@ async def test_writes_without_their_own_flush_commit_and_later_ones_flush_again(
 
     with pytest.raises(ZeroDivisionError):
         await rolled_back()
+    flushed_before = database.flushes
     await database.write("INSERT INTO probe_flush (n) VALUES (?)", (3,))
+    assert database.flushes > flushed_before, "the durable write waited for a flush"
     rows = await database.fetch_all("SELECT n FROM probe_flush ORDER BY n")
     assert [row["n"] for row in rows] == [1, 2, 3]
-    if database.dialect == "sqlite":
-        synchronous = await database.fetch_one("PRAGMA synchronous")
-        assert synchronous is not None
-        assert synchronous[0] == 2, "FULL again"
+
+
+async def test_concurrent_durable_commits_each_return_after_a_flush_that_followed_it(
+    database: Database,
+) -> None:
+    """Group commit on both engines: every one of many concurrent durable writes and
+    transactions is committed and returns only once a flush has been done since it
+    began (the count each sees on return is past the count when it started)."""
+    await database.migrate("probe_group", ["CREATE TABLE probe_group (n INTEGER);"])
+
+    async def write(n: int) -> tuple[int, int]:
+        started = database.flushes
+        if n % 2:
+            await database.write("INSERT INTO probe_group (n) VALUES (?)", (n,))
+        else:
+            async with database.transaction() as transaction:
+                await transaction.execute("INSERT INTO probe_group (n) VALUES (?)", (n,))
+        return started, database.flushes
+
+    seen = await asyncio.gather(*(write(n) for n in range(30)))
+    assert all(done > started for started, done in seen)
+    rows = await database.fetch_all("SELECT n FROM probe_group ORDER BY n")
+    assert [row["n"] for row in rows] == list(range(30))
 
 
 async def test_a_migration_written_twice_runs_its_engines_text(database: Database) -> None:

@@ -59,8 +59,10 @@ class World:
         channel: BareChannel | None = None,
         state: StateTarget | None = None,
         actions: ActionApprovalSettings | None = None,
+        sweep_interval_s: float = 0.05,
     ) -> None:
-        """``state``: where the store lives (default ``<tmp_path>/state.db``)."""
+        """``state``: where the store lives (default ``<tmp_path>/state.db``).
+        ``sweep_interval_s``: short for tests; the benchmarks use the daemon's."""
         self.store = SqliteStore(state if state is not None else tmp_path / "state.db")
         self.channel = channel if channel is not None else FakeChannel()
         self.agent = FakeAgent()
@@ -71,6 +73,7 @@ class World:
         self.service: GatewayService | None = None
         self.actions = actions
         """Action approvals' settings; None: off (issue 20)."""
+        self.sweep_interval_s = sweep_interval_s
         self._ids = itertools.count(1)
         self._opened = False
 
@@ -87,7 +90,7 @@ class World:
             max_concurrent_tasks=self.max_concurrent,
             max_pending_per_conversation=self.max_pending,
             retry_policy=self.policy,
-            sweep_interval_s=0.05,
+            sweep_interval_s=self.sweep_interval_s,
             action_records=(
                 SqliteActionApprovals(self.store.database) if self.actions is not None else None
             ),

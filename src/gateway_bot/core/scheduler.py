@@ -169,6 +169,9 @@ class Scheduler:
         self._running: dict[str, RunningTask] = {}
         self._told_waiting: set[str] = set()
         """Tasks whose sender was told they wait for their host (told once)."""
+        self._on_disk: dict[str, asyncio.Future[None]] = {}
+        """Per task taken in before its message was on disk: the flush its notices wait
+        for (``hold_notices``); gone once the flush is done."""
         self.claims: ConversationClaims | None = None
         """Set for a replica of several (``core/replicas.py``); None: a single daemon."""
         self.on_schedule_request: OnScheduleRequest | None = None
@@ -196,10 +199,23 @@ class Scheduler:
         depth = self.depth(conversation_id)
         return depth > 0 and depth - 1 >= self._max_pending
 
+    def hold_notices(self, task_id: str, on_disk: asyncio.Future[None]) -> None:
+        """The task's message is committed but not yet on disk (``on_disk`` says when it
+        is): ``queue`` waits for that before the task joins its lane, so no person hears
+        of a message a power cut could still take (no acknowledgement, refusal or run), and
+        a task killed before it is on disk is at most being routed (issue 19)."""
+        if on_disk.done():
+            return
+        self._on_disk[task_id] = on_disk
+        on_disk.add_done_callback(lambda _: self._on_disk.pop(task_id, None))
+
     async def queue(self, task: TaskRecord, message: InboundMessage, conversation_id: str) -> None:
         """Take a routed message: PENDING and queued, then acknowledged; or refused when the
         conversation already has ``max_pending`` waiting. The acknowledgement (or refusal) is a
         job of its own, retried, and never decides whether the task runs."""
+        on_disk = self._on_disk.pop(task.id, None)
+        if on_disk is not None:
+            await on_disk  # (its lane, its notices and a kill's recovery start from here)
         ahead = self.depth(conversation_id)
         await self._store.transition(
             task.id, TaskState.PENDING, conversation_id=conversation_id, parsed=message

@@ -300,11 +300,28 @@ class GatewayService:
     # -- intake ------------------------------------------------------------------------
 
     async def submit(self, raw: RawMessage) -> bool:
-        """Durably accept a message. Returns True once it is safe to ack at the source."""
+        """Durably accept a message. Returns True once it is safe to ack at the source.
+
+        Taking it in starts once it is committed, while its flush runs (issue 19); what a
+        person sees of it (acknowledgement, refusal) waits for the flush
+        (``Scheduler.hold_notices``), as the ack at the source waits for this return."""
         if raw.channel not in self._adapters:
             raise ValueError(f"message from unknown channel {raw.channel!r}")
         reached("received")
-        task_id, is_new = await self._store.accept_inbound(raw)
+        on_disk: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def committed(task_id: str, is_new: bool) -> None:
+            if is_new and self._accepting:
+                self._scheduler.hold_notices(task_id, on_disk)
+                self._take_in(task_id)
+
+        try:
+            task_id, is_new = await self._store.accept_inbound(raw, committed)
+        except BaseException:
+            on_disk.set_exception(RuntimeError("the message did not reach the disk"))
+            on_disk.add_done_callback(lambda done: done.exception())
+            raise
+        on_disk.set_result(None)
         reached("stored")
         if not is_new:
             log.info(
@@ -313,8 +330,6 @@ class GatewayService:
                 raw.message_id,
                 task_id,
             )
-        elif self._accepting:
-            self._take_in(task_id)
         return True
 
     async def _submit_scheduled(self, raw: RawMessage) -> str:

@@ -11,7 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from gateway_bot.state.group_flush import GroupFlush
 
 Params = Iterable[Any]
 
@@ -74,6 +77,11 @@ class Backend(Protocol):
         needs one (``needs_write_lock``). ``durable=False``: committed without waiting for
         the disk (see ``Database.write``)."""
         ...
+
+    flusher: GroupFlush
+    """Puts commits on disk, one flush for every commit made before it (``group_flush``):
+    ``write``, ``transaction`` and migrations commit without waiting for the disk, and
+    ``Database`` waits here (outside its lock) for the durable ones."""
 
     needs_write_lock: bool
     """True when single statements must wait for an open transaction (one connection)."""

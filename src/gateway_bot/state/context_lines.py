@@ -16,8 +16,10 @@ class SqliteContextLines:
         self._database = database
 
     async def add(self, channel: str, key: str, line: ContextLine, keep: int) -> None:
-        """Keep a non-engaging message as context; only the newest ``keep`` survive."""
-        async with self._database.transaction() as db:
+        """Keep a non-engaging message as context; only the newest ``keep`` survive.
+        No flush of its own: the message is durable as a task, and recovery routes it
+        again (and keeps the line again) if a power cut took the line."""
+        async with self._database.transaction(durable=False) as db:
             await db.execute(
                 "INSERT INTO context_messages (channel, conversation_key, sender_name, body,"
                 " received_at) VALUES (?, ?, ?, ?, ?)",
@@ -31,8 +33,17 @@ class SqliteContextLines:
             )
 
     async def take(self, channel: str, key: str) -> list[ContextLine]:
-        """Return and forget the accumulated context, oldest first."""
-        async with self._database.transaction() as db:
+        """Return and forget the accumulated context, oldest first. Every engaging message
+        asks, and most find nothing: a read alone then (no transaction, no write). The
+        forgetting needs no flush of its own: the task carrying the lines is recorded
+        after it (so a power cut that took one took both, and recovery takes them again)."""
+        present = await self._database.fetch_one(
+            "SELECT 1 FROM context_messages WHERE channel = ? AND conversation_key = ? LIMIT 1",
+            (channel, key),
+        )
+        if present is None:
+            return []
+        async with self._database.transaction(durable=False) as db:
             rows = await db.fetch_all(
                 "SELECT sender_name, body, received_at FROM context_messages"
                 " WHERE channel = ? AND conversation_key = ? ORDER BY received_at, rowid",

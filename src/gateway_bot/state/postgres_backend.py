@@ -4,6 +4,13 @@ Each read and single write borrows a pooled connection in autocommit mode; a tra
 holds one connection from BEGIN to COMMIT. Placeholders and SQLite-dialect migrations are
 translated by ``postgres_sql``. Migrations take a transaction-scoped advisory lock, so
 several daemons starting on one database apply each migration once.
+
+Group commit (issue 19), as on SQLite: every connection commits with
+``synchronous_commit`` off (committed and visible at once, not yet flushed), and
+``Database`` makes a durable commit wait for one synchronous commit made after it, shared by
+every writer waiting meanwhile. PostgreSQL's WAL is flushed in order, so that one flush
+puts every earlier commit (any connection's) on disk. Transactions, serialised by
+``Database``'s lock, no longer hold it during their flush.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from psycopg.rows import RowMaker
 from psycopg_pool import AsyncConnectionPool
 
 from gateway_bot.state.backend import Dialects, Migration, Params, Row, StateUnavailable
+from gateway_bot.state.group_flush import GroupFlush
 from gateway_bot.state.postgres_sql import placeholders, postgres_ddl
 
 MIGRATION_LOCK = 0x67776264  # "gwbd": pg_advisory_xact_lock's key for schema changes
@@ -85,12 +93,27 @@ class PostgresTransaction:
         return cursor.rowcount
 
 
+async def _commit_without_flush(connection: AsyncConnection[Any]) -> None:
+    """Each pooled connection's session: commits do not wait for the WAL flush (the
+    group flush does; the URL's own ``options`` are left as they are)."""
+    await connection.execute("SET synchronous_commit = off")
+
+
 class PostgresBackend:
     dialect = "postgresql"
     needs_write_lock = False
 
     def __init__(self, pool: AsyncConnectionPool[Any]) -> None:
         self._pool = pool
+        self.flusher = GroupFlush(self._flush)
+
+    async def _flush(self) -> None:
+        """One synchronous commit with a transaction id (so it has a commit record to
+        flush): it returns once the WAL up to it, every earlier commit's, is on disk."""
+        async with self._pool.connection() as connection:
+            await connection.execute(
+                "SELECT set_config('synchronous_commit', 'on', true), pg_current_xact_id()"
+            )
 
     @classmethod
     async def open(cls, url: str, *, pool_size: int = 10) -> PostgresBackend:
@@ -106,13 +129,17 @@ class PostgresBackend:
             min_size=1,
             max_size=max(1, pool_size),
             kwargs={"autocommit": True, "row_factory": _rows},
+            configure=_commit_without_flush,
             open=False,
         )
         await pool.open(wait=True, timeout=30)
         return cls(pool)
 
     async def close(self) -> None:
-        await self._pool.close()
+        try:
+            await self.flusher.close()
+        finally:
+            await self._pool.close()
 
     async def fetch_one(self, sql: str, params: Params) -> Row | None:
         async with self._pool.connection() as connection:
@@ -123,9 +150,7 @@ class PostgresBackend:
             return await PostgresTransaction(connection).fetch_all(sql, params)
 
     async def write(self, sql: str, params: Params, durable: bool = True) -> int:
-        if not durable:
-            async with self.transaction(durable=False) as transaction:
-                return await transaction.execute(sql, params)
+        """Committed, not yet flushed: ``Database`` then waits for ``flusher``, or not."""
         async with self._pool.connection() as connection:
             return await PostgresTransaction(connection).execute(sql, params)
 
@@ -133,12 +158,9 @@ class PostgresBackend:
     async def transaction(self, durable: bool = True) -> AsyncIterator[PostgresTransaction]:
         """BEGIN ... COMMIT (READ COMMITTED) on one pooled connection; rolled back when the
         block raises. Rows a decision depends on are locked with ``FOR UPDATE``.
-        ``durable=False``: ``synchronous_commit`` off for this transaction only."""
+        Committed, not yet flushed: ``Database`` then waits for ``flusher``, or not."""
         async with self._pool.connection() as connection, connection.transaction():
-            statements = PostgresTransaction(connection)
-            if not durable:
-                await statements.execute("SET LOCAL synchronous_commit = off")
-            yield statements
+            yield PostgresTransaction(connection)
 
     async def has_table(self, name: str) -> bool:
         row = await self.fetch_one(

@@ -1,16 +1,27 @@
 """The Store on the shared state database, SQLite or PostgreSQL (``state/database.py``).
 
-Every write commits before returning: "accepted" means "on disk". The SQL is portable:
-the engine is chosen by what ``open`` is given (a file's path or a ``postgresql://`` URL).
+Every write commits before returning, so everything survives the process's death (kill
+-9). Two writes also wait for the disk (a flush shared with concurrent writers,
+``state/group_flush``), because an effect outside follows them: ``accept_inbound`` (the
+channel then acknowledges or deletes the message at its source) and ``record_reply`` (the
+reply is then sent; after a power cut it is re-sent, never recomputed). The task's states
+and the rows written with it (its conversation, usage, delivered mark) are committed
+``durable=False`` (issue 19): recovery rebuilds them from those two, and the engine's log
+keeps a prefix of the commits, so the next flush (one of those two, or a background one
+within ``group_flush.RELAXED_FLUSH_S``) puts them on disk too. A power cut in that window
+can at worst repeat a step (re-route a message, re-run an interrupted task, re-send the
+stored reply), never lose an accepted message. The SQL is portable: the engine is chosen
+by what ``open`` is given (a file's path or a ``postgresql://`` URL).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import secrets
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState, check_transition
@@ -114,8 +125,18 @@ class SqlStore:
 
     # -- tasks -------------------------------------------------------------------------
 
-    async def accept_inbound(self, raw: RawMessage) -> tuple[str, bool]:
-        async with self._database.transaction() as db:
+    async def accept_inbound(
+        self, raw: RawMessage, on_committed: Callable[[str, bool], None] | None = None
+    ) -> tuple[str, bool]:
+        task_id, is_new = await self._insert_inbound(raw)
+        if on_committed is not None:
+            on_committed(task_id, is_new)
+        # A duplicate waits too: the first delivery's commit may not be on disk yet.
+        await self._database.flush()
+        return task_id, is_new
+
+    async def _insert_inbound(self, raw: RawMessage) -> tuple[str, bool]:
+        async with self._database.transaction(durable=False) as db:
             existing = await db.fetch_one(
                 "SELECT task_id FROM inbound_messages WHERE channel = ? AND message_id = ?",
                 (raw.channel, raw.message_id),
@@ -124,6 +145,7 @@ class SqlStore:
                 return str(existing[0]), False
             task_id = secrets.token_hex(6)
             now = time.time()
+            raw_json = json.dumps(raw.to_json())
             await db.execute(
                 "INSERT INTO tasks (id, channel, message_id, state, raw_json, created_at)"
                 " VALUES (?, ?, ?, ?, ?, ?)",
@@ -132,7 +154,7 @@ class SqlStore:
                     raw.channel,
                     raw.message_id,
                     TaskState.QUEUED.value,
-                    json.dumps(raw.to_json()),
+                    raw_json,
                     now,
                 ),
             )
@@ -141,8 +163,15 @@ class SqlStore:
                 " VALUES (?, ?, ?, ?)",
                 (raw.channel, raw.message_id, task_id, raw.received_at),
             )
-        if self._transition_listeners:
-            self._published(await self.get_task(task_id), None)
+        if self._transition_listeners:  # the new row, as it reads (without reading it)
+            task = TaskRecord(
+                id=task_id, channel=raw.channel, message_id=raw.message_id,
+                conversation_id=None, state=TaskState.QUEUED, completion_reason=None,
+                raw=RawMessage.from_json(json.loads(raw_json)), parsed=None, reply=None,
+                reply_delivered=False, created_at=now, started_at=None, completed_at=None,
+                cost_usd=0.0, num_turns=0, error=None, attempts=0,
+            )  # fmt: skip
+            self._published(task, None)
         return task_id, True
 
     async def get_task(self, task_id: str) -> TaskRecord:
@@ -187,29 +216,38 @@ class SqlStore:
             raise ValueError("a completion reason is required exactly when completing")
         sets = ["state = ?"]
         values: list[Any] = [target.value]
+        # The task as the row will read (one trip to the database fewer per transition,
+        # issue 19); the parsed message goes through JSON as a re-read would.
+        changed: dict[str, Any] = {"state": target}
         if reason is not None:
+            completed_at = time.time()
             sets += ["completion_reason = ?", "completed_at = ?"]
-            values += [reason.value, time.time()]
+            values += [reason.value, completed_at]
+            changed.update(completion_reason=reason, completed_at=completed_at)
         if target is TaskState.EXECUTING:
+            started_at = time.time()
             sets += ["started_at = ?", "attempts = attempts + 1"]
-            values.append(time.time())
+            values.append(started_at)
+            changed.update(started_at=started_at, attempts=current.attempts + 1)
         if conversation_id is not None:
             sets.append("conversation_id = ?")
             values.append(conversation_id)
+            changed["conversation_id"] = conversation_id
         if parsed is not None:
+            parsed_json = json.dumps(parsed.to_json())
             sets.append("parsed_json = ?")
-            values.append(json.dumps(parsed.to_json()))
+            values.append(parsed_json)
+            changed["parsed"] = InboundMessage.from_json(json.loads(parsed_json))
         if error is not None:
             sets.append("error = ?")
             values.append(error)
-        # AUTHENTICATING only marks a task being taken in, and recovery turns it back into
-        # QUEUED: it needs no disk flush of its own before the acknowledgement (issue 19).
+            changed["error"] = error
+        # No state needs a flush of its own (module docstring): recovery rebuilds it from
+        # the accepted message and the stored reply, both flushed before their effects.
         await self._database.write(
-            f"UPDATE tasks SET {', '.join(sets)} WHERE id = ?",
-            [*values, task_id],
-            durable=target is not TaskState.AUTHENTICATING,
+            f"UPDATE tasks SET {', '.join(sets)} WHERE id = ?", [*values, task_id], durable=False
         )
-        return self._published(await self.get_task(task_id), current.state)
+        return self._published(dataclasses.replace(current, **changed), current.state)
 
     async def list_tasks(
         self,
@@ -264,18 +302,21 @@ class SqlStore:
 
     async def mark_reply_delivered(self, task_id: str) -> None:
         await self._database.write(
-            "UPDATE tasks SET reply_delivered = 1, delivery_error = NULL WHERE id = ?", (task_id,)
+            "UPDATE tasks SET reply_delivered = 1, delivery_error = NULL WHERE id = ?",
+            (task_id,),
+            durable=False,
         )
 
     async def record_delivery_failure(self, task_id: str, error: str) -> None:
         await self._database.write(
-            "UPDATE tasks SET delivery_error = ? WHERE id = ?", (error, task_id)
+            "UPDATE tasks SET delivery_error = ? WHERE id = ?", (error, task_id), durable=False
         )
 
     async def record_usage(self, task_id: str, usage: Usage) -> None:
         await self._database.write(
             "UPDATE tasks SET cost_usd = ?, num_turns = ? WHERE id = ?",
             (usage.cost_usd, usage.num_turns, task_id),
+            durable=False,
         )
 
     # -- conversations -----------------------------------------------------------------
@@ -318,7 +359,9 @@ class SqlStore:
     ) -> ConversationRecord:
         conversation_id = secrets.token_hex(4)
         now = time.time()
-        async with self._database.transaction() as db:
+        # Routing makes it; the task's durable reply record flushes it (or recovery
+        # re-routes the task and makes it again).
+        async with self._database.transaction(durable=False) as db:
             await db.execute(
                 "UPDATE conversations SET active = 0, updated_at = ?"
                 " WHERE channel = ? AND channel_key = ? AND active = 1",
@@ -329,7 +372,11 @@ class SqlStore:
                 " created_at, updated_at) VALUES (?, ?, ?, ?, 1, ?, ?)",
                 (conversation_id, channel, key, model, now, now),
             )
-        return await self.get_conversation(conversation_id)
+        return ConversationRecord(
+            id=conversation_id, channel=channel, channel_key=key, model=model,
+            agent_session_id=None, last_reply=None, next_model=None, active=True,
+            created_at=now, updated_at=now, agent_backend=None, next_agent=None,
+        )  # fmt: skip
 
     async def update_conversation(
         self,
@@ -358,9 +405,11 @@ class SqlStore:
                 values.append(value)
         if clear_session:
             sets.append("agent_session_id = NULL")
+        # Written by a task's run or a command, whose durable reply record follows.
         await self._database.write(
             f"UPDATE conversations SET {', '.join(sets)} WHERE id = ?",
             [*values, conversation_id],
+            durable=False,
         )
         return await self.get_conversation(conversation_id)
 

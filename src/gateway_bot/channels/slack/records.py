@@ -118,18 +118,28 @@ class SlackRecords:
         return PostRecord(row[0], row[1], row[2]) if row else None
 
     async def intend_post(self, task_id: str, kind: str, part: int, channel: str) -> None:
+        """Committed before the post (so a restart after kill -9 looks in Slack first).
+        Only a reply's intent also waits for the disk: after a power cut, a reply is found
+        in Slack instead of posted twice. The acknowledgement and the progress line do not
+        (issue 19: that flush would come between a message and its "Working on it"); a
+        power cut in the ~50 ms before the next flush can post a second "Working on it",
+        which is cosmetic."""
         db = await self._db()
         await db.write(
             "INSERT INTO slack_posts (task_id, kind, part, channel, intended_at)"
             " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
             (task_id, kind, part, channel, time.time()),
+            durable=kind == "reply",
         )
 
     async def confirm_post(self, task_id: str, kind: str, part: int, ts: str) -> None:
+        """After the post, no flush of its own: an intent that lost its ts to a power cut
+        is looked up in Slack before anything is posted again."""
         db = await self._db()
         await db.write(
             "UPDATE slack_posts SET ts=? WHERE task_id=? AND kind=? AND part=?",
             (ts, task_id, kind, part),
+            durable=False,
         )
 
     # -- uploads -----------------------------------------------------------------------
@@ -166,11 +176,14 @@ class SlackRecords:
     # -- threads -----------------------------------------------------------------------
 
     async def join_thread(self, team: str, channel: str, thread_ts: str) -> None:
+        """After the acknowledgement; flushed with the task's reply record (or redone when
+        recovery acknowledges the task again)."""
         db = await self._db()
         await db.write(
             "INSERT INTO slack_threads (team, channel, thread_ts) VALUES (?, ?, ?)"
             " ON CONFLICT DO NOTHING",
             (team, channel, thread_ts),
+            durable=False,
         )
 
     async def in_thread(self, team: str, channel: str, thread_ts: str) -> bool:
