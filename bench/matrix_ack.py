@@ -267,6 +267,8 @@ async def _bench(rounds: int, root: Path, trace: bool) -> Section:
                       "minimal bot p99", 1.5, "ms"),
             ratio_row("matrix ack p50, encrypted vs plain", bot_e2ee["p50_ms"],
                       bot_plain["p50_ms"], "bot plain p50", 1.1, "ms"),
+            info_row("matrix ack p99, encrypted room", bot_e2ee["p99_ms"], "ms",
+                     f"{bot_e2ee['p99_ms'] / bot_plain['p99_ms']:.2f}x the plain room's p99"),
         ]  # fmt: skip
         return section
     finally:
