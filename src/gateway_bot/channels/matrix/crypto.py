@@ -14,6 +14,8 @@ channel needs around it:
   room keys and their messages are not acted on);
 * decrypting event JSON (sync timeline, /messages gaps, card events) and encrypting
   everything the bot sends, reactions included (nio leaves those plain);
+* sharing a room's Megolm session ahead (``prepare``), so an acknowledgement's send only
+  encrypts: the key claim and to-device round trips happen before the answer is ready;
 * encrypted attachments both ways.
 """
 
@@ -295,6 +297,7 @@ class E2ee:
         self.apply_trust()
         olm = client.olm
         assert olm is not None
+        ended = 0
         while olm.should_share_group_session(room_id):
             sharing = client.sharing_session.get(room_id)
             if sharing is not None:
@@ -306,6 +309,13 @@ class E2ee:
                     client.share_group_session(room_id, ignore_unverified_devices=ignore),
                     "share room key",
                 )
+            except KeyError:
+                # A device appeared during the share and ended the session (``_decide``):
+                # nio then fails marking it shared. Share the new one (a few times).
+                ended += 1
+                if ended >= 3:
+                    raise
+                continue
             except BaseException:
                 # nio leaves its "sharing" mark behind when the key claim fails: clear it,
                 # or every later send to the room would wait on it forever.
