@@ -166,6 +166,10 @@ def _summary(samples: list[Sample]) -> dict[str, Any]:
             "answer_to_observer": statistics.median(s.to_observer_ms for s in samples),
         },
         "samples_ms": [round(t, 2) for t in totals],
+        "samples_split_ms": [
+            [round(s.to_server_ms, 1), round(s.answer_ms, 1), round(s.to_observer_ms, 1)]
+            for s in samples
+        ],
     }
 
 
