@@ -32,6 +32,7 @@ TRACED = {
     "gateway_bot.core.service": ["GatewayService"],
     "gateway_bot.core.scheduler": ["Scheduler"],
     "gateway_bot.state.sqlite_store": ["SqliteStore"],
+    "nio.client.async_client": ["AsyncClient"],
 }
 SLACK = [
     "gateway_bot.channels.slack.adapter",

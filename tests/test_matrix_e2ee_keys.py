@@ -18,6 +18,7 @@ from gateway_bot.state.database import Database
 from tests.fake_anthropic import FakeAnthropic
 from tests.synapse_fixtures import (
     DECRYPTED,
+    Human,
     SynapseServer,
     bot_text,
     matrix_config,
@@ -57,6 +58,13 @@ async def test_second_device_reads_the_next_reply_and_rotation_keeps_working(
     phone = await alice.new_device(tmp_path / "phone-store")
     try:
         assert phone.device_id != alice.device_id
+        # The bot shares a new room key with the phone as soon as it learns of the device,
+        # before anyone writes: its next answer then only has to be encrypted.
+        bot_devices = alice.client.device_store.active_user_devices(bot.user_id)
+        bot_keys = {d.curve25519 for d in bot_devices}
+        await _until_synced(
+            phone, lambda: _holds_room_key(phone, room, bot_keys), "the bot's key ahead"
+        )
         await alice.say(room, "TWO with a phone signed in")
         reply = await phone.wait_for(room, bot_text(bot.user_id, r"Echo: .*TWO with a phone"))
         assert reply.get(DECRYPTED), reply
@@ -106,6 +114,21 @@ async def test_withheld_key_gets_one_notice_and_an_answer_when_it_arrives(
     notices = [e for e in history if bot_text(bot.user_id, r"could not decrypt your message")(e)]
     assert len(notices) == 1
     assert relation_of(notices[0])["m.in_reply_to"]["event_id"] == withheld
+
+
+def _holds_room_key(person: Human, room: str, sender_keys: set[str]) -> bool:
+    """The person's device holds a Megolm key for the room from one of ``sender_keys``."""
+    olm = person.client.olm
+    assert olm is not None
+    return any(s.room_id == room and s.sender_key in sender_keys for s in olm.inbound_group_store)
+
+
+async def _until_synced(person: Human, condition: Callable[[], bool], what: str) -> None:
+    """Sync the person's client until ``condition`` holds (60 s at most)."""
+    deadline = time.monotonic() + 60
+    while not condition():
+        assert time.monotonic() < deadline, f"waited 60 s for {what}"
+        await person.sync()
 
 
 async def _until(condition: Callable[[], bool], what: str) -> None:
@@ -201,5 +224,10 @@ async def test_trust_verified_acts_only_on_devices_verified_out_of_band(
         await adapter.send_rejection({"room_id": room}, reply)
         seen = await alice.wait_for(room, bot_text(bot.user_id, reply))
         assert seen.get(DECRYPTED), seen
+        # The attack: bob's unverified device is in the room when the bot shares its key
+        # (ahead of the answer, at alice's message) and must not be able to read it.
+        on_bobs_screen = await bob.wait_for(room, lambda e: e.get("event_id") == seen["event_id"])
+        assert not on_bobs_screen.get(DECRYPTED), on_bobs_screen
+        assert on_bobs_screen.get("type") == "m.room.encrypted", on_bobs_screen
     finally:
         await adapter.listener.stop()

@@ -14,11 +14,14 @@ channel needs around it:
   room keys and their messages are not acted on);
 * decrypting event JSON (sync timeline, /messages gaps, card events) and encrypting
   everything the bot sends, reactions included (nio leaves those plain);
+* sharing a room's Megolm session ahead (``prepare``), so an acknowledgement's send only
+  encrypts: the key claim and to-device round trips happen before the answer is ready;
 * encrypted attachments both ways.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -97,6 +100,10 @@ class E2ee:
         self.settings = settings
         self._allowed = allowed_users
         self._seen: set[tuple[str, str]] = set()
+        self._active_rooms: set[str] = set()
+        """Encrypted rooms the bot talked in (this process): their sessions are shared
+        ahead again when a device change ends them."""
+        self._sharing: set[asyncio.Task[None]] = set()
 
     @property
     def available(self) -> bool:
@@ -127,6 +134,8 @@ class E2ee:
             if not hasattr(answer, "to_device_message"):
                 log.warning("matrix: a to-device message was not sent: %s", answer)
         self.apply_trust()
+        for room_id in list(self._active_rooms):
+            self.prepare(room_id)
 
     def apply_trust(self) -> None:
         olm = self._client.olm
@@ -243,7 +252,40 @@ class E2ee:
 
     async def send(self, room_id: str, event_type: str, content: JsonDict, txn_id: str) -> str:
         """Encrypt for the room's devices the policy allows, and send. Device lists are
-        brought up to date first, so a member's new device gets keys for this message."""
+        brought up to date first, so a member's new device gets keys for this message.
+        Usually the room's session was shared ahead (``prepare``): this only encrypts."""
+        await self._ensure_shared(room_id)
+        encrypted_type, encrypted = self._client.encrypt(room_id, event_type, content)
+        event_id = await self._api.send_raw(room_id, encrypted_type, encrypted, txn_id)
+        self.prepare(room_id)  # this message may have used the session up: rotate now
+        return event_id
+
+    def prepare(self, room_id: str) -> None:
+        """Share the room's Megolm session now, in the background, if the next send would
+        have to (no session yet, used up, or ended because a device appeared), so that an
+        acknowledgement's send only encrypts. Called when a message arrives in an
+        encrypted room, after each send and after device changes; a failure is logged and
+        the next send shares itself. The same trust policy applies as on a send."""
+        client, olm = self._client, self._client.olm
+        room = client.rooms.get(room_id)
+        if olm is None or room is None or not room.encrypted:
+            return
+        self._active_rooms.add(room_id)
+        if room_id in client.sharing_session or not olm.should_share_group_session(room_id):
+            return
+        task = asyncio.create_task(self._share_ahead(room_id), name=f"matrix-share-{room_id}")
+        self._sharing.add(task)
+        task.add_done_callback(self._sharing.discard)
+
+    async def _share_ahead(self, room_id: str) -> None:
+        try:
+            await self._ensure_shared(room_id)
+        except Exception as exc:  # the send path shares (and reports) itself
+            log.warning("matrix: sharing %s's room key ahead failed: %s", room_id, exc)
+
+    async def _ensure_shared(self, room_id: str) -> None:
+        """The room's members and their devices known, the policy applied, and a Megolm
+        session shared with the devices it allows (waiting for a share under way)."""
         client, api = self._client, self._api
         room = client.rooms.get(room_id)
         if room is None:
@@ -255,18 +297,32 @@ class E2ee:
         self.apply_trust()
         olm = client.olm
         assert olm is not None
-        if olm.should_share_group_session(room_id):
+        ended = 0
+        while olm.should_share_group_session(room_id):
             sharing = client.sharing_session.get(room_id)
             if sharing is not None:
-                await sharing.wait()
-            else:
-                ignore = self.settings.trust != "verified"
+                await sharing.wait()  # shared by another task, or failed: check again
+                continue
+            ignore = self.settings.trust != "verified"
+            try:
                 await api._nio(
                     client.share_group_session(room_id, ignore_unverified_devices=ignore),
                     "share room key",
                 )
-        encrypted_type, encrypted = client.encrypt(room_id, event_type, content)
-        return await api.send_raw(room_id, encrypted_type, encrypted, txn_id)
+            except KeyError:
+                # A device appeared during the share and ended the session (``_decide``):
+                # nio then fails marking it shared. Share the new one (a few times).
+                ended += 1
+                if ended >= 3:
+                    raise
+                continue
+            except BaseException:
+                # nio leaves its "sharing" mark behind when the key claim fails: clear it,
+                # or every later send to the room would wait on it forever.
+                stale = client.sharing_session.pop(room_id, None)
+                if stale is not None:
+                    stale.set()
+                raise
 
     # -- attachments -------------------------------------------------------------------
 

@@ -74,6 +74,9 @@ class EncryptedIntake:
             return
         if classify(decrypted.event, self._session.user_id) is EventKind.ENCRYPTED:
             return  # an encrypted event inside an encrypted event: nothing a client sends
+        # The answer will be encrypted: share the room's key now, alongside the message's
+        # commit and authentication, not on the acknowledgement's path.
+        self._session.e2ee.prepare(room_id)
         await self._on_plain(room_id, decrypted.event)
 
     async def _decrypt(self, room_id: str, event: JsonDict) -> Decrypted:

@@ -237,6 +237,9 @@ class MatrixListener:
         await self._session.store.save_position(self._session.user_id, next_batch, joined_now, left)
         reached("matrix_sync_saved")
         self._next_batch = next_batch
+        for room_id in joined_now:
+            if since is not None and room_id not in self._joined:
+                self._session.e2ee.prepare(room_id)  # just joined: the first answer only encrypts
         self._joined.update(joined_now)
         self._joined.difference_update(left)
 
