@@ -1,0 +1,249 @@
+"""Routing a stored message: authenticate and parse it by its channel, then answer a
+command at once, apply a card decision, admit an invitation, drop what strangers said, or
+queue an engaging message in its conversation (``core/scheduler.py``).
+
+Split from ``core/service.py``, which keeps the intake around it (the store commit, the
+per-channel order and retries, recovery, the replicas' hooks): this module decides what a
+message IS and where it goes, and is called under the channel's intake lock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping
+
+from gateway_bot.config.access import AccessSettings, IgnoredMessages
+from gateway_bot.core.action_approvals import ActionApprovals
+from gateway_bot.core.action_cards import parse_action_id
+from gateway_bot.core.approval_cards import parse_approval_action
+from gateway_bot.core.approvals import Gatekeeper
+from gateway_bot.core.channel import AuthenticationError, ChannelAdapter, SenderRecheck
+from gateway_bot.core.chat_commands import ChatCommands
+from gateway_bot.core.commands import UnknownCommand, parse_command
+from gateway_bot.core.conversation_mail import ConversationMailer
+from gateway_bot.core.delivery import ReplyDelivery
+from gateway_bot.core.engagement import engages, is_blank
+from gateway_bot.core.retries import is_transient
+from gateway_bot.core.schedule_proposals import ScheduleProposals, parse_proposal_action
+from gateway_bot.core.scheduler import Scheduler
+from gateway_bot.core.schedules import ScheduleRunner
+from gateway_bot.domain.lifecycle import CompletionReason, TaskState
+from gateway_bot.domain.messages import Decision, InboundMessage, RoomInvite
+from gateway_bot.domain.records import ContextLine, ConversationRecord, TaskRecord
+from gateway_bot.state.store import Store
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class Router:
+    """What routing needs of the service's parts (all shared with it, none owned here)."""
+
+    _store: Store
+    _adapters: Mapping[str, ChannelAdapter]
+    _access: AccessSettings
+    _gate: Gatekeeper
+    _mail: ConversationMailer
+    _replies: ReplyDelivery
+    _commands: ChatCommands
+    _scheduler: Scheduler
+    schedules: ScheduleRunner | None
+    _proposals: ScheduleProposals | None
+    action_approvals: ActionApprovals | None
+
+    async def route(self, task_id: str) -> None:
+        task = await self._store.get_task(task_id)
+        if task.state is TaskState.QUEUED:
+            task = await self._store.transition(task_id, TaskState.AUTHENTICATING)
+        elif task.state is not TaskState.AUTHENTICATING:
+            return  # routed by an earlier attempt that failed afterwards
+        if self.schedules is not None:
+            scheduled = await self.schedules.run_message(task)
+            if scheduled is not None:
+                await self._route_scheduled(task, scheduled)
+                return
+        adapter = self._adapters[task.channel]
+        try:
+            message = await adapter.authenticate_and_parse(task.raw)
+        except AuthenticationError as exc:
+            reason = (
+                CompletionReason.UNAUTHORIZED if exc.unauthorized else CompletionReason.AUTH_FAILED
+            )
+            log.warning("task %s refused: %s (%s)", task_id, exc.sender, exc.reason)
+            await self._store.transition(
+                task_id, TaskState.COMPLETED, reason=reason, error=exc.reason
+            )
+            return
+        except Exception as exc:
+            if is_transient(exc):
+                raise
+            # The same payload fails the same way every time: never retried.
+            log.warning("task %s: %s cannot parse it: %r", task_id, task.channel, exc)
+            await self._store.transition(
+                task_id,
+                TaskState.COMPLETED,
+                reason=CompletionReason.REJECTED,
+                error=f"could not be parsed: {type(exc).__name__}: {exc}",
+            )
+            return
+        if message is None:
+            await self._store.transition(
+                task_id,
+                TaskState.COMPLETED,
+                reason=CompletionReason.REJECTED,
+                error="nothing to act on",
+            )
+            return
+        if isinstance(message, Decision):
+            await self._apply_decision(task, message)
+            return
+        if isinstance(message, RoomInvite):
+            await self._gate.admit_invite(task, message)
+            return
+        await self._route(task, message)
+
+    async def release_held(self, task_id: str) -> None:
+        """An owner allowed the sender: the held message (it engaged the bot when it was
+        held) joins its conversation as if it had just passed the gate. A held task its
+        channel could not re-authenticate lately is back in QUEUED: released all the same."""
+        task = await self._store.get_task(task_id)
+        if task.state is TaskState.QUEUED and task.parsed is not None:
+            task = await self._store.transition(task_id, TaskState.AUTHENTICATING)
+        if task.state is not TaskState.AUTHENTICATING or task.parsed is None:
+            return
+        await self._queue_engaging(task, task.parsed)
+
+    async def _route(self, task: TaskRecord, message: InboundMessage) -> None:
+        """Engagement before the sender gate: only a message addressed to the bot can be
+        held and carded, so strangers talking among themselves are never quoted to an
+        owner, and their words never become context. Commands run at once for senders the
+        gate trusts; a stranger's command (a /stop, a /new) is dropped unanswered."""
+        message = await self._mail.vetted(message)
+        trusted = await self._gate.trusts(message)
+        try:
+            command = parse_command(message.body)
+        except UnknownCommand as exc:
+            if trusted:
+                await self._replies.answer_now(task, message, str(exc), CompletionReason.REJECTED)
+            else:
+                await self._drop_untrusted(task, message, "command")
+            return
+        if command is not None:
+            if not trusted:
+                await self._drop_untrusted(task, message, "command")
+                return
+            conversation = await self._conversation_for(message)
+            reply = await self._commands.reply(conversation, message, command, task.id)
+            await self._replies.answer_now(
+                task, message, reply.text, CompletionReason.SUCCESS, files=reply.files
+            )
+            return
+        room = self._access.room_settings(message.channel, message.room)
+        started = await self._store.active_conversation(message.channel, message.conversation_key)
+        if trusted and started is not None and self.action_approvals is not None:
+            answered = await self.action_approvals.answer_reply(started.id, message)
+            if answered is not None:
+                await self._replies.answer_now(task, message, answered, CompletionReason.SUCCESS)
+                return
+        if not engages(message, room, started is not None):
+            if room.ignored is IgnoredMessages.ACCUMULATE and trusted:
+                line = ContextLine(message.sender_name, message.body, message.received_at)
+                await self._store.context_lines.add(
+                    message.channel, message.conversation_key, line, room.context_size
+                )
+            await self._store.transition(
+                task.id,
+                TaskState.COMPLETED,
+                reason=CompletionReason.REJECTED,
+                error="not addressed to the bot",
+            )
+            return
+        if is_blank(message.body) and not message.attachments:
+            if trusted:
+                await self._replies.answer_now(
+                    task,
+                    message,
+                    "Your message was empty: nothing to do.",
+                    CompletionReason.REJECTED,
+                )
+            else:
+                await self._drop_untrusted(task, message, "empty message")
+            return
+        if not (await self._gate.admit(task, message)).admitted:
+            return
+        await self._queue_engaging(task, message)
+
+    async def _route_scheduled(self, task: TaskRecord, message: InboundMessage) -> None:
+        """A schedule's run, as its creator's message: queued if the gate still trusts
+        them here (an approval revoked since, or the sender removed from the channel's
+        allowed users, stops their schedules' runs)."""
+        message = await self._mail.vetted(message)
+        adapter = self._adapters[message.channel]
+        if isinstance(adapter, SenderRecheck) and message.sender_allowed:
+            allowed = await adapter.still_allowed(message)
+            message = dataclasses.replace(message, sender_allowed=allowed)
+        if not await self._gate.trusts(message):
+            await self._drop_untrusted(task, message, "scheduled run")
+            return
+        await self._queue_message(task, message)
+
+    async def _drop_untrusted(self, task: TaskRecord, message: InboundMessage, what: str) -> None:
+        """No answer, no card: the bot does not talk to senders nobody admitted."""
+        log.warning(
+            "dropped %s from unapproved sender %s in %s", what, message.sender_id, message.room
+        )
+        await self._store.transition(
+            task.id,
+            TaskState.COMPLETED,
+            reason=CompletionReason.UNAUTHORIZED,
+            error=f"{what} from a sender who is not allowed here",
+        )
+
+    async def _queue_engaging(self, task: TaskRecord, message: InboundMessage) -> None:
+        """An admitted message that engages the bot: it takes the context kept since the
+        last one (only admitted senders' words are kept) and joins its conversation."""
+        context = await self._store.context_lines.take(message.channel, message.conversation_key)
+        if context:
+            message = dataclasses.replace(
+                message, context=tuple(f"{c.sender_name}: {c.body}" for c in context)
+            )
+        await self._queue_message(task, message)
+
+    async def _apply_decision(self, task: TaskRecord, decision: Decision) -> None:
+        parsed = parse_approval_action(decision.action_id)
+        proposed = parse_proposal_action(decision.action_id)
+        action = parse_action_id(decision.action_id)
+        reply = None
+        if action is not None and self.action_approvals is not None:
+            reply = await self.action_approvals.decide(
+                decision.channel, decision.decider_id, decision.decider_name, *action
+            )
+        elif proposed is not None and self._proposals is not None:
+            reply = await self._proposals.decide(
+                decision.channel, decision.decider_id, decision.decider_name, *proposed
+            )
+        elif parsed is not None:
+            reply = await self._gate.decide(
+                decision.channel, decision.decider_id, decision.decider_name, *parsed
+            )
+        else:
+            log.warning("unknown card action %r by %s", decision.action_id, decision.decider_id)
+        reason = CompletionReason.SUCCESS if reply else CompletionReason.UNAUTHORIZED
+        await self._store.transition(
+            task.id, TaskState.COMPLETED, reason=reason, error=None if reply else "decision ignored"
+        )
+
+    async def _queue_message(self, task: TaskRecord, message: InboundMessage) -> None:
+        conversation = await self._conversation_for(message)
+        await self._scheduler.queue(task, message, conversation.id)
+
+    async def _conversation_for(self, message: InboundMessage) -> ConversationRecord:
+        existing = await self._mail.conversation_of(message) or (
+            await self._store.active_conversation(message.channel, message.conversation_key)
+        )
+        if existing is not None:
+            return existing
+        return await self._store.create_conversation(
+            message.channel, message.conversation_key, None
+        )
