@@ -218,3 +218,26 @@ def test_a_dashboard_operator_who_is_no_owner_is_a_config_error(
     ) in capsys.readouterr().err
     config.write_text(base + "access: {admins: {slack: [U0ALICE]}}\n")
     assert load_server_config(config).dashboard is not None
+
+
+def test_built_in_chat_outside_a_repo_with_a_state_home_that_is_a_file_is_one_line(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The first-run command outside a git repo makes its sample repo in the state dir: a
+    file there used to end in a traceback from that mkdir before any check ran."""
+    in_the_way = tmp_path / "state-home"
+    in_the_way.write_text("a file, not a directory\n")
+    monkeypatch.setenv("XDG_STATE_HOME", str(in_the_way))
+    outside = tmp_path / "not-a-repo"
+    outside.mkdir()
+    monkeypatch.chdir(outside)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    assert main(["chat"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [
+        f"The state directory {in_the_way}/gateway-bot cannot be used: a file (or a path "
+        "through a file) is in the way (state_dir in the config)."
+    ]
+    assert in_the_way.read_text() == "a file, not a directory\n"

@@ -395,7 +395,13 @@ def _built_in_config() -> ServerConfig | None:
     except ConfigError as exc:
         _print_config_error(exc)
         return None
-    config.repo.url = str(current_git_repo() or _sample_repo(config.state_dir))
+    repo = current_git_repo()
+    if repo is None:  # the sample repo lives in the state dir: say first if it is unusable
+        if (unusable := state_dir_problem(config.state_dir)) is not None:
+            print(unusable, file=sys.stderr)
+            return None
+        repo = _sample_repo(config.state_dir)
+    config.repo.url = str(repo)
     return config
 
 
