@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import secrets
 import subprocess
+import sys
+import textwrap
 from collections.abc import Iterator
 
 import pytest
@@ -67,3 +69,51 @@ def test_one_sweep_ends_the_leftovers_of_every_container_and_nothing_else(
     finally:
         outside.kill()
         outside.wait()
+
+
+_REUSED_PID = textwrap.dedent(
+    """
+    import os
+    import subprocess
+    from gateway_bot.sandbox.podman.strays import kill_all_but_init, kill_all_but_inits
+
+    # The PIDs podman named as inits a moment ago, now someone else's: a process of the
+    # daemon's own PID namespace, and one inside another container (not its PID 1).
+    host = subprocess.Popen(["sleep", "60"])
+    other = subprocess.Popen(["unshare", "--pid", "--fork", "sh", "-c", "sleep 60 & wait"])
+    victim = subprocess.Popen(["sleep", "60"])
+    inner = None
+    while inner is None:
+        for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+            try:
+                cmd = open(f"/proc/{pid}/cmdline", "rb").read()
+                status = open(f"/proc/{pid}/status").read()
+            except OSError:
+                continue
+            if cmd == b"sleep\\x0060\\x00" and "NSpid:" in status:
+                ids = [l for l in status.splitlines() if l.startswith("NSpid:")][0].split()
+                if len(ids) == 3 and ids[-1] == "2":
+                    inner = int(pid)
+    kills = kill_all_but_inits([host.pid, inner]) + kill_all_but_init(host.pid)
+    kills += kill_all_but_init(inner)
+    print(kills, victim.poll(), other.poll(), flush=True)
+    """
+)
+
+
+def test_an_init_pid_reused_by_another_process_sweeps_nothing() -> None:
+    """The agent can end its container's init (``kill -TERM 1``: the init loop traps it),
+    and its PID may go to another process between podman's listing and the sweep. Taken
+    for an init, a process of the host's own PID namespace made every process on the
+    machine a stray (the daemon included), one inside another container that container's
+    processes. Played in a PID namespace of its own, so that a failure kills only there."""
+    done = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", _REUSED_PID],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.stdout.split() == ["0", "None", "None"], (
+        f"kills, then the host process's and the other container's exit status: "
+        f"{done.stdout!r} {done.stderr[-2000:]!r}"
+    )

@@ -26,12 +26,10 @@ def kill_all_but_init(init_pid: int, keep_exec: str | None = None) -> int:
     """SIGKILL every process of the container whose init has host PID ``init_pid``, but the
     exec root marked ``RUN_MARK=keep_exec`` when given; return how many kills were sent.
     Repeats while new ones appear (a fork bomb), bounded."""
-    try:
-        cgroup = _read(f"/proc/{init_pid}/cgroup")
-        namespace = os.readlink(f"/proc/{init_pid}/ns/pid")
-        init_group = _group_and_session(init_pid)
-    except (OSError, IndexError, ValueError):
+    init = _init(init_pid)
+    if init is None:
         return 0  # the container is gone
+    namespace, cgroup, init_group = init
     spared = {init_pid}
     if keep_exec is not None:
         mark = f"{RUN_MARK}={keep_exec}".encode()
@@ -56,12 +54,13 @@ def kill_all_but_inits(init_pids: Collection[int]) -> int:
     scans of every process on the host were most of its take-over."""
     owners: dict[str, tuple[int, tuple[int, int]]] = {}
     for init_pid in init_pids:
-        try:
-            init = (init_pid, _group_and_session(init_pid))
-            owners[os.readlink(f"/proc/{init_pid}/ns/pid")] = init
-            owners[_read(f"/proc/{init_pid}/cgroup")] = init
-        except (OSError, IndexError, ValueError):
+        init = _init(init_pid)
+        if init is None:
             continue  # that container is gone
+        namespace, cgroup, group = init
+        owners[namespace] = (init_pid, group)
+        if cgroup is not None:
+            owners[cgroup] = (init_pid, group)
     if not owners:
         return 0
     inits = set(init_pids)
@@ -85,6 +84,38 @@ def kill_all_but_inits(init_pids: Collection[int]) -> int:
     return kill_until_gone(find)
 
 
+def _init(pid: int) -> tuple[str, str | None, tuple[int, int]] | None:
+    """(PID namespace, cgroup, (pgrp, session)) of the container init ``pid``; None when it
+    is gone, or when ``pid`` is no container's init any more. The PID comes from podman a
+    moment earlier, and the agent can end its init at will (``kill -TERM 1``: init traps
+    it), so the PID may have been reused meanwhile: by a process of the daemon's own PID
+    namespace (taken for an init, every process on the machine would be swept), or one
+    inside another container. An init is the first process of a PID namespace that is not
+    the daemon's. Its cgroup identifies the container only when it is not the daemon's own
+    (a container left in its caller's cgroup): None then, and only the namespace counts."""
+    try:
+        namespace = os.readlink(f"/proc/{pid}/ns/pid")
+        cgroup: str | None = _read(f"/proc/{pid}/cgroup")
+        group = _group_and_session(pid)
+        if namespace == os.readlink("/proc/self/ns/pid") or not _first_in_namespace(pid):
+            return None
+        if cgroup == _read("/proc/self/cgroup"):
+            cgroup = None
+    except (OSError, IndexError, ValueError):
+        return None
+    return namespace, cgroup, group
+
+
+def _first_in_namespace(pid: int) -> bool:
+    """PID 1 of its innermost PID namespace (the last of ``NSpid`` in its status)."""
+    with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as status:
+        for line in status:
+            if line.startswith("NSpid:"):
+                ids = line.split()[1:]
+                return len(ids) > 1 and ids[-1] == "1"
+    return False
+
+
 def _inits_own(pid: int, init_pid: int, init_group: tuple[int, int]) -> bool:
     """The init loop's own ``sleep`` (containers.INIT_SCRIPT): a child of init in init's
     process group and session. Killing it only makes init start another at once, so a sweep
@@ -103,7 +134,7 @@ def _group_and_session(pid: int) -> tuple[int, int]:
     return int(fields[2]), int(fields[3])  # pgrp, session (fields 5 and 6 of stat)
 
 
-def _exec_root(pid: int, cgroup: str, namespace: str) -> bool:
+def _exec_root(pid: int, cgroup: str | None, namespace: str) -> bool:
     """Started by ``podman exec``: its parent is outside the container. A parent that
     cannot be read (gone meanwhile) does not make it one; nor does a parent whose leader
     thread has exited (shown as a zombie while its other threads run: still inside)."""
@@ -126,7 +157,7 @@ def _pids() -> list[int]:
     return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
 
 
-def _belongs(pid: int, cgroup: str, namespace: str) -> bool:
+def _belongs(pid: int, cgroup: str | None, namespace: str) -> bool:
     """A live process of the container (a zombie is dead already: nothing to kill)."""
     try:
         return not is_zombie(pid) and _inside(pid, cgroup, namespace)
@@ -134,11 +165,11 @@ def _belongs(pid: int, cgroup: str, namespace: str) -> bool:
         return False
 
 
-def _inside(pid: int, cgroup: str, namespace: str) -> bool:
+def _inside(pid: int, cgroup: str | None, namespace: str) -> bool:
     """In the container's PID namespace or cgroup. Raises OSError when ``pid`` is gone."""
     if os.readlink(f"/proc/{pid}/ns/pid") == namespace:
         return True
-    return _read(f"/proc/{pid}/cgroup") == cgroup
+    return cgroup is not None and _read(f"/proc/{pid}/cgroup") == cgroup
 
 
 def _read(path: str) -> str:
