@@ -153,7 +153,21 @@ _REUSED_PID = textwrap.dedent(
                     inner = int(pid)
     kills = kill_all_but_inits([host.pid, inner]) + kill_all_but_init(host.pid)
     kills += kill_all_but_init(inner)
-    print(kills, victim.poll(), other.poll(), flush=True)
+    # A real init (PID 1 of a namespace of its own) left in its caller's cgroup, as podman
+    # leaves a container without cgroups: that cgroup is not the container's.
+    uncontained = subprocess.Popen(["unshare", "--pid", "--fork", "sleep", "60"])
+    first = None
+    while first is None:
+        for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+            try:
+                status = open(f"/proc/{pid}/status").read()
+            except OSError:
+                continue
+            ids = [l for l in status.splitlines() if l.startswith("NSpid:")][0].split()
+            if len(ids) == 3 and ids[-1] == "1":
+                first = int(pid)
+    kills += kill_all_but_inits([first]) + kill_all_but_init(first)
+    print(kills, victim.poll(), other.poll(), uncontained.poll(), flush=True)
     """
 )
 
@@ -163,14 +177,16 @@ def test_an_init_pid_reused_by_another_process_sweeps_nothing() -> None:
     and its PID may go to another process between podman's listing and the sweep. Taken
     for an init, a process of the host's own PID namespace made every process on the
     machine a stray (the daemon included), one inside another container that container's
-    processes. Played in a PID namespace of its own, so that a failure kills only there."""
+    processes. And a container left in its caller's cgroup shares it with host processes.
+    Played in a PID namespace of its own, so that a failure kills only there."""
     done = subprocess.run(
         ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", _REUSED_PID],
         capture_output=True,
         text=True,
         timeout=60,
     )
-    assert done.stdout.split() == ["0", "None", "None"], (
-        f"kills, then the host process's and the other container's exit status: "
+    assert done.stdout.split() == ["0", "None", "None", "None"], (
+        f"kills, then the exit status of a host process, of the other container and of the "
+        f"uncontained one: "
         f"{done.stdout!r} {done.stderr[-2000:]!r}"
     )

@@ -89,14 +89,16 @@ def _init(pid: int) -> tuple[str, str | None] | None:
     PID may have been reused meanwhile: by a process of the daemon's own PID
     namespace (taken for an init, every process on the machine would be swept), or one
     inside another container. An init is the first process of a PID namespace that is not
-    the daemon's. Its cgroup identifies the container only when it is not the daemon's own
-    (a container left in its caller's cgroup): None then, and only the namespace counts."""
+    the daemon's. Its cgroup identifies the container only when it is neither the daemon's
+    nor its parent's (conmon's): podman leaves a container without cgroups of its own in
+    its caller's, with whatever else runs there. None then: only the namespace counts."""
     try:
         namespace = os.readlink(f"/proc/{pid}/ns/pid")
         cgroup: str | None = _read(f"/proc/{pid}/cgroup")
         if namespace == os.readlink("/proc/self/ns/pid") or not _first_in_namespace(pid):
             return None
-        if cgroup == _read("/proc/self/cgroup"):
+        shared = (_read("/proc/self/cgroup"), _read(f"/proc/{parent_of(pid)}/cgroup"))
+        if cgroup in shared:
             cgroup = None
     except (OSError, IndexError, ValueError):
         return None
