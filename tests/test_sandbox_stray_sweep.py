@@ -160,11 +160,10 @@ _REUSED_PID = textwrap.dedent(
     while first is None:
         for pid in (p for p in os.listdir("/proc") if p.isdigit()):
             try:
-                status = open(f"/proc/{pid}/status").read()
+                parent = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1]
             except OSError:
                 continue
-            ids = [l for l in status.splitlines() if l.startswith("NSpid:")][0].split()
-            if len(ids) == 3 and ids[-1] == "1":
+            if int(parent) == uncontained.pid:  # unshare's child: PID 1 of its namespace
                 first = int(pid)
     kills += kill_all_but_inits([first]) + kill_all_but_init(first)
     print(kills, victim.poll(), other.poll(), uncontained.poll(), flush=True)
