@@ -28,7 +28,7 @@ from gateway_bot.sandbox.podman.proxy import (
     LABEL_ROLE,
     PROXY_PORT,
 )
-from gateway_bot.sandbox.podman.service import PodmanService
+from gateway_bot.sandbox.podman.service import INIT_ON_HOST, PodmanService
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +38,6 @@ PATHS = SandboxPaths(
 CA_IN_CONTAINER = "/usr/local/share/ca-certificates/gateway-bot-proxy.crt"
 SYSTEM_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 
-INIT_ON_HOST = Path("/usr/libexec/podman/catatonit")
-"""podman's own init (``podman run --init`` uses it): a static binary, from the host."""
 INIT_IN_CONTAINER = "/run/gateway-bot-init"
 INIT_COMMAND = [INIT_IN_CONTAINER, "-P"]
 """PID 1: catatonit in pause mode, mounted read-only from the host. It starts nothing,
