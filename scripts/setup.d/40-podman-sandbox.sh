@@ -10,13 +10,16 @@ need=()
 for tool in podman runc conmon slirp4netns fuse-overlayfs newuidmap debootstrap setsid; do
   command -v "$tool" >/dev/null || need+=("$tool")
 done
+# The agent containers' init (containers.INIT_COMMAND), mounted read-only from the host.
+[ -x /usr/libexec/podman/catatonit ] || need+=(catatonit)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
     # runc named explicitly: podman then takes it instead of crun, which fails on
     # cgroup-hybrid hosts. catatonit, netavark and aardvark-dns come with podman.
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-      podman runc conmon slirp4netns fuse-overlayfs uidmap debootstrap util-linux >/dev/null
+      podman runc conmon slirp4netns fuse-overlayfs uidmap debootstrap util-linux catatonit \
+      >/dev/null
   else
     echo "missing for the podman sandbox: ${need[*]} (install them, or use sandbox: {kind: none})" >&2
     exit 1

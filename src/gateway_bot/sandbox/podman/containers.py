@@ -28,7 +28,7 @@ from gateway_bot.sandbox.podman.proxy import (
     LABEL_ROLE,
     PROXY_PORT,
 )
-from gateway_bot.sandbox.podman.service import PodmanService
+from gateway_bot.sandbox.podman.service import INIT_ON_HOST, PodmanService
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +38,14 @@ PATHS = SandboxPaths(
 CA_IN_CONTAINER = "/usr/local/share/ca-certificates/gateway-bot-proxy.crt"
 SYSTEM_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 
-INIT_SCRIPT = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"
-"""PID 1: sleeps, exits on SIGTERM, and reaps orphans (the shell's wait collects any child).
-Stray processes are ended from the host (``strays.py``), never by this shell."""
+INIT_IN_CONTAINER = "/run/gateway-bot-init"
+INIT_COMMAND = [INIT_IN_CONTAINER, "-P"]
+"""PID 1: catatonit in pause mode, mounted read-only from the host. It starts nothing,
+reaps orphans and exits on SIGTERM. Nothing of the image runs as init or as a child of it:
+the agent is root in there and can replace any file of the image, and a child of init is
+one a stray sweep would have to spare (it used to be a shell loop starting the image's
+``sleep``, which the agent replaced to keep a program of its own alive through every
+sweep). Stray processes are ended from the host (``strays.py``)."""
 
 NETWORK_SYSCTLS = {
     "net.ipv6.conf.all.disable_ipv6": "1",
@@ -165,11 +170,12 @@ def create_spec(
         _bind(context.outbox, PATHS.outbox),
         _bind(context.storage, PATHS.storage),
         {**_bind(ca_certificate, CA_IN_CONTAINER), "read_only": True},
+        {**_bind(INIT_ON_HOST, INIT_IN_CONTAINER), "read_only": True},
     ]
     return {
         "image": image,
         "name": container_name(context.id),
-        "command": ["/bin/sh", "-c", INIT_SCRIPT],
+        "command": INIT_COMMAND,
         "labels": labels(deployment, context.id),
         "hostname": container_name(context.id),
         "working_dir": PATHS.workspace,

@@ -34,6 +34,10 @@ from gateway_bot.sandbox.base import HostUnreachable, SandboxUnavailable
 
 log = logging.getLogger(__name__)
 
+INIT_ON_HOST = Path("/usr/libexec/podman/catatonit")
+"""podman's own init (``podman run --init`` uses it): a static binary, mounted read-only as
+every agent container's PID 1 (``containers.INIT_COMMAND``)."""
+
 T = TypeVar("T")
 OnLine = Callable[[str], Awaitable[None]]
 
@@ -168,6 +172,11 @@ class PodmanService:
                 "it (apt-get install podman runc conmon slirp4netns fuse-overlayfs uidmap, or "
                 "run scripts/setup.sh), or set `sandbox: {kind: none}` to run the agent "
                 "unconfined on this host."
+            )
+        if self.is_local and not await asyncio.to_thread(INIT_ON_HOST.is_file):
+            raise SandboxUnavailable(
+                f"{INIT_ON_HOST} is missing: podman's init (catatonit) is every agent "
+                "container's PID 1. Install it (apt-get install catatonit)."
             )
         if await self._answers():
             return  # podman works: its service answers. `podman info` costs seconds loaded

@@ -12,6 +12,10 @@ A warm agent session's process stays between turns while everything it left ends
 spared by being the root of its ``podman exec`` (its parent, conmon, is outside the
 container; nothing the agent starts can get a parent there) and by carrying that exec's own
 run mark in its environment. Its children are not spared.
+
+Nothing else is spared, init's children included: init (``containers.INIT_COMMAND``) is
+the host's read-only catatonit, which starts none. And a PID podman gave as an init is
+checked to still be one (``_init``) before anything is swept on its word.
 """
 
 from __future__ import annotations
@@ -26,12 +30,10 @@ def kill_all_but_init(init_pid: int, keep_exec: str | None = None) -> int:
     """SIGKILL every process of the container whose init has host PID ``init_pid``, but the
     exec root marked ``RUN_MARK=keep_exec`` when given; return how many kills were sent.
     Repeats while new ones appear (a fork bomb), bounded."""
-    try:
-        cgroup = _read(f"/proc/{init_pid}/cgroup")
-        namespace = os.readlink(f"/proc/{init_pid}/ns/pid")
-        init_group = _group_and_session(init_pid)
-    except (OSError, IndexError, ValueError):
+    init = _init(init_pid)
+    if init is None:
         return 0  # the container is gone
+    namespace, cgroup = init
     spared = {init_pid}
     if keep_exec is not None:
         mark = f"{RUN_MARK}={keep_exec}".encode()
@@ -40,13 +42,7 @@ def kill_all_but_init(init_pid: int, keep_exec: str | None = None) -> int:
             pid for pid in members if _exec_root(pid, cgroup, namespace) and _marked(pid, mark)
         }
     return kill_until_gone(
-        lambda: [
-            pid
-            for pid in _pids()
-            if pid not in spared
-            and _belongs(pid, cgroup, namespace)
-            and not _inits_own(pid, init_pid, init_group)
-        ]
+        lambda: [pid for pid in _pids() if pid not in spared and _belongs(pid, cgroup, namespace)]
     )
 
 
@@ -54,14 +50,15 @@ def kill_all_but_inits(init_pids: Collection[int]) -> int:
     """``kill_all_but_init`` for many containers at once, one pass over /proc a round
     instead of one per container: a restart takes over every running container, and 50
     scans of every process on the host were most of its take-over."""
-    owners: dict[str, tuple[int, tuple[int, int]]] = {}
+    owners: set[str] = set()
     for init_pid in init_pids:
-        try:
-            init = (init_pid, _group_and_session(init_pid))
-            owners[os.readlink(f"/proc/{init_pid}/ns/pid")] = init
-            owners[_read(f"/proc/{init_pid}/cgroup")] = init
-        except (OSError, IndexError, ValueError):
+        init = _init(init_pid)
+        if init is None:
             continue  # that container is gone
+        namespace, cgroup = init
+        owners.add(namespace)
+        if cgroup is not None:
+            owners.add(cgroup)
     if not owners:
         return 0
     inits = set(init_pids)
@@ -74,36 +71,51 @@ def kill_all_but_inits(init_pids: Collection[int]) -> int:
             try:
                 if is_zombie(pid):
                     continue
-                owner = owners.get(os.readlink(f"/proc/{pid}/ns/pid"))
-                owner = owner or owners.get(_read(f"/proc/{pid}/cgroup"))
+                if os.readlink(f"/proc/{pid}/ns/pid") in owners or (
+                    _read(f"/proc/{pid}/cgroup") in owners
+                ):
+                    found.append(pid)
             except (OSError, IndexError):
                 continue
-            if owner is not None and not _inits_own(pid, *owner):
-                found.append(pid)
         return found
 
     return kill_until_gone(find)
 
 
-def _inits_own(pid: int, init_pid: int, init_group: tuple[int, int]) -> bool:
-    """The init loop's own ``sleep`` (containers.INIT_SCRIPT): a child of init in init's
-    process group and session. Killing it only makes init start another at once, so a sweep
-    that counted it ran all its rounds (seconds per task, and per container at a restart).
-    Nothing the agent starts can be one: every ``podman exec`` begins a session of its own,
-    and a process can never join another session, nor a process group outside its own."""
+def _init(pid: int) -> tuple[str, str | None] | None:
+    """(PID namespace, cgroup) of the container init ``pid``; None when it is gone, or
+    when ``pid`` is no container's init any more. The PID comes from podman a moment
+    earlier, and the agent can end its init at will (``kill -TERM 1`` stops it), so the
+    PID may have been reused meanwhile: by a process of the daemon's own PID
+    namespace (taken for an init, every process on the machine would be swept), or one
+    inside another container. An init is the first process of a PID namespace that is not
+    the daemon's. Its cgroup identifies the container only when it is neither the daemon's
+    nor its parent's (conmon's): podman leaves a container without cgroups of its own in
+    its caller's, with whatever else runs there. None then: only the namespace counts."""
     try:
-        return parent_of(pid) == init_pid and _group_and_session(pid) == init_group
+        namespace = os.readlink(f"/proc/{pid}/ns/pid")
+        cgroup: str | None = _read(f"/proc/{pid}/cgroup")
+        if namespace == os.readlink("/proc/self/ns/pid") or not _first_in_namespace(pid):
+            return None
+        shared = (_read("/proc/self/cgroup"), _read(f"/proc/{parent_of(pid)}/cgroup"))
+        if cgroup in shared:
+            cgroup = None
     except (OSError, IndexError, ValueError):
-        return False
+        return None
+    return namespace, cgroup
 
 
-def _group_and_session(pid: int) -> tuple[int, int]:
-    with open(f"/proc/{pid}/stat", "rb") as stat:
-        fields = stat.read().rsplit(b")", 1)[1].split()
-    return int(fields[2]), int(fields[3])  # pgrp, session (fields 5 and 6 of stat)
+def _first_in_namespace(pid: int) -> bool:
+    """PID 1 of its innermost PID namespace (the last of ``NSpid`` in its status)."""
+    with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as status:
+        for line in status:
+            if line.startswith("NSpid:"):
+                ids = line.split()[1:]
+                return len(ids) > 1 and ids[-1] == "1"
+    return False
 
 
-def _exec_root(pid: int, cgroup: str, namespace: str) -> bool:
+def _exec_root(pid: int, cgroup: str | None, namespace: str) -> bool:
     """Started by ``podman exec``: its parent is outside the container. A parent that
     cannot be read (gone meanwhile) does not make it one; nor does a parent whose leader
     thread has exited (shown as a zombie while its other threads run: still inside)."""
@@ -126,7 +138,7 @@ def _pids() -> list[int]:
     return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
 
 
-def _belongs(pid: int, cgroup: str, namespace: str) -> bool:
+def _belongs(pid: int, cgroup: str | None, namespace: str) -> bool:
     """A live process of the container (a zombie is dead already: nothing to kill)."""
     try:
         return not is_zombie(pid) and _inside(pid, cgroup, namespace)
@@ -134,11 +146,11 @@ def _belongs(pid: int, cgroup: str, namespace: str) -> bool:
         return False
 
 
-def _inside(pid: int, cgroup: str, namespace: str) -> bool:
+def _inside(pid: int, cgroup: str | None, namespace: str) -> bool:
     """In the container's PID namespace or cgroup. Raises OSError when ``pid`` is gone."""
     if os.readlink(f"/proc/{pid}/ns/pid") == namespace:
         return True
-    return _read(f"/proc/{pid}/cgroup") == cgroup
+    return cgroup is not None and _read(f"/proc/{pid}/cgroup") == cgroup
 
 
 def _read(path: str) -> str:
