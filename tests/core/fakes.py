@@ -42,7 +42,7 @@ from gateway_bot.domain.messages import (
     RoomInvite,
 )
 from gateway_bot.domain.records import ConversationRecord
-from gateway_bot.sandbox.base import SandboxPaths
+from gateway_bot.sandbox.base import HostUnreachable, SandboxPaths
 
 BOT = "@bot"
 
@@ -276,6 +276,9 @@ class FakeAgent:
     spaces), ``question:A|B`` asks a question with options A and B; the reply says what was
     decided."""
     decisions: list[ActionDecision] = field(default_factory=list)
+    host_down: str | None = None
+    """While set, every run fails as the sandbox does when the context's host (this name)
+    does not answer."""
 
     def gate(self, name: str) -> asyncio.Event:
         return self._gates.setdefault(name, asyncio.Event())
@@ -294,6 +297,8 @@ class FakeAgent:
         adapter: AttachmentDownloads,
         on_event: OnEvent,
     ) -> TaskResult:
+        if self.host_down is not None:
+            raise HostUnreachable(self.host_down, f"unix:///run/{self.host_down}/podman.sock")
         self.runs.append(message)
         saved = (
             await adapter.save_attachments(message, InboxWriter(Path("/nonexistent")))

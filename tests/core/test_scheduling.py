@@ -104,6 +104,36 @@ async def test_stop_cancels_the_running_task_and_the_queue_goes_on(world: World)
     assert world.agent.cancelled == [stopped.id]
 
 
+async def test_stop_drops_a_task_waiting_for_its_unreachable_host(world: World) -> None:
+    """A conversation whose Podman host is down keeps its message and retries; its sender
+    sees why in /status and can give up with /stop instead of waiting for a host that may
+    never come back (issue 18)."""
+    world.agent.host_down = "beta"
+    waiting = await world.say("build it")
+    await world.until(
+        lambda: any("host beta is unreachable" in t for t in world.channel.texts("dm")),
+        "the notice that the message waits for its host",
+    )
+
+    async def status() -> str | None:
+        text = (await world.reply(await world.say("/status"))).text
+        return text if "Waiting for the agent's host beta (unreachable)" in text else None
+
+    shown = None
+    for _ in range(20):  # the pause before the next try is what /status shows
+        if shown := await status():
+            break
+    assert shown is not None, "/status never said the task waits for its host"
+    stop = await world.say("/stop")
+    assert (await world.reply(stop)).text.startswith("Stopping task ")
+    assert (await world.reply(waiting)).text == "Stopped. The task was cancelled with /stop."
+    assert (await world.settled(waiting)).completion_reason is CompletionReason.CANCELLED
+
+    world.agent.host_down = None  # the host is back: the next message runs, the old one never
+    assert (await world.reply(await world.say("next"))).text == "Echo: next"
+    assert world.agent.bodies() == ["next"]
+
+
 async def test_stop_with_nothing_running(world: World) -> None:
     stop = await world.say("!stop")
     assert (await world.reply(stop)).text == "Nothing is running in this conversation."

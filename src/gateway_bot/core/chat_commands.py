@@ -182,6 +182,11 @@ class ChatCommands:
         )
         if running is not None and running.waiting_for is not None:
             text += f"\nWaiting for approval: {running.waiting_for}"
+        if running is not None and running.host_down is not None:
+            text += (
+                f"\nWaiting for the agent's host {running.host_down} (unreachable): it runs "
+                "when the host is back; /stop drops it."
+            )
         if self._workspaces is not None:
             text += f"\n{await self._workspaces.location(conversation.id)}"
         return text

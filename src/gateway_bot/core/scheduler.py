@@ -29,7 +29,7 @@ import collections
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 import structlog
 
@@ -58,9 +58,9 @@ log = logging.getLogger(__name__)
 
 STOPPED_TEXT = "Stopped. The task was cancelled with /stop."
 ACK_WAIT_S = 10.0
+"""How long a task waits for its acknowledgement to go out before running without it."""
 HOST_RETRY_S = 5.0
 """How often a task whose sandbox host is unreachable tries again."""
-"""How long a task waits for its acknowledgement to go out before running without it."""
 
 
 OnScheduleRequest = Callable[[str, InboundMessage, RequestFile], Awaitable[None]]
@@ -103,9 +103,10 @@ class ConversationClaims(Protocol):
 
 
 class RunningTask:
-    """The task a conversation is executing now, for /stop and /status."""
+    """The task a conversation is executing now, for /stop and /status: its agent's run, or
+    the pause before its next try while its sandbox host is unreachable."""
 
-    def __init__(self, task_id: str, body: str, job: asyncio.Task[TaskResult]) -> None:
+    def __init__(self, task_id: str, body: str, job: asyncio.Future[Any]) -> None:
         self.task_id = task_id
         self.body = body
         self.job = job
@@ -114,6 +115,8 @@ class RunningTask:
         self.stop_requested = False
         self.waiting_for: str | None = None
         """What the run waits for a person to allow (action approvals), shown by /status."""
+        self.host_down: str | None = None
+        """Not a run: the pause of a task whose sandbox host (named) is unreachable."""
 
     def request_stop(self) -> None:
         """Cancel the agent's run; the scheduler answers "Stopped." and moves on."""
@@ -167,8 +170,8 @@ class Scheduler:
         self._policy = policy
         self._lanes: dict[str, ConversationLane] = {}
         self._running: dict[str, RunningTask] = {}
-        self._told_waiting: set[str] = set()
-        """Tasks whose sender was told they wait for their host (told once)."""
+        self._told_waiting: dict[str, str] = {}
+        """Tasks whose sender was told they wait for their host (told once): the host."""
         self._on_disk: dict[str, asyncio.Future[None]] = {}
         """Per task taken in before its message was on disk: the flush its notices wait
         for (``hold_notices``); gone once the flush is done."""
@@ -325,6 +328,8 @@ class Scheduler:
                         reached("acknowledged")
                     async with self._slots:
                         waits = await self._execute(lane, task_id)
+                    if waits and await self._stopped_while_host_away(lane, task_id):
+                        waits = False  # answered "Stopped.": it leaves the lane
                 except Exception:
                     log.exception(
                         "task %s failed outside the agent; the next start retries", task_id
@@ -332,9 +337,7 @@ class Scheduler:
                 finally:
                     if not waits:
                         queue.popleft()
-                        self._told_waiting.discard(task_id)
-                if waits:  # its host is down: it stays first in its lane, tried again later
-                    await asyncio.sleep(HOST_RETRY_S)
+                        self._told_waiting.pop(task_id, None)
         finally:
             lane.drainer = None
             if self.claims is not None and not queue:
@@ -349,6 +352,43 @@ class Scheduler:
         ):
             return await self._run_task(lane, task_id)
 
+    async def _stopped_while_host_away(self, lane: ConversationLane, task_id: str) -> bool:
+        """Pause before the next try of a task whose host is down (it stays first in its
+        lane, outside the global slots). The pause stands in for the run in /status, /stop
+        and the dashboard's stop button: a stop ends the task with the answer a stopped run
+        gets, instead of leaving its sender waiting for a host that may never come back."""
+        task = await self._store.get_task(task_id)
+        message = task.parsed
+        assert message is not None
+        pause = asyncio.ensure_future(asyncio.sleep(HOST_RETRY_S))
+        waiting = RunningTask(task_id, message.body, pause)
+        waiting.host_down = self._told_waiting.get(task_id, "?")
+        lane.running = self._running[lane.conversation_id] = waiting
+        try:
+            await asyncio.wait([pause])  # a stop cancels the pause, not this wait
+        finally:
+            pause.cancel()
+            lane.running = None
+            self._running.pop(lane.conversation_id, None)
+        if not waiting.stop_requested:
+            return False
+        log.info("task %s: stopped while waiting for its host", task_id)
+        await self._store.transition(task_id, TaskState.EXECUTING)
+        record = None
+        if self.claims is not None:
+            claims, cid = self.claims, lane.conversation_id
+            stopped = Reply(text=STOPPED_TEXT, stopped=True)
+            record = lambda: claims.record_reply(cid, task_id, stopped)  # noqa: E731
+        await self._replies.store_and_send(
+            task_id,
+            message,
+            Reply(text=STOPPED_TEXT, stopped=True),
+            CompletionReason.CANCELLED,
+            None,
+            record,
+        )
+        return True
+
     async def _wait_for_host(
         self, task_id: str, adapter: ChannelAdapter, message: InboundMessage, exc: HostUnreachable
     ) -> None:
@@ -359,10 +399,10 @@ class Scheduler:
         log.warning("task %s waits: %s", task_id, exc)
         if task_id in self._told_waiting:
             return
-        self._told_waiting.add(task_id)
+        self._told_waiting[task_id] = exc.host
         text = (
             f"The agent's host {exc.host} is unreachable; your message is kept and will run "
-            "when the host is back."
+            "when the host is back (/stop drops it)."
         )
         context = message.channel_context
         self._tell(f"{message.channel}: task {task_id} waits for its host",
