@@ -13,10 +13,8 @@ import argparse
 import asyncio
 import logging
 import os
-import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 from podman.errors import PodmanError
@@ -35,15 +33,13 @@ from gateway_bot.agents.backend import AgentBackend
 from gateway_bot.approvals_command import run_decision, run_list
 from gateway_bot.channels.factory import create_adapters
 from gateway_bot.check_sandbox import check_sandbox
+from gateway_bot.cli_config import BUILT_IN, built_in_config, load_config
 from gateway_bot.cli_preflight import DaemonLock, local_repo_problem, state_dir_problem
 from gateway_bot.config.channels import ChannelsSettings, ConsoleChannelSettings
 from gateway_bot.config.server import (
     ServerConfig,
     build_server_config,
-    current_git_repo,
-    load_server_config,
 )
-from gateway_bot.config.yaml_tags import ConfigError
 from gateway_bot.daemon import Daemon
 from gateway_bot.logs import configure_logging
 from gateway_bot.matrix_commands import bootstrap_cross_signing, describe_e2ee
@@ -66,7 +62,6 @@ from gateway_bot.state_command import add_state_commands, run_migrate, run_state
 from gateway_bot.status_command import run_status
 
 EXIT_CONFIG = 2
-BUILT_IN = "(built-in default config)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,14 +137,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "install-service":
         return _install_service(args)
     if args.command == "matrix":
-        matrix_config = _load(args.config)
+        matrix_config = load_config(args.config)
         return EXIT_CONFIG if matrix_config is None else bootstrap_cross_signing(matrix_config)
     if args.command == "state":
         return run_state_copy(args.source, args.target, replace=args.replace)
     if args.command in ("status", "approvals", "approve", "deny", "migrate"):
-        # Not _built_in_config: these only read or ask the daemon, never make the sample repo.
+        # Not built_in_config: these only read or ask the daemon, never make the sample repo.
         status_config = (
-            _load(args.config)
+            load_config(args.config)
             if args.config
             else build_server_config({"repo": {"url": "."}, "channels": {"console": {}}}, BUILT_IN)
         )
@@ -167,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_status(
             status_config.state_dir, as_json=args.json, state_url=status_config.state.url
         )
-    config = _load(args.config) if args.config else _built_in_config()
+    config = load_config(args.config) if args.config else built_in_config()
     if config is None:
         return EXIT_CONFIG
     if args.command == "chat":
@@ -266,7 +261,7 @@ async def _stop_sandbox(daemon: Daemon) -> None:
 
 
 def _check(path: Path, *, canary: bool = False) -> int:
-    config = _load(path)
+    config = load_config(path)
     if config is None:
         return EXIT_CONFIG
     if (unusable := state_dir_problem(config.state_dir, create=False)) is not None:
@@ -327,7 +322,7 @@ async def _model_route(
 
 def _image(args: argparse.Namespace) -> int:
     """``image build`` / ``image bootstrap``: progress on stdout, exit 2 on failure."""
-    config = _load(args.config) if args.config else _built_in_config()
+    config = load_config(args.config) if args.config else built_in_config()
     if config is None:
         return EXIT_CONFIG
     try:
@@ -352,7 +347,7 @@ def _image(args: argparse.Namespace) -> int:
 
 
 def _install_service(args: argparse.Namespace) -> int:
-    config = _load(args.config)
+    config = load_config(args.config)
     if config is None:
         return EXIT_CONFIG
     if not valid_unit_name(args.name):
@@ -376,58 +371,6 @@ def _install_service(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     print(instructions(unit, args.name))
     return 0
-
-
-def _load(path: Path) -> ServerConfig | None:
-    try:
-        return load_server_config(path)
-    except ConfigError as exc:
-        _print_config_error(exc)
-        return None
-
-
-def _built_in_config() -> ServerConfig | None:
-    """The embedded default: console channel, SQLite state, the git repo we are in (or a
-    sample repo made on first use)."""
-    data: dict[str, Any] = {"channels": {"console": {}}}
-    try:
-        config = build_server_config({"repo": {"url": "."}, **data}, BUILT_IN)
-    except ConfigError as exc:
-        _print_config_error(exc)
-        return None
-    repo = current_git_repo()
-    if repo is None:  # the sample repo lives in the state dir: say first if it is unusable
-        if (unusable := state_dir_problem(config.state_dir)) is not None:
-            print(unusable, file=sys.stderr)
-            return None
-        repo = _sample_repo(config.state_dir)
-    config.repo.url = str(repo)
-    return config
-
-
-def _sample_repo(state_dir: Path) -> Path:
-    repo = state_dir / "sample-repo"
-    if (repo / ".git").exists():
-        return repo
-    repo.mkdir(parents=True, exist_ok=True)
-    (repo / "README.md").write_text(
-        "# Sample repo\n\nA scratch repository for gateway-bot's console. Ask the agent to "
-        "build something here.\n"
-    )
-    identity = ["-c", "user.name=gateway-bot", "-c", "user.email=gateway-bot@localhost"]
-    for step in (
-        ["init", "--quiet", "--initial-branch=main"],
-        ["add", "README.md"],
-        [*identity, "commit", "--quiet", "-m", "Sample repo"],
-    ):
-        subprocess.run(["git", "-C", str(repo), *step], check=True)
-    return repo
-
-
-def _print_config_error(exc: ConfigError) -> None:
-    print(f"{exc.source}: the config is not valid:", file=sys.stderr)
-    for problem in exc.problems:
-        print(f"  {problem}", file=sys.stderr)
 
 
 if __name__ == "__main__":

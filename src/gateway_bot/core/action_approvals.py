@@ -23,6 +23,9 @@ Replicas (``ha``): the task waits on the replica that runs it, while a press rea
 replica holding the channel's listener, which records the decision in the shared row.
 ``watch_shared`` makes a waiting ``ask`` re-read its row every ``poll_s`` (the future still
 wakes it at once when the press lands on its own replica); a single daemon polls nothing.
+
+The request and decision values, and the reading of a decided row, are in
+core/action_requests.py (re-exported here).
 """
 
 from __future__ import annotations
@@ -32,11 +35,17 @@ import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 
 from gateway_bot.config.access import AccessSettings
 from gateway_bot.config.action_rules import Deciders
 from gateway_bot.core.action_cards import as_text, closed_card, pending_card
+from gateway_bot.core.action_requests import (
+    ActionDecision,
+    ActionRequest,
+    AskAction,
+    answer_of,
+    decision_of,
+)
 from gateway_bot.core.card_posting import post_card
 from gateway_bot.core.channel import CardButtons, ChannelAdapter
 from gateway_bot.domain.lifecycle import TaskState
@@ -56,41 +65,7 @@ from gateway_bot.state.store import Store
 
 log = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True)
-class ActionRequest:
-    """One thing the agent wants to do that a person must allow first."""
-
-    conversation_id: str
-    task_id: str | None
-    """The task whose run asks; None when the asker knows only the conversation (the
-    proxy): the conversation's running task is then carded."""
-    kind: str
-    """"tool" | "network" | "question" | "budget"."""
-    summary: str
-    """One line: the card's title (``git push origin main``; a question's text)."""
-    details: str
-    """What exactly would happen, shown verbatim (command and working directory, file and
-    diff summary, method host path and pushed refs)."""
-    rule: str
-    """Which rule asked (``Bash "git push*": ask``)."""
-    signature: str
-    """What "Always in this conversation" remembers; identical signatures are the same
-    action (``tool Bash git push origin main``, ``network POST github.com /x/y.git/...``)."""
-    options: tuple[str, ...] = ()
-    """A question's options, one button each; empty for everything else."""
-
-
-@dataclass(frozen=True)
-class ActionDecision:
-    allowed: bool
-    reason: str
-    """For the agent: why not (a person's reason, "no answer within 600 s"), or how it was
-    allowed."""
-    decided_by: str | None
-    """Who decided; None for a rule, the timeout or the end of the task."""
-    answer: str | None = None
-    """A question's answer (the chosen option or the free text); None otherwise."""
+__all__ = ["ActionApprovals", "ActionDecision", "ActionRequest", "AskAction", "WaitingListener"]
 
 
 WaitingListener = Callable[[str, str | None], Awaitable[None]]
@@ -263,7 +238,7 @@ class ActionApprovals:
             decision = ActionDecision(False, text, who)
             state, saved_reason = DENIED, reason
         elif record.kind == "question":
-            answer = _answer(record, choice, reason)
+            answer = answer_of(record, choice, reason)
             if answer is None:
                 return f"That is not one of the options of {record.code}."
             decision = ActionDecision(True, f"{who} answered", who, answer)
@@ -329,7 +304,7 @@ class ActionApprovals:
                     log.info(
                         "action approval %s: %s (recorded by another replica)", code, record.state
                     )
-                    return _decision_of(record)
+                    return decision_of(record)
         raise TimeoutError
 
     async def _close(self, code: str, state: str, by: str, reason: str) -> ActionDecision:
@@ -342,7 +317,7 @@ class ActionApprovals:
         if future is not None and future.done():
             return future.result()
         record = await self._records.get(code)
-        return _decision_of(record) if record is not None else ActionDecision(False, reason, None)
+        return decision_of(record) if record is not None else ActionDecision(False, reason, None)
 
     async def _may_decide(self, record: ActionApprovalRecord, channel: str, who: str) -> bool:
         if self._access.may_decide(channel, who):
@@ -411,32 +386,3 @@ class ActionApprovals:
             await self.on_waiting(task_id, what)
         except Exception:
             log.warning("could not show task %s waiting for approval", task_id, exc_info=True)
-
-
-def _decision_of(record: ActionApprovalRecord) -> ActionDecision:
-    """A decided row as ``decide`` made it (for a decision made elsewhere: another replica,
-    or a press that raced the timeout)."""
-    who = record.decided_by
-    because = f": {record.reason}" if record.reason else ""
-    if record.state == ALLOWED and record.kind == "question":
-        return ActionDecision(True, f"{who} answered", who, record.answer)
-    if record.state == ALLOWED:
-        return ActionDecision(True, f"allowed by {who}", who)
-    if record.state == DENIED and record.kind == "question":
-        return ActionDecision(False, f"{who} declined to answer{because}", who)
-    if record.state == DENIED:
-        return ActionDecision(False, f"denied by {who}{because}", who)
-    return ActionDecision(False, record.reason or record.state, None)
-
-
-def _answer(record: ActionApprovalRecord, choice: str, text: str) -> str | None:
-    if choice.isdigit():
-        index = int(choice)
-        return record.options[index] if 0 <= index < len(record.options) else None
-    if text.isdigit() and 1 <= int(text) <= len(record.options):
-        return record.options[int(text) - 1]
-    return text or None
-
-
-AskAction = Callable[[ActionRequest], Awaitable[ActionDecision]]
-"""``ActionApprovals.ask``: what the layers that ask are given."""
