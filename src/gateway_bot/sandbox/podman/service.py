@@ -179,7 +179,13 @@ class PodmanService:
                 "container's PID 1. Install it (apt-get install catatonit)."
             )
         if await self._answers():
-            return  # podman works: its service answers. `podman info` costs seconds loaded
+            # Its service answers; the CLI (every exec goes through it) must run too, which
+            # `--version` shows without `podman info`'s seconds on a loaded machine.
+            try:
+                await self.cli("--version", timeout_s=60)
+            except (PodmanCommandError, TimeoutError) as exc:
+                raise SandboxUnavailable(f"podman does not work here: {exc}") from exc
+            return
         if self.url is not None:
             raise HostUnreachable(self.host, self.url)
         try:
