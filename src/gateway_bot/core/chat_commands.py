@@ -16,9 +16,9 @@ from gateway_bot.core.action_approvals import ActionApprovals
 from gateway_bot.core.approvals import Gatekeeper
 from gateway_bot.core.commands import HELP_TEXT, Command, CommandName
 from gateway_bot.core.conversation_mail import ConversationMailer
+from gateway_bot.core.lanes import RunningTask
 from gateway_bot.core.schedule_commands import SCHEDULE_COMMANDS, ScheduleCommands
 from gateway_bot.core.schedule_proposals import ScheduleProposals
-from gateway_bot.core.scheduler import RunningTask
 from gateway_bot.core.status import describe_model, describe_status
 from gateway_bot.core.workspace_diff import WorkspaceReports
 from gateway_bot.domain.lifecycle import TaskState

@@ -35,6 +35,7 @@ from gateway_bot.core.conversation_mail import ConversationMailer
 from gateway_bot.core.delivery import ReplyDelivery
 from gateway_bot.core.fault_points import reached
 from gateway_bot.core.jobs import Jobs
+from gateway_bot.core.lanes import Executes
 from gateway_bot.core.retries import (
     DEFAULT_POLICY,
     RetryPolicy,
@@ -44,7 +45,7 @@ from gateway_bot.core.retries import (
 from gateway_bot.core.routing import Router
 from gateway_bot.core.schedule_commands import ScheduleCommands
 from gateway_bot.core.schedule_proposals import ScheduleProposals
-from gateway_bot.core.scheduler import Executes, Scheduler
+from gateway_bot.core.scheduler import Scheduler
 from gateway_bot.core.schedules import Clock, ScheduleRunner, Sleep
 from gateway_bot.core.workspace_diff import WorkspaceReports
 from gateway_bot.domain.lifecycle import TaskState
