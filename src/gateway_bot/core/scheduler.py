@@ -274,9 +274,10 @@ class Scheduler:
 
     async def _stopped_while_host_away(self, lane: ConversationLane, task_id: str) -> bool:
         """Pause before the next try of a task whose host is down (it stays first in its
-        lane, outside the global slots). The pause stands in for the run in /status, /stop
-        and the dashboard's stop button: a stop ends the task with the answer a stopped run
-        gets, instead of leaving its sender waiting for a host that may never come back."""
+        lane, outside the global slots). The pause stands in for the run in /status and
+        /stop (the dashboard offers its button for executing tasks only): a stop ends the
+        task with the answer a stopped run gets, instead of leaving its sender waiting for
+        a host that may never come back."""
         task = await self._store.get_task(task_id)
         message = task.parsed
         assert message is not None
