@@ -156,6 +156,12 @@ class FakeAnthropic:
                     out.append(text)
         return out
 
+    def asked_about(self, text: str) -> list[JSON]:
+        """The requests whose body mentions ``text``. The server serves a whole worker's
+        tests: a test asserting that Claude Code was NOT asked looks for its own words, not
+        for no request at all (an earlier test's straggling CLI may still call it; CI saw one)."""
+        return [body for body in list(self.requests) if text in json.dumps(body)]
+
     def reset(self) -> None:
         with self._lock:
             self.requests.clear()

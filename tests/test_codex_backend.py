@@ -46,7 +46,7 @@ def test_codex_answers_shows_its_tool_call_and_resumes_with_the_history(
     chat.expect(r"^agent> Echo: the second question$")
     chat.finish()
     assert chat.count(r"^error> ") == 0
-    assert not fake_api.requests, "Claude Code was not asked"
+    assert not fake_api.asked_about("question"), "Claude Code was not asked"
     last = fake_openai.requests[-1]
     assert last["model"] == "gpt-fake"
     history = fake_openai.user_texts(last)

@@ -56,7 +56,7 @@ def test_gemini_answers_shows_its_tool_call_and_resumes_with_the_history(
     chat.expect(r"^agent> Echo: the second question$", timeout=120)
     chat.finish()
     assert chat.count(r"^error> ") == 0
-    assert not fake_api.requests, "Claude Code was not asked"
+    assert not fake_api.asked_about("question"), "Claude Code was not asked"
     last = fake_gemini.requests[-1]
     history = fake_gemini.user_texts(last)
     assert any("the first question" in text for text in history), history
@@ -115,7 +115,7 @@ def test_a_repo_may_choose_only_an_agent_the_server_offers(
     chat.expect(r"agent: 'gemini-cli' is not offered here \(offered: claude-code\)")
     chat.finish()
     assert not fake_gemini.requests
-    assert not fake_api.requests
+    assert not fake_api.asked_about("hello")
 
 
 def test_a_repo_chooses_gemini_when_the_server_offers_it(
@@ -129,7 +129,7 @@ def test_a_repo_chooses_gemini_when_the_server_offers_it(
     chat.expect(r"^agent> Echo: hello repo$", timeout=120)
     chat.finish()
     assert fake_gemini.requests
-    assert not fake_api.requests
+    assert not fake_api.asked_about("hello repo")
 
 
 def test_a_lost_gemini_session_is_retried_fresh_with_the_last_reply(
