@@ -21,7 +21,6 @@ keeps them on this machine, and read or written only through ``Sandbox.files`` (
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from pathlib import Path
 from gateway_bot.core.schedule_request_file import REQUEST_FILE
 from gateway_bot.sandbox.base import ExecutionContext
 from gateway_bot.sandbox.context_files import ContextFiles, GitOrigin
+from gateway_bot.sandbox.host_files import remove_trees, run_git
 
 
 class GitError(Exception):
@@ -155,19 +155,8 @@ class Workspaces:
     async def remove(self, conversation_id: str) -> None:
         """Delete what the daemon keeps of a conversation (event log, sent files, and the
         directory the host-path sandboxes keep their files in, after the sandbox's own
-        ``ContextFiles.remove``). With GNU rm,
-        which walks iteratively and never follows a link: the agent's tree may be thousands
-        of levels deep, where ``shutil.rmtree`` dies of recursion."""
-        root = self.dirs(conversation_id).root
-        process = await asyncio.create_subprocess_exec(
-            "rm", "-rf", "--one-file-system", "--", str(root),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        _, stderr = await process.communicate()
-        if process.returncode != 0:
-            raise OSError(f"removing {root} failed: {stderr.decode(errors='replace')[-300:]}")
+        ``ContextFiles.remove``), never following a link (``remove_trees``)."""
+        await remove_trees([self.dirs(conversation_id).root])
 
     @property
     def mirror(self) -> Path:
@@ -203,17 +192,4 @@ class Workspaces:
 
 
 async def _git(*args: str) -> str:
-    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true"}
-    process = await asyncio.create_subprocess_exec(
-        "git",
-        *args,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
-    )
-    stdout, stderr = await process.communicate()
-    if process.returncode != 0:
-        message = stderr.decode("utf-8", "replace").strip() or f"exit {process.returncode}"
-        raise GitError(f"git {args[0] if args[0] != '-C' else args[2]} failed: {message}")
-    return stdout.decode("utf-8", "replace")
+    return await run_git(*args, error=GitError)

@@ -77,8 +77,10 @@ class HostContextFiles:
         partial = self.workspace.with_name(f"{self.workspace.name}.partial")
         await asyncio.to_thread(shutil.rmtree, partial, True)
         branch = ["--branch", origin.branch] if origin.branch else []
-        await _git("clone", "--quiet", "--no-hardlinks", *branch, str(origin.mirror), str(partial))
-        await _git("-C", str(partial), "remote", "set-url", "origin", origin.url)
+        await run_git(
+            "clone", "--quiet", "--no-hardlinks", *branch, str(origin.mirror), str(partial)
+        )
+        await run_git("-C", str(partial), "remote", "set-url", "origin", origin.url)
         await asyncio.to_thread(partial.rename, self.workspace)
 
     async def workspace_exists(self) -> bool:
@@ -119,23 +121,9 @@ class HostContextFiles:
         await make_home_dir(self.home, relative)
 
     async def remove(self) -> None:
-        """With GNU rm, which walks iteratively and never follows a link (the agent's tree
-        may be thousands of levels deep, where ``shutil.rmtree`` dies of recursion), and
-        stays on the directories' file system."""
-        places = [
-            str(p) for p in (self.workspace, self.home, self.inbox, self.outbox, self.storage)
-        ]
+        own = (self.workspace, self.home, self.inbox, self.outbox, self.storage)
         partial = self.workspace.with_name(f"{self.workspace.name}.partial")
-        process = await asyncio.create_subprocess_exec(
-            "rm", "-rf", "--one-file-system", "--", *places, str(partial),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        _, stderr = await process.communicate()
-        if process.returncode != 0:
-            problem = stderr.decode(errors="replace")[-300:]
-            raise OSError(f"removing the files of {self.workspace.parent} failed: {problem}")
+        await remove_trees([*own, partial])
 
     async def network_log_tail(self, limit: int) -> LogTail | None:
         if self.network_log is None:
@@ -337,8 +325,25 @@ def _copy_fd(fd: int, destination: Path) -> None:
         os.close(out)
 
 
-async def _git(*args: str) -> str:
-    """git on the daemon's own repositories (the mirror, a clone not yet handed over)."""
+async def remove_trees(paths: Sequence[Path]) -> None:
+    """Delete ``paths`` with GNU rm, which walks iteratively and never follows a link
+    (an agent's tree may be thousands of levels deep, where ``shutil.rmtree`` dies of
+    recursion), and stays on each path's file system. Raises OSError naming the failure."""
+    process = await asyncio.create_subprocess_exec(
+        "rm", "-rf", "--one-file-system", "--", *map(str, paths),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    _, stderr = await process.communicate()
+    if process.returncode != 0:
+        problem = stderr.decode(errors="replace")[-300:]
+        raise OSError(f"removing {', '.join(map(str, paths))} failed: {problem}")
+
+
+async def run_git(*args: str, error: type[Exception] = WorkspaceSetupFailed) -> str:
+    """git on the daemon's own repositories (the mirror, a clone not yet handed over);
+    a failure raises ``error`` with git's own message."""
     env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true"}
     process = await asyncio.create_subprocess_exec(
         "git",
@@ -351,7 +356,5 @@ async def _git(*args: str) -> str:
     stdout, stderr = await process.communicate()
     if process.returncode != 0:
         message = stderr.decode("utf-8", "replace").strip() or f"exit {process.returncode}"
-        raise WorkspaceSetupFailed(
-            f"git {args[0] if args[0] != '-C' else args[2]} failed: {message}"
-        )
+        raise error(f"git {args[0] if args[0] != '-C' else args[2]} failed: {message}")
     return stdout.decode("utf-8", "replace")
