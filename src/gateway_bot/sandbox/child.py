@@ -23,7 +23,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 
 STDERR_LIMIT = 64 * 1024
-_STDOUT_LINE_LIMIT = 16 * 1024 * 1024
+STDOUT_LINE_LIMIT = 16 * 1024 * 1024
 """One stream-json line can carry a whole file the agent read."""
 
 
@@ -49,7 +49,7 @@ async def spawn_fed(
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         start_new_session=True,
-        limit=_STDOUT_LINE_LIMIT,
+        limit=STDOUT_LINE_LIMIT,
     )
     assert process.stdin is not None
     if stdin_data or not keep_stdin:

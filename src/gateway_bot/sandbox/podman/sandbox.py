@@ -35,6 +35,7 @@ from gateway_bot.sandbox.base import (
     SandboxContainer,
     SandboxHost,
     SandboxPaths,
+    SandboxProcess,
     SandboxUnavailable,
 )
 from gateway_bot.sandbox.child import RUN_MARK, spawn_fed
@@ -42,6 +43,7 @@ from gateway_bot.sandbox.egress.held import EgressAsk
 from gateway_bot.sandbox.host_files import HostContextFiles
 from gateway_bot.sandbox.podman import container_lifecycle
 from gateway_bot.sandbox.podman import containers as spec
+from gateway_bot.sandbox.podman.api_exec import exec_body, start_api_exec
 from gateway_bot.sandbox.podman.container_lifecycle import ensure_container
 from gateway_bot.sandbox.podman.egress_wiring import EgressWiring
 from gateway_bot.sandbox.podman.exec_env import ExecEnvError, ExecEnvFiles
@@ -49,7 +51,7 @@ from gateway_bot.sandbox.podman.host_set import HostSet
 from gateway_bot.sandbox.podman.hosts import PodmanHost, make_hosts
 from gateway_bot.sandbox.podman.idle_stops import ContextState, IdleStops, KeptProcesses
 from gateway_bot.sandbox.podman.model_relay import ModelRelay, loopback_target
-from gateway_bot.sandbox.podman.process import PodmanExecProcess
+from gateway_bot.sandbox.podman.process import AfterExit, EndOthers, PodmanExecProcess
 from gateway_bot.sandbox.podman.reattach import reattach_host
 
 log = logging.getLogger(__name__)
@@ -221,7 +223,7 @@ class PodmanSandbox:
         stdin_data: bytes = b"",
         *,
         keep_stdin: bool = False,
-    ) -> PodmanExecProcess:
+    ) -> SandboxProcess:
         if not _CONTEXT_ID.match(context.id):
             raise ValueError(f"execution-context id {context.id!r} cannot name a container")
         if context.id in self._foreign:
@@ -243,41 +245,67 @@ class PodmanSandbox:
         exec_env.update({c.env_name: c.placeholder for c in context.credentials})
         run_mark = secrets.token_hex(16)  # tells this exec's process apart (``end_others``)
         exec_env[RUN_MARK] = run_mark
-        try:
-            env_file = await asyncio.to_thread(self._env_files.write, exec_env)
-        except ExecEnvError as exc:
-            state.busy = False
-            raise SandboxUnavailable(f"cannot start the agent: {exc}") from exc
-        # The exec's variables travel in a 0600 file: never in the host CLI's environment
-        # (a repo's container_env would configure the host's podman) nor in argv.
-        command = [
-            *await host.service.cli_prefix(),
-            "exec",
-            "-i",
-            "--workdir",
-            spec.PATHS.workspace,
-        ]
-        command += ["--env-file", str(env_file), name, *argv]
-        try:
-            process = await spawn_fed(
-                command, env=host.service.cli_env(), stdin_data=stdin_data, keep_stdin=keep_stdin
-            )
-        except BaseException:
-            state.busy = False
-            self._env_files.remove(env_file)
-            raise
-
+        env_file: Path | None = None
         spawned = time.monotonic()
-        log.debug("%s: ready for the exec in %.0f ms", name, (spawned - began) * 1000)
 
         async def after_exit(code: int, killed: bool) -> str:
             log.debug("%s: exec ran %.0f ms", name, (time.monotonic() - spawned) * 1000)
-            self._env_files.remove(env_file)
+            if env_file is not None:
+                self._env_files.remove(env_file)
             return await container_lifecycle.after_exit(host, context.id, state, code, killed)
 
         async def end_others() -> None:
             await host.calls.kill_strays(spec.container_name(context.id), keep_exec=run_mark)
 
+        try:
+            if host.service.base_url.startswith("unix://"):
+                # The service on this machine runs the exec (``api_exec.py``: no CLI start-up).
+                process: SandboxProcess = await start_api_exec(
+                    host.service.socket,
+                    name,
+                    exec_body(argv, exec_env, spec.PATHS.workspace),
+                    stdin_data=stdin_data,
+                    keep_stdin=keep_stdin,
+                    after_exit=after_exit,
+                    end_others=end_others,
+                )
+            else:
+                env_file = await asyncio.to_thread(self._env_files.write, exec_env)
+                process = await self._cli_exec(
+                    host, name, argv, env_file, stdin_data, keep_stdin, after_exit, end_others
+                )
+        except ExecEnvError as exc:
+            state.busy = False
+            raise SandboxUnavailable(f"cannot start the agent: {exc}") from exc
+        except BaseException:
+            state.busy = False
+            if env_file is not None:
+                self._env_files.remove(env_file)
+            raise
+        spawned = time.monotonic()
+        log.debug("%s: ready for the exec in %.0f ms", name, (spawned - began) * 1000)
+        return process
+
+    async def _cli_exec(
+        self,
+        host: PodmanHost,
+        name: str,
+        argv: Sequence[str],
+        env_file: Path,
+        stdin_data: bytes,
+        keep_stdin: bool,
+        after_exit: AfterExit,
+        end_others: EndOthers,
+    ) -> PodmanExecProcess:
+        """``podman --remote exec -i`` for a host reached over ssh (its service is not a
+        socket here to hijack). The exec's variables travel in a 0600 file: never in the
+        host CLI's environment (a repo's container_env would configure the host's podman)
+        nor in argv."""
+        command = [*await host.service.cli_prefix(), "exec", "-i"]
+        command += ["--workdir", spec.PATHS.workspace, "--env-file", str(env_file), name, *argv]
+        process = await spawn_fed(
+            command, env=host.service.cli_env(), stdin_data=stdin_data, keep_stdin=keep_stdin
+        )
         return PodmanExecProcess(process, after_exit, end_others)
 
     def _host_of(self, context_id: str) -> PodmanHost | None:
