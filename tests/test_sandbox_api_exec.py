@@ -117,7 +117,7 @@ def test_a_task_through_the_service_streams_as_a_pipe_would(sandbox: SandboxSetu
         size = 2 * STDOUT_LINE_LIMIT + 8 * 1024 * 1024
         flood = await start(podman_sandbox, context, f"head -c {size} /dev/zero; echo; echo done")
         await asyncio.to_thread(
-            wait_until, lambda: not flood.reading, "the stream to wait for its reader", 120
+            wait_until, lambda: flood.waiting_for_reader, "the stream to wait for its reader", 120
         )
         received = 0
         while chunk := await flood.stdout.read(1024 * 1024):

@@ -22,7 +22,15 @@ def test_a_changed_containerfile_recreates_the_container_with_its_workspace_and_
     context_id, before = sandbox.only_container()
     # Every exec the daemon ran has ended: podman's REST exec leaves its conmon alive, which
     # holds the container's shm and makes the recreate below fail with "resource busy".
-    assert podman("inspect", "--format", "{{.ExecIDs}}", before["name"]).stdout.strip() == "[]"
+    # The daemon lets each session go once it has the exit code (podman itself would keep it
+    # for 300 s): gone in moments, not at once.
+    wait_until(
+        lambda: (
+            podman("inspect", "--format", "{{.ExecIDs}}", before["name"]).stdout.strip() == "[]"
+        ),
+        "the finished tasks' exec sessions to be removed",
+        timeout=60,
+    )
 
     marker = "RUN echo rebuilt > /etc/gateway-test-marker\n"
     commit_file(sandbox.repo, ".gateway/Containerfile", DEFAULT_CONTAINERFILE.read_text() + marker)

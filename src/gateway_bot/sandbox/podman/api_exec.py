@@ -58,8 +58,9 @@ _KILLED_EXIT = -9
 """What a killed CLI gave (``-SIGKILL``); callers only tell zero from non-zero."""
 _FRAME = struct.Struct(">BxxxI")
 _CHUNK = 64 * 1024
-_releases: set[asyncio.Task[bool]] = set()
-"""Running ``release_exec_session`` calls (a reference each, so none is collected)."""
+_background: set[asyncio.Task[Any]] = set()
+"""Tasks nobody awaits (``release_exec_session`` calls): a reference each, so none is
+collected while it runs."""
 
 
 def exec_body(argv: Sequence[str], env: Mapping[str, str], workdir: str) -> dict[str, Any]:
@@ -113,15 +114,26 @@ async def start_api_exec(
         if writer is not None:
             writer.transport.abort()
         await session.close()
-        if isinstance(exc, aiohttp.ClientError | OSError | TimeoutError | KeyError):
+        if isinstance(exc, aiohttp.ClientError | OSError | TimeoutError | LookupError | ValueError):
             raise SandboxUnavailable(f"podman's service did not start the task: {exc}") from exc
         raise
-    if stdin_data:
-        with contextlib.suppress(ConnectionError):
-            await process.write(stdin_data)
-    if not keep_stdin:
-        process.close_stdin()
+    try:
+        if stdin_data:
+            with contextlib.suppress(ConnectionError):
+                await process.write(stdin_data)
+        if not keep_stdin:
+            process.close_stdin()
+    except BaseException:  # cancelled while feeding the prompt: end the task as a kill does
+        process.kill()
+        _hold(asyncio.create_task(process.wait()))
+        raise
     return process
+
+
+def _hold(task: asyncio.Task[Any]) -> None:
+    """Keep a reference to a task nobody awaits until it is done."""
+    _background.add(task)
+    task.add_done_callback(_background.discard)
 
 
 async def _json(answer: aiohttp.ClientResponse, doing: str) -> dict[str, Any]:
@@ -210,9 +222,10 @@ class PodmanApiExecProcess:
         return self._stdout
 
     @property
-    def reading(self) -> bool:
-        """False while output waits for the reader of ``stdout`` (memory stays bounded)."""
-        return self._flow.is_reading() and not self._pump.done()
+    def waiting_for_reader(self) -> bool:
+        """The connection is not read while ``stdout`` holds twice its limit unread (as a
+        full pipe would block the writer): memory stays bounded."""
+        return not self._flow.is_reading()
 
     async def _take_frames(self) -> None:
         """Demultiplex the stream until it ends (or breaks, or the task is killed)."""
@@ -236,7 +249,7 @@ class PodmanApiExecProcess:
 
     async def read_stderr(self) -> str:
         await self.wait()
-        text = bytes(self._stderr[:STDERR_LIMIT]).decode("utf-8", "replace")
+        text = self._stderr.decode("utf-8", "replace")  # bounded as it came
         return "\n".join([text.rstrip(), *self._notes]) if self._notes else text
 
     async def wait(self) -> int:
@@ -254,9 +267,8 @@ class PodmanApiExecProcess:
             await self._session.close()
         if note:
             self._notes.append(note)
-        release = asyncio.create_task(asyncio.to_thread(release_exec_session, self.exec_id))
-        _releases.add(release)
-        release.add_done_callback(_releases.discard)
+        # Not awaited: the reply need not wait for podman's cleanup of the session.
+        _hold(asyncio.create_task(asyncio.to_thread(release_exec_session, self.exec_id)))
         return code
 
     async def _exit_code(self) -> int:

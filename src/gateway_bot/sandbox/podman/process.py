@@ -1,5 +1,9 @@
 """One task's process in a container: a ``podman exec -i`` CLI process on the host.
 
+Used for hosts whose service is reached over ``ssh://`` (``podman --remote exec``); a
+service on this machine's unix socket runs the task itself (``api_exec.py``, no CLI
+start-up per task), with this class's interface.
+
 The CLI carries stdin and stdout (podman-py cannot feed an exec's stdin): what is written to
 the CLI's stdin reaches the process in the container as it comes, and closing it is the
 process's end of file (a warm agent session reads turn after turn). Killing the CLI

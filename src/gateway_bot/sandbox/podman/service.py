@@ -3,7 +3,8 @@ the podman CLI (argv lists) for what podman-py lacks.
 
 podman-py covers containers, networks and image queries. The CLI is used where podman-py
 falls short (AGENTS.md has the reasons): ``podman exec -i`` streams a process's stdin and
-stdout (podman-py's ``exec_run`` cannot feed stdin), ``podman build`` shows progress while it
+stdout for an ``ssh://`` host (podman-py's ``exec_run`` cannot feed stdin; a local socket's
+service runs tasks through ``api_exec.py``), ``podman build`` shows progress while it
 runs (podman-py returns the log only at the end), and ``podman import`` has no podman-py call.
 
 The service is podman's own ``podman system service``; when nothing answers on the socket,
