@@ -101,9 +101,11 @@ def test_a_task_through_the_service_streams_as_a_pipe_would(sandbox: SandboxSetu
         # The session is let go of now, not after podman's five minutes.
         container = f"gwb-{context.id}"
         await asyncio.to_thread(
-            wait_until, lambda: exec_ids(container) == "[]", "the exec session's removal", 60
+            wait_until, lambda: exec_ids(container) == "[]", "the exec session's removal", 120
         )
-        assert session_conmons(process.exec_id) == []
+        await asyncio.to_thread(
+            wait_until, lambda: session_conmons(process.exec_id) == [], "its conmons' exit", 60
+        )
 
         # A flood on stderr: the first STDERR_LIMIT bytes are kept, the rest read and
         # dropped (the process is not blocked by it and memory does not grow).

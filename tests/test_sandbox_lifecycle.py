@@ -29,7 +29,7 @@ def test_a_changed_containerfile_recreates_the_container_with_its_workspace_and_
             podman("inspect", "--format", "{{.ExecIDs}}", before["name"]).stdout.strip() == "[]"
         ),
         "the finished tasks' exec sessions to be removed",
-        timeout=60,
+        timeout=120,
     )
 
     marker = "RUN echo rebuilt > /etc/gateway-test-marker\n"

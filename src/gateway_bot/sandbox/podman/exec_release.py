@@ -9,8 +9,9 @@ the session's files stay in the container's directory.
 
 Once the daemon has read the exit code it needs nothing more, so it wakes that sleeping
 child with SIGTERM: conmon's handler interrupts the ``sleep`` and the cleanup runs now, at
-nice 19 (it is a podman start, ~0.2 s of CPU: on a busy host it waits for idle CPU rather
-than compete with the next tasks, as in a restart's burst of re-run tasks).
+nice 10 (it is a podman start, ~0.2 s of CPU: on a busy host it yields to the next tasks,
+as in a restart's burst of re-run tasks, yet still ends within seconds; at 19 it could
+wait minutes behind a loaded machine's work).
 Only for a service on this machine (its conmons are in this machine's /proc), and only a
 process that is a conmon of this session (its command line names the session id, which
 nothing in the container knows), running as the daemon's own user, whose parent is the
@@ -26,7 +27,7 @@ import signal
 import time
 
 _ROUNDS = 60
-_NICE = 19
+_NICE = 10
 _PAUSE_S = 0.05
 
 
