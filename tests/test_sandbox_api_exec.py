@@ -177,7 +177,9 @@ def test_a_killed_task_ends_at_once_with_what_it_started(sandbox: SandboxSetup) 
         script = f"trap '' TERM HUP; sleep {token} & setsid sleep {token} & echo started; wait"
         process = await start(podman_sandbox, context, script, keep_stdin=True)
         assert await process.stdout.readline() == b"started\n"
-        assert len(running_token()) == 2
+        await asyncio.to_thread(
+            wait_until, lambda: len(running_token()) == 2, "both sleeps running", 60
+        )
         process.kill()
         code = await process.wait()
         assert await process.stdout.read() == b""
