@@ -51,12 +51,19 @@ def _restart(quick: bool, root: Path, trace: bool) -> Section:
     return restart_recovery.run(root, 6 if quick else 50)
 
 
+def _startup(quick: bool, root: Path, trace: bool) -> Section:
+    from bench import startup
+
+    return startup.run(root, 2 if quick else 7)
+
+
 BENCHMARKS: dict[str, Callable[[bool, Path, bool], Section]] = {
     "matrix": _matrix,
     "slack": _slack,
     "sandbox": _sandbox,
     "restart": _restart,
     "scale": _scale,
+    "startup": _startup,
 }
 
 
