@@ -88,10 +88,11 @@ def test_help_imports_no_config_daemon_channel_or_sandbox_library() -> None:
     result = _probe("--help")
     assert result["code"] == 0
     assert _unconfigured(result["modules"]) == {}
-    modules = result["modules"]
+    modules, loaded = result["modules"], result["gateway_bot"]
     assert isinstance(modules, list)
+    assert isinstance(loaded, list)
     assert "pydantic" not in modules, "--help needs no config model"
-    assert "gateway_bot.daemon" not in result["gateway_bot"]  # type: ignore[operator]
+    assert "gateway_bot.daemon" not in loaded
 
 
 def test_console_sqlite_host_daemon_imports_no_unconfigured_library(
