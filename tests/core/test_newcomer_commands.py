@@ -151,3 +151,50 @@ async def test_allow_with_a_stray_word_decides_nothing_and_always_in_capitals_co
         assert "[allowed: allowed by Alice]" in (await world.reply(asked)).text
     finally:
         await world.close()
+
+
+async def test_a_quoted_name_is_one_person_and_an_open_quote_is_one_line(world: World) -> None:
+    # A sender whose id has a space (a display-name-like id, as some channels give).
+    held = await world.say("hello bot", sender="jane doe")
+    await world.until(lambda: world.channel.texts("owners", "card"), "the approval card")
+    await world.click(card_code(world), "allow")
+    assert (await world.reply(held)).text == "Echo: hello bot"
+
+    # An open quote is a clear line, not a traceback and not a revocation of "jane".
+    typo = await world.say('/revoke "jane doe everywhere', room="owners", sender="owner")
+    assert (await world.reply(typo)).text == (
+        '/revoke: a quote is not closed: close it ("Jane Doe") or leave the quotes out. '
+        "Nothing was done."
+    )
+    # It used to split into "jane" and "doe" (a user and a room): "no approval to revoke".
+    revoke = await world.say('/revoke "jane doe" everywhere', room="owners", sender="owner")
+    assert (await world.reply(revoke)).text == (
+        "Revoked jane doe's approval in Room dm (dm). Their next message to the bot there "
+        "goes to an owner for approval again."
+    )
+    again = await world.say("still here?", sender="jane doe")
+    await world.until(lambda: len(world.channel.texts("owners", "card")) == 2, "a second card")
+    assert world.agent.bodies() == ["hello bot"]
+    assert (await world.task(again)).completion_reason is None  # held for an owner
+
+    # The other commands that take a name read quotes the same way; a phone's curly ones too.
+    model = await world.say("/model \u201cclaude-opus-4-1\u201d")
+    assert (await world.reply(model)).text == "Model set to claude-opus-4-1."
+
+
+async def test_free_text_after_a_code_keeps_its_apostrophes(tmp_path: Path) -> None:
+    world = ApprovalWorld(tmp_path, channel=BareChannel(), actions=ActionApprovalSettings())
+    await world.start()
+    try:
+        asked = await world.say("question:red|blue")
+        notice = await world.until(
+            lambda: next((t for t in world.channel.texts("dm") if "!answer" in t), None),
+            "the question",
+        )
+        code = re.findall(r"!answer ([0-9a-f]{12})", notice)[0]
+        # Only the code is read as words: an apostrophe in the answer is no open quote.
+        answered = await world.command(f'!answer "{code}" don\'t mind, green')
+        assert answered.startswith("Answered "), answered
+        assert "answer: don't mind, green]" in (await world.reply(asked)).text
+    finally:
+        await world.close()
