@@ -198,3 +198,26 @@ async def test_free_text_after_a_code_keeps_its_apostrophes(tmp_path: Path) -> N
         assert "answer: don't mind, green]" in (await world.reply(asked)).text
     finally:
         await world.close()
+
+
+async def test_a_long_schedule_prompt_is_previewed_on_one_line_and_runs_whole(
+    sworld: ScheduleWorld,
+) -> None:
+    steps = "\n".join(f"{n}. check the build log of job {n} and say what broke" for n in range(40))
+    prompt = f"Every morning:\n{steps}\nThen summarise."
+    answer = await sworld.command(f"/schedule in 2 hours {prompt}")
+    # The confirmation used to echo all 42 lines before the next runs and the commands.
+    first, *rest = answer.splitlines()
+    shown = " ".join(prompt.split())[:120].rstrip()
+    assert first == (
+        f"Scheduled #1: once at 2026-11-24 12:00 (UTC): {shown}… (cut here: the whole prompt, "
+        f"{len(prompt)} characters, is saved and runs)"
+    )
+    assert rest == ["Next runs: Tue 2026-11-24 12:00 UTC.", "/pause 1, /resume 1, /unschedule 1."]
+    await sworld.advance_to("2026-11-24 12:00")
+    await sworld.until(lambda: len(sworld.replies("dm")) == 2, "the run's reply")
+    assert sworld.channel.texts("dm", "rejection") == [
+        f"Scheduled run #1 (due Tue 2026-11-24 12:00 UTC): {shown}… (cut here: the whole "
+        f"prompt, {len(prompt)} characters, is saved and runs)"
+    ]
+    assert sworld.agent.bodies()[-1].endswith(f"\n{prompt}"), "the agent got the whole prompt"

@@ -18,6 +18,7 @@ from gateway_bot.core.schedule_rules import (
     ScheduleError,
     next_runs,
     parse_request,
+    prompt_preview,
     shortest_gap_minutes,
     show_time,
 )
@@ -123,7 +124,7 @@ class ScheduleCommands:
             return self._full()
         self._runner.wake()
         return (
-            f"Scheduled #{saved.id}: {rule.describe()}: {prompt}\n"
+            f"Scheduled #{saved.id}: {rule.describe()}: {prompt_preview(prompt)}\n"
             f"{_next(upcoming, rule.timezone)}\n"
             f"/pause {saved.id}, /resume {saved.id}, /unschedule {saved.id}."
         )
