@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from gateway_bot.config.action_rules import ActionApprovalSettings
+from gateway_bot.core.chat_commands import not_yours
 from gateway_bot.domain.lifecycle import CompletionReason
 from tests.core.conftest import World
 from tests.core.fakes import BareChannel
@@ -221,3 +222,52 @@ async def test_a_long_schedule_prompt_is_previewed_on_one_line_and_runs_whole(
         f"prompt, {len(prompt)} characters, is saved and runs)"
     ]
     assert sworld.agent.bodies()[-1].endswith(f"\n{prompt}"), "the agent got the whole prompt"
+
+
+async def test_someone_who_may_not_decide_gets_one_answer_whether_or_not_a_code_exists(
+    tmp_path: Path,
+) -> None:
+    world = ApprovalWorld(
+        tmp_path, channel=BareChannel(), actions=ActionApprovalSettings(deciders="owners")
+    )
+    await world.start()
+    try:
+        await world.say("let me in", sender="stranger")
+        card = await world.until(lambda: world.channel.texts("owners", "rejection"), "a card")
+        approval = re.findall(r"!approve ([0-9a-f]{12})", card[0])[0]
+        await world.say("ask:git_push")
+        notice = await world.until(
+            lambda: next((t for t in world.channel.texts("dm") if "asks to run" in t), None),
+            "the action's text card",
+        )
+        action = re.findall(r"`!allow ([0-9a-f]{12})` to run it once", notice)[0]
+        made_up = "0123456789ab"
+
+        # Bob is allowed to talk to the bot but decides nothing. The answers used to differ
+        # ("Only an owner...", "You may not decide this request...", "There is no action
+        # approval ..."): enough to probe which codes exist and what they are.
+        tried = {
+            typed: await world.command(typed.format(approval, action, made_up), sender="bob")
+            for typed in (
+                "!approve {0}",
+                "!approve {2}",
+                "!deny {1} nope",
+                "!allow {1}",
+                "!allow {2}",
+                "!answer {2} yes",
+            )
+        }
+        codes = re.compile("|".join((approval, action, made_up)))
+        answers = {typed: codes.sub("C", text) for typed, text in tried.items()}
+        assert answers == dict.fromkeys(tried, not_yours("C"))
+        assert len(await world.store.pending_approvals()) == 1, "nothing was decided"
+
+        # An owner is still told what is there and what is not.
+        assert await world.command(f"!approve {made_up}", sender="owner") == (
+            f"There is no approval {made_up}."
+        )
+        assert await world.command(f"!allow {made_up}", sender="owner") == (
+            f"There is no action approval {made_up}."
+        )
+    finally:
+        await world.close()

@@ -118,15 +118,13 @@ class ChatCommands:
             code = _code_of(command.argument)
             if not code:
                 return f"Usage: /{command.name.value} CODE (the code on the card)."
+            # Refused (only ever someone who is no owner or admin here), the answer is one
+            # line whatever the code is: it must not tell whether a request has that code.
             if self._proposals is not None and await self._proposals.knows(code):
                 decided = await self._proposals.decide(*decider, code, choice)
-                text = decided or (
-                    "Only the person the agent was answering, or an owner, can decide this "
-                    "schedule request."
-                )
             else:
                 decided = await self._gate.decide(*decider, code, choice)
-                text = decided or "Only an owner or admin of this bot can decide approvals."
+            text = decided or not_yours(code)
         elif command.name in SCHEDULE_COMMANDS:
             if self._schedules is None:
                 text = "Schedules are not available here."
@@ -169,10 +167,14 @@ class ChatCommands:
             return f"Usage: /allow {code} (once) or /allow {code} always. Nothing was decided."
         else:
             choice = "always" if rest.lower() == "always" else "once"
+        if not self._gate.may_decide(message.channel, message.sender_id) and not (
+            await approvals.knows(code)
+        ):
+            return not_yours(code)  # as for a request they may not decide: no "no such code"
         decided = await approvals.decide(
             message.channel, message.sender_id, message.sender_name, code, choice, rest
         )
-        return decided or "You may not decide this request; your attempt was recorded."
+        return decided or not_yours(code)
 
     def _request_stop(self, conversation_id: str) -> str:
         running = self._running.get(conversation_id)
@@ -235,6 +237,15 @@ class ChatCommands:
         if conversation.agent_session_id is None:
             return f"Model set to {name}."
         return f"Model {name} will be used from the next new session (/new)."
+
+
+def not_yours(code: str) -> str:
+    """The answer to a decision someone may not make, the same whether or not ``code``
+    exists: an owner's or admin's answers (no such code, already decided) stay theirs."""
+    return (
+        f"Nothing was decided: there is no request {code} that you may decide. (Owners and "
+        "admins decide approvals; the person the agent was answering, its own requests.)"
+    )
 
 
 def _code_of(argument: str) -> str:
