@@ -274,3 +274,23 @@ def test_built_in_chat_outside_a_repo_with_a_state_home_that_is_a_file_is_one_li
         "through a file) is in the way (state_dir in the config)."
     ]
     assert in_the_way.read_text() == "a file, not a directory\n"
+
+
+def test_an_empty_state_dir_is_a_config_error_not_the_configs_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "gateway-bot.yaml"
+    config.write_text(
+        "state_dir: ''\nrepo: {url: /srv/x}\nsandbox: {kind: none}\nchannels: {console: {}}\n"
+    )
+    # It used to load as the config's own directory: state.db, workspaces and the lock
+    # beside the config, with no word said.
+    assert main(["check", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "state_dir: Value error, is empty: name a directory (relative to this config " in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "state.db").exists()
+    with pytest.raises(ConfigError):
+        load_server_config(config)
+    config.write_text("state_dir: .\nrepo: {url: /srv/x}\nchannels: {console: {}}\n")
+    assert load_server_config(config).state_dir == tmp_path, "said outright, it is allowed"
