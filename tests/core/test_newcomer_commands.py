@@ -43,6 +43,12 @@ async def test_a_huge_schedule_number_is_answered_and_the_conversation_goes_on(
     # Past int()'s own digit limit too.
     assert (await sworld.command("/pause " + "9" * 5000)).startswith("There is no schedule #")
     assert await sworld.command("/pause 1") == "Paused schedule #1. /resume 1 to run it again."
+    # Quoted, as /revoke's names may be; an open quote is one line.
+    assert (await sworld.command('/resume "#1"')).startswith("Resumed schedule #1.")
+    assert await sworld.command('/pause "1') == (
+        '/pause: a quote is not closed: close it ("like this") or leave the quotes out. '
+        "Nothing was done."
+    )
 
 
 async def test_digits_of_other_scripts_name_no_schedule(sworld: ScheduleWorld) -> None:
@@ -164,7 +170,7 @@ async def test_a_quoted_name_is_one_person_and_an_open_quote_is_one_line(world: 
     # An open quote is a clear line, not a traceback and not a revocation of "jane".
     typo = await world.say('/revoke "jane doe everywhere', room="owners", sender="owner")
     assert (await world.reply(typo)).text == (
-        '/revoke: a quote is not closed: close it ("Jane Doe") or leave the quotes out. '
+        '/revoke: a quote is not closed: close it ("like this") or leave the quotes out. '
         "Nothing was done."
     )
     # It used to split into "jane" and "doe" (a user and a room): "no approval to revoke".

@@ -104,7 +104,7 @@ def leading_words(argument: str, count: int) -> tuple[list[str], str]:
             words.append(word)
     except ValueError:
         raise ArgumentError(
-            'a quote is not closed: close it ("Jane Doe") or leave the quotes out. '
+            'a quote is not closed: close it ("like this") or leave the quotes out. '
             "Nothing was done."
         ) from None
     return words, stream.read().strip()  # the lexer reads no further than it must

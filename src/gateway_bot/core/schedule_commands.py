@@ -11,7 +11,7 @@ normalized rule and the next three runs in the schedule's zone.
 from __future__ import annotations
 
 from gateway_bot.config.access import AccessSettings
-from gateway_bot.core.commands import Command, CommandName
+from gateway_bot.core.commands import Command, CommandName, command_words
 from gateway_bot.core.schedule_rules import (
     USAGE,
     Rule,
@@ -59,7 +59,9 @@ class ScheduleCommands:
             return await self._schedule(message, command.argument)
         if name is CommandName.SCHEDULES:
             return await self._list(message)
-        schedule = await self._find(message, command.argument)
+        # The number read as /revoke's names are (quotes: '/pause "3"'); an open quote is
+        # ArgumentError, answered by ChatCommands.
+        schedule = await self._find(message, " ".join(command_words(command.argument)))
         if isinstance(schedule, str):
             return schedule
         if name is CommandName.UNSCHEDULE:
