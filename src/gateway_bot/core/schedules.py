@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from gateway_bot.config.access import ScheduleLimits
 from gateway_bot.core.channel import ChannelAdapter
-from gateway_bot.core.schedule_rules import Rule, show_time, slots_until
+from gateway_bot.core.schedule_rules import Rule, prompt_preview, show_time, slots_until
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState
 from gateway_bot.domain.messages import InboundMessage, RawMessage
 from gateway_bot.domain.records import TaskRecord
@@ -208,7 +208,7 @@ class ScheduleRunner:
         if schedule is None:  # pragma: no cover - schedules are never deleted
             return
         when = show_time(run.due_at, schedule.timezone)
-        text = f"Scheduled run #{schedule.id} (due {when}): {schedule.prompt}"
+        text = f"Scheduled run #{schedule.id} (due {when}): {prompt_preview(schedule.prompt)}"
         await self._notice(schedule, text)
         raw = RawMessage(
             channel=schedule.channel,
