@@ -300,16 +300,20 @@ class SlackAdapter:
     async def _post_once(
         self, task_id: str, kind: str, part: int, context: JsonDict, text: str
     ) -> str:
-        """Post (task, kind, part) unless it already was; return its ts."""
+        """Post (task, kind, part) unless it already was; return its ts ("" for a post
+        whose record retention removed meanwhile). The intent is
+        written first, read back only when it was there already (one trip to the database
+        before a first post instead of two: issue 19)."""
         channel = str(context["channel"])
         thread = context.get("thread_ts") or None
-        record = await self._records.post(task_id, kind, part)
-        if record is not None and record.ts is not None:
-            return record.ts
-        if record is None:
-            await self._records.intend_post(task_id, kind, part, channel)
+        if await self._records.intend_post(task_id, kind, part, channel):
             reached("slack_post_intended")
         else:
+            record = await self._records.post(task_id, kind, part)
+            if record is None:  # confirmed long ago, pruned between the two statements
+                return ""
+            if record.ts is not None:
+                return record.ts
             found = await self._find_post(channel, thread, task_id, kind, part, record.intended_at)
             if found is not None:
                 log.info("task %s: %s %d was already posted (%s)", task_id, kind, part, found)
