@@ -136,28 +136,27 @@ class SqlStore:
         return task_id, is_new
 
     async def _insert_inbound(self, raw: RawMessage) -> tuple[str, bool]:
+        task_id = secrets.token_hex(6)
+        now = time.time()
+        raw_json = json.dumps(raw.to_json())
         async with self._database.transaction(durable=False) as db:
-            existing = await db.fetch_one(
-                "SELECT task_id FROM inbound_messages WHERE channel = ? AND message_id = ?",
-                (raw.channel, raw.message_id),
-            )
-            if existing is not None:
-                return str(existing[0]), False
-            task_id = secrets.token_hex(6)
-            now = time.time()
-            raw_json = json.dumps(raw.to_json())
-            await db.execute(
+            # No read first: the task is added unless the message came before (issue 19:
+            # each statement is a trip to the engine, and these come before the flush).
+            added = await db.execute(
                 "INSERT INTO tasks (id, channel, message_id, state, raw_json, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (
-                    task_id,
-                    raw.channel,
-                    raw.message_id,
-                    TaskState.QUEUED.value,
-                    raw_json,
-                    now,
-                ),
-            )
+                " SELECT ?, ?, ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM inbound_messages"
+                " WHERE channel = ? AND message_id = ?)",
+                (task_id, raw.channel, raw.message_id, TaskState.QUEUED.value, raw_json, now,
+                 raw.channel, raw.message_id),
+            )  # fmt: skip
+            if not added:
+                existing = await db.fetch_one(
+                    "SELECT task_id FROM inbound_messages WHERE channel = ? AND message_id = ?",
+                    (raw.channel, raw.message_id),
+                )
+                if existing is None:  # pruned between the two statements (PostgreSQL)
+                    raise RuntimeError(f"message {raw.message_id} changed meanwhile: again")
+                return str(existing[0]), False
             await db.execute(
                 "INSERT INTO inbound_messages (channel, message_id, task_id, received_at)"
                 " VALUES (?, ?, ?, ?)",
