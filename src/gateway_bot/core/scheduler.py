@@ -141,7 +141,7 @@ class Scheduler:
             await on_disk  # (its lane, its notices and a kill's recovery start from here)
         ahead = self.depth(conversation_id)
         await self._store.transition(
-            task.id, TaskState.PENDING, conversation_id=conversation_id, parsed=message
+            task.id, TaskState.PENDING, conversation_id=conversation_id, parsed=message, known=task
         )
         reached("routed")
         adapter, context = self._adapters[message.channel], message.channel_context

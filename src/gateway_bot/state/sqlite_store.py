@@ -208,8 +208,9 @@ class SqlStore:
         conversation_id: str | None = None,
         parsed: InboundMessage | None = None,
         error: str | None = None,
+        known: TaskRecord | None = None,
     ) -> TaskRecord:
-        current = await self.get_task(task_id)
+        current = known if known is not None else await self.get_task(task_id)
         check_transition(current.state, target)
         if (target is TaskState.COMPLETED) != (reason is not None):
             raise ValueError("a completion reason is required exactly when completing")
@@ -243,9 +244,18 @@ class SqlStore:
             changed["error"] = error
         # No state needs a flush of its own (module docstring): recovery rebuilds it from
         # the accepted message and the stored reply, both flushed before their effects.
-        await self._database.write(
-            f"UPDATE tasks SET {', '.join(sets)} WHERE id = ?", [*values, task_id], durable=False
+        # A task the caller knew is updated only from the state it knew (one read fewer
+        # on intake's way, issue 19); moved meanwhile, it is read and checked as usual.
+        where, keys = ("id = ? AND state = ?", [task_id, current.state.value]) if known else (
+            "id = ?", [task_id])  # fmt: skip
+        updated = await self._database.write(
+            f"UPDATE tasks SET {', '.join(sets)} WHERE {where}", [*values, *keys], durable=False
         )
+        if known is not None and not updated:
+            return await self.transition(
+                task_id, target, reason=reason, conversation_id=conversation_id,
+                parsed=parsed, error=error,
+            )  # fmt: skip
         return self._published(dataclasses.replace(current, **changed), current.state)
 
     async def list_tasks(
