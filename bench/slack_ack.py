@@ -129,7 +129,14 @@ def run(rounds: int, root: Path, *, trace: bool = False, baseline: Path | None =
         }  # fmt: skip
         section.details = {"rounds": rounds, "cases": summary}
         if baseline is not None:
+            # Round by round (the same moment's load): this bot's time minus the baseline's.
+            paired = [a - b for a, b in zip(samples["bot"], samples["baseline bot"], strict=True)]
             section.details["baseline_checkout"] = str(baseline)
+            section.details["paired_difference_ms"] = {
+                "p50": percentile(paired, 0.5),
+                "rounds_faster": sum(d < 0 for d in paired),
+                "rounds": len(paired),
+            }
         if trace_file is not None:
             rows: list[dict[str, Any]] = trace_report.breakdown(
                 trace_file, "SocketModeConnection._handle_one", edge="start"
