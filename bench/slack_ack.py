@@ -29,6 +29,9 @@ from bench.matrix_ack import percentile
 from bench.report import Section, ratio_row
 
 ALICE, DM = "U0ALICE", "D0ALICE"
+SETTLE_S = 0.1
+"""With a baseline checkout: the pause before each bot's message (longer than the group
+flush's ``RELAXED_FLUSH_S``)."""
 
 
 def _fake() -> FakeSlack:
@@ -114,8 +117,12 @@ def run(rounds: int, root: Path, *, trace: bool = False, baseline: Path | None =
         samples: dict[str, list[float]] = {"minimal bot": [], "bot": [], "baseline bot": []}
         for number in range(rounds + warmup):
             measured = {"minimal bot": _ack_ms(floor_fake, floor_root, f"bench {number}")}
-            # Alternate which bot goes first, so neither always follows the floor.
+            # Alternate which bot goes first, so neither always follows the floor; with two,
+            # each starts after the other's trailing work (its relaxed commits' flush, up to
+            # 50 ms after the reply) is done, or the second shares the disk with it.
             for fake, name in bots if number % 2 else bots[::-1]:
+                if len(bots) > 1:
+                    time.sleep(SETTLE_S)
                 measured[name] = _ack_ms(fake, threads[name], f"bench {number}")
                 _wait_done(fake, threads[name], number + 2)
             if number >= warmup:
