@@ -1,6 +1,7 @@
 """Run every benchmark, print one table, write JSON.
 
     uv run --frozen python -m bench [--quick] [--only matrix,slack,...] [--json PATH]
+        [--baseline-checkout PATH]
 
 Each benchmark measures its comparison (floor, baseline) in the same run. Numbers depend on
 the machine; ratios are the headline. ``--quick`` uses small counts for development.
@@ -27,10 +28,10 @@ def _matrix(quick: bool, root: Path, trace: bool) -> Section:
     return matrix_ack.run(20 if quick else 200, root, trace=trace)
 
 
-def _slack(quick: bool, root: Path, trace: bool) -> Section:
+def _slack(quick: bool, root: Path, trace: bool, baseline: Path | None = None) -> Section:
     from bench import slack_ack
 
-    return slack_ack.run(20 if quick else 200, root, trace=trace)
+    return slack_ack.run(20 if quick else 200, root, trace=trace, baseline=baseline)
 
 
 def _sandbox(quick: bool, root: Path, trace: bool) -> Section:
@@ -78,7 +79,16 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--keep", action="store_true", help="keep each benchmark's temp dir")
     parser.add_argument("--json", type=Path, default=None, help="where to write the results")
+    parser.add_argument(
+        "--baseline-checkout", type=Path, default=None,
+        help="slack: also run this checkout's daemon (its .venv), round for round with this "
+        "one's, for a before/after at the same machine load",
+    )  # fmt: skip
     args = parser.parse_args()
+    benchmarks = dict(BENCHMARKS)
+    if args.baseline_checkout is not None:
+        checkout = args.baseline_checkout.resolve()
+        benchmarks["slack"] = lambda quick, root, trace: _slack(quick, root, trace, checkout)
     chosen = [n.strip() for n in args.only.split(",") if n.strip()] or list(BENCHMARKS)
     sections: list[Section] = []
     for name in chosen:
@@ -86,7 +96,7 @@ def main() -> None:
         print(f"== {name} ...", flush=True)
         tmp = tempfile.mkdtemp(prefix=f"gwb-bench-{name}-")
         try:
-            section = BENCHMARKS[name](args.quick, Path(tmp), args.trace)
+            section = benchmarks[name](args.quick, Path(tmp), args.trace)
         except Exception as exc:
             traceback.print_exc()
             section = Section(name, error=f"{type(exc).__name__}: {exc}")
