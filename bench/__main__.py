@@ -21,10 +21,15 @@ from bench.report import Section, table, write_json
 RESULTS = Path(__file__).with_name("results")
 
 
+BASELINE: Path | None = None
+"""``--baseline DIR``: another checkout (with its own ``.venv``) whose daemon the matrix
+benchmark runs beside this one's, in the same run (before/after a change)."""
+
+
 def _matrix(quick: bool, root: Path, trace: bool) -> Section:
     from bench import matrix_ack
 
-    return matrix_ack.run(20 if quick else 200, root, trace=trace)
+    return matrix_ack.run(20 if quick else 200, root, trace=trace, baseline=BASELINE)
 
 
 def _slack(quick: bool, root: Path, trace: bool) -> Section:
@@ -71,7 +76,13 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--keep", action="store_true", help="keep each benchmark's temp dir")
     parser.add_argument("--json", type=Path, default=None, help="where to write the results")
+    parser.add_argument(
+        "--baseline", type=Path, default=None,
+        help="matrix: also run the daemon of this checkout (its own .venv), same run",
+    )  # fmt: skip
     args = parser.parse_args()
+    global BASELINE
+    BASELINE = args.baseline
     chosen = [n.strip() for n in args.only.split(",") if n.strip()] or list(BENCHMARKS)
     sections: list[Section] = []
     for name in chosen:

@@ -21,14 +21,19 @@ def trivial_agent(**more: object) -> dict[str, object]:
 
 
 class Daemon:
-    def __init__(self, config: Path, log: Path, trace: Path | None = None) -> None:
+    def __init__(
+        self, config: Path, log: Path, trace: Path | None = None, checkout: Path | None = None
+    ) -> None:
+        """``checkout``: run another checkout's code (its ``.venv``), e.g. the code before a
+        change beside this one's in the same run."""
         module = ["-m", "bench.traced_daemon", str(trace)] if trace else ["-m", "gateway_bot"]
+        python = str(checkout / ".venv" / "bin" / "python") if checkout else sys.executable
         self.log = log
         with log.open("ab") as out:
             self.process = subprocess.Popen(
-                [sys.executable, *module, "run", "--config", str(config)],
+                [python, *module, "run", "--config", str(config)],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                env=gateway_env(), cwd=Path(__file__).parent.parent,
+                env=gateway_env(), cwd=checkout or Path(__file__).parent.parent,
             )  # fmt: skip
 
     @property
