@@ -1,7 +1,7 @@
 """Run every benchmark, print one table, write JSON.
 
     uv run --frozen python -m bench [--quick] [--only matrix,slack,...] [--json PATH]
-        [--baseline-checkout PATH]
+        [--baseline PATH]
 
 Each benchmark measures its comparison (floor, baseline) in the same run. Numbers depend on
 the machine; ratios are the headline. ``--quick`` uses small counts for development.
@@ -22,16 +22,21 @@ from bench.report import Section, table, write_json
 RESULTS = Path(__file__).with_name("results")
 
 
+BASELINE: Path | None = None
+"""``--baseline DIR``: another checkout (with its own ``.venv``) whose daemon the matrix and
+slack benchmarks run beside this one's, in the same run (before/after a change)."""
+
+
 def _matrix(quick: bool, root: Path, trace: bool) -> Section:
     from bench import matrix_ack
 
-    return matrix_ack.run(20 if quick else 200, root, trace=trace)
+    return matrix_ack.run(20 if quick else 200, root, trace=trace, baseline=BASELINE)
 
 
-def _slack(quick: bool, root: Path, trace: bool, baseline: Path | None = None) -> Section:
+def _slack(quick: bool, root: Path, trace: bool) -> Section:
     from bench import slack_ack
 
-    return slack_ack.run(20 if quick else 200, root, trace=trace, baseline=baseline)
+    return slack_ack.run(20 if quick else 200, root, trace=trace, baseline=BASELINE)
 
 
 def _sandbox(quick: bool, root: Path, trace: bool) -> Section:
@@ -80,15 +85,13 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep each benchmark's temp dir")
     parser.add_argument("--json", type=Path, default=None, help="where to write the results")
     parser.add_argument(
-        "--baseline-checkout", type=Path, default=None,
-        help="slack: also run this checkout's daemon (its .venv), round for round with this "
-        "one's, for a before/after at the same machine load",
+        "--baseline", "--baseline-checkout", dest="baseline", type=Path, default=None,
+        help="matrix, slack: also run this checkout's daemon (its own .venv) in the same "
+        "rounds as this one's, for a before/after at the same machine load",
     )  # fmt: skip
     args = parser.parse_args()
-    benchmarks = dict(BENCHMARKS)
-    if args.baseline_checkout is not None:
-        checkout = args.baseline_checkout.resolve()
-        benchmarks["slack"] = lambda quick, root, trace: _slack(quick, root, trace, checkout)
+    global BASELINE
+    BASELINE = args.baseline.resolve() if args.baseline else None
     chosen = [n.strip() for n in args.only.split(",") if n.strip()] or list(BENCHMARKS)
     sections: list[Section] = []
     for name in chosen:
@@ -96,7 +99,7 @@ def main() -> None:
         print(f"== {name} ...", flush=True)
         tmp = tempfile.mkdtemp(prefix=f"gwb-bench-{name}-")
         try:
-            section = benchmarks[name](args.quick, Path(tmp), args.trace)
+            section = BENCHMARKS[name](args.quick, Path(tmp), args.trace)
         except Exception as exc:
             traceback.print_exc()
             section = Section(name, error=f"{type(exc).__name__}: {exc}")
