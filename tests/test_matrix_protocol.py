@@ -293,6 +293,16 @@ def test_the_sync_answers_membership_only_where_it_saw_the_whole_of_it() -> None
     members.follow(_sync(**{"!a": [odd]}, left=["!new"]), full_state=False, known_rooms=["!a"])
     assert members.joined("!a") is None
     assert members.joined("!new") is None
+    # Another homeserver's unhashable membership: that room is unknown, the batch is read on
+    # (it raised TypeError, and the listener fetched the same failing batch for ever).
+    members.follow(first, full_state=True, known_rooms=[])
+    listed = {"type": "m.room.member", "state_key": mallory, "content": {"membership": ["leave"]}}
+    members.follow(
+        _sync(**{"!a": [listed], "!new": [_member(BOT, "join")]}),
+        full_state=False, known_rooms=["!a"],
+    )  # fmt: skip
+    assert members.joined("!a") is None
+    assert members.joined("!new") == {BOT: BOT}
 
     # While syncs fail the state may be behind the homeserver's: nothing is answered.
     members.follow(first, full_state=True, known_rooms=[])

@@ -160,11 +160,13 @@ class MatrixListener:
                 response = await self._poll()
                 if response is None:
                     return
-                self._full_state = False
                 self._session.mark_synced()
                 await self._session.e2ee.chores()
                 await self._session.cross_sign()
                 await self._handle_batch(response, full_state)
+                # Only once the batch was handled: a retry after a failure above asks for
+                # the full state again, or every room's membership would stay unknown.
+                self._full_state = False
                 await self._encrypted.retry_kept()
             except LoginRefused as exc:
                 self.members.lost()

@@ -85,6 +85,8 @@ def _apply(members: dict[str, str], events: list[JsonDict]) -> bool:
         if not isinstance(user, str) or not isinstance(content, dict):
             return False
         membership = content.get("membership")
+        if not isinstance(membership, str):
+            return False  # a list or a dict would not even hash: the room is unknown
         if membership == "join":
             name = content.get("displayname")
             members[user] = name if isinstance(name, str) and name else user
