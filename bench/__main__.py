@@ -1,6 +1,7 @@
 """Run every benchmark, print one table, write JSON.
 
     uv run --frozen python -m bench [--quick] [--only matrix,slack,...] [--json PATH]
+        [--baseline PATH]
 
 Each benchmark measures its comparison (floor, baseline) in the same run. Numbers depend on
 the machine; ratios are the headline. ``--quick`` uses small counts for development.
@@ -21,16 +22,21 @@ from bench.report import Section, table, write_json
 RESULTS = Path(__file__).with_name("results")
 
 
+BASELINE: Path | None = None
+"""``--baseline DIR``: another checkout (with its own ``.venv``) whose daemon the matrix and
+slack benchmarks run beside this one's, in the same run (before/after a change)."""
+
+
 def _matrix(quick: bool, root: Path, trace: bool) -> Section:
     from bench import matrix_ack
 
-    return matrix_ack.run(20 if quick else 200, root, trace=trace)
+    return matrix_ack.run(20 if quick else 200, root, trace=trace, baseline=BASELINE)
 
 
 def _slack(quick: bool, root: Path, trace: bool) -> Section:
     from bench import slack_ack
 
-    return slack_ack.run(20 if quick else 200, root, trace=trace)
+    return slack_ack.run(20 if quick else 200, root, trace=trace, baseline=BASELINE)
 
 
 def _sandbox(quick: bool, root: Path, trace: bool) -> Section:
@@ -51,12 +57,19 @@ def _restart(quick: bool, root: Path, trace: bool) -> Section:
     return restart_recovery.run(root, 6 if quick else 50)
 
 
+def _startup(quick: bool, root: Path, trace: bool) -> Section:
+    from bench import startup
+
+    return startup.run(root, 2 if quick else 7)
+
+
 BENCHMARKS: dict[str, Callable[[bool, Path, bool], Section]] = {
     "matrix": _matrix,
     "slack": _slack,
     "sandbox": _sandbox,
     "restart": _restart,
     "scale": _scale,
+    "startup": _startup,
 }
 
 
@@ -71,7 +84,14 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--keep", action="store_true", help="keep each benchmark's temp dir")
     parser.add_argument("--json", type=Path, default=None, help="where to write the results")
+    parser.add_argument(
+        "--baseline", "--baseline-checkout", dest="baseline", type=Path, default=None,
+        help="matrix, slack: also run this checkout's daemon (its own .venv) in the same "
+        "rounds as this one's, for a before/after at the same machine load",
+    )  # fmt: skip
     args = parser.parse_args()
+    global BASELINE
+    BASELINE = args.baseline.resolve() if args.baseline else None
     chosen = [n.strip() for n in args.only.split(",") if n.strip()] or list(BENCHMARKS)
     sections: list[Section] = []
     for name in chosen:

@@ -20,15 +20,29 @@ def trivial_agent(**more: object) -> dict[str, object]:
             "timeout_seconds": 60, **more}  # fmt: skip
 
 
+def _installed_env() -> dict[str, str]:
+    """The tests' environment as an installed daemon has it: bytecode is cached. Sessions
+    here set PYTHONDONTWRITEBYTECODE, which made every benchmarked start compile its
+    imports from source (about twice the import time; AGENTS.md, Gotchas)."""
+    env = gateway_env()
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
 class Daemon:
-    def __init__(self, config: Path, log: Path, trace: Path | None = None) -> None:
+    def __init__(
+        self, config: Path, log: Path, trace: Path | None = None, checkout: Path | None = None
+    ) -> None:
+        """``checkout``: run another checkout's code (its own ``.venv``, e.g. main's beside
+        a branch, for a before/after in one run) instead of this one's."""
         module = ["-m", "bench.traced_daemon", str(trace)] if trace else ["-m", "gateway_bot"]
+        python = str(checkout / ".venv" / "bin" / "python") if checkout else sys.executable
         self.log = log
         with log.open("ab") as out:
             self.process = subprocess.Popen(
-                [sys.executable, *module, "run", "--config", str(config)],
+                [python, *module, "run", "--config", str(config)],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                env=gateway_env(), cwd=Path(__file__).parent.parent,
+                env=_installed_env(), cwd=checkout or Path(__file__).parent.parent,
             )  # fmt: skip
 
     @property

@@ -7,7 +7,9 @@ device *sees* the answer is measured, for:
 * minimal bot: ``bench/minimal_matrix_bot.py`` in a room of its own, a nio client that
   replies the moment it syncs a message (two hops, no store, no work);
 * the bot, plain room: the real ``gateway-bot run`` (trivial agent), its "Working on it";
-* the bot, encrypted room: the same in an encrypted DM (encrypt, decrypt on both sides).
+* the bot, encrypted room: the same in an encrypted DM (encrypt, decrypt on both sides);
+* with ``baseline`` (``--baseline DIR``): another checkout's daemon in a plain room of its
+  own, e.g. the code before a change, so before and after share one run's load.
 
 Every observer long-polls /sync in a loop of its own (a client that is open), and stamps
 each event when its sync returns; the sender is a separate device that never syncs during a
@@ -173,13 +175,14 @@ def _summary(samples: list[Sample]) -> dict[str, Any]:
     }
 
 
-async def _bench(rounds: int, root: Path, trace: bool) -> Section:
+async def _bench(rounds: int, root: Path, trace: bool, baseline: Path | None) -> Section:
     section = Section("matrix acknowledgement")
     server = SynapseServer(root / "synapse")
     await asyncio.to_thread(server.start)
     api = FakeAnthropic()
     api.start()
     daemon: Daemon | None = None
+    before: Daemon | None = None
     minimal: subprocess.Popen[str] | None = None
     people: list[Human] = []
     observers: list[Observer] = []
@@ -193,6 +196,7 @@ async def _bench(rounds: int, root: Path, trace: bool) -> Section:
         await carol.sync(0)
         bot = await server.register("bot")
         tiny = await server.register("tiny")
+        bots = [bot.user_id]
 
         hop_room = await alice.create_room([carol.user_id], name="hop")
         await carol.join(hop_room)
@@ -212,8 +216,22 @@ async def _bench(rounds: int, root: Path, trace: bool) -> Section:
         )  # fmt: skip
         trace_file = root / "trace.jsonl" if trace else None
         daemon = Daemon(config, root / "daemon.log", trace_file)
-        for room, member in ((plain, bot.user_id), (encrypted, bot.user_id),
-                             (tiny_room, tiny.user_id)):  # fmt: skip
+        joins = [(plain, bot.user_id), (encrypted, bot.user_id), (tiny_room, tiny.user_id)]
+        before_case: list[tuple[str, str, str]] = []
+        if baseline is not None:
+            old = await server.register("before")
+            old_room = await alice.create_room([old.user_id], name="plain, before")
+            (root / "before").mkdir()
+            old_config = matrix_config(
+                root / "before", make_repo(root / "before-repo"), api, server, old,
+                [alice.user_id], e2ee={"pickle_key": "bench-pickle-key"},
+                sections={"agent": trivial_agent()},
+            )  # fmt: skip
+            before = Daemon(old_config, root / "before.log", checkout=baseline)
+            joins.append((old_room, old.user_id))
+            bots.append(old.user_id)
+            before_case.append(("before: bot, plain room", old_room, old.user_id))
+        for room, member in joins:
             await alice.wait_for(room, membership(member, "join"))
         await alice_b.sync(0)
 
@@ -227,17 +245,21 @@ async def _bench(rounds: int, root: Path, trace: bool) -> Section:
             ("one hop", watch_carol, hop_room, None),
             ("minimal bot", watch_b, tiny_room, tiny.user_id),
             ("bot, plain room", watch_b, plain, bot.user_id),
+            *((name, watch_b, room, user) for name, room, user in before_case),
             ("bot, encrypted room", watch_b, encrypted, bot.user_id),
         ]
         results: dict[str, list[Sample]] = {name: [] for name, *_ in cases}
         unanswered = dict.fromkeys(results, 0)
         warmup = 3
         for number in range(rounds + warmup):
-            for name, observer, room, answerer in cases:
+            order = list(cases)
+            if before_case and number % 2:  # before and after take turns going first
+                order[2], order[3] = order[3], order[2]
+            for name, observer, room, answerer in order:
                 text = f"bench {number} {name}"
                 done = None
-                if answerer == bot.user_id:
-                    done = observer.expect(room, bot_text(bot.user_id, r"bench-done"))
+                if answerer in bots:
+                    done = observer.expect(room, bot_text(str(answerer), r"bench-done"))
                 try:
                     sample = await _measure(alice, observer, room, text, answerer)
                     if done is not None:
@@ -274,6 +296,16 @@ async def _bench(rounds: int, root: Path, trace: bool) -> Section:
             info_row("matrix ack p99, encrypted room", bot_e2ee["p99_ms"], "ms",
                      f"{bot_e2ee['p99_ms'] / bot_plain['p99_ms']:.2f}x the plain room's p99"),
         ]  # fmt: skip
+        if before_case:
+            old_plain = summary["before: bot, plain room"]
+            section.rows += [
+                ratio_row("before: matrix ack p50, plain room", old_plain["p50_ms"],
+                          floor["p50_ms"], "minimal bot p50", 1.15, "ms"),
+                ratio_row("before: matrix ack p99, plain room", old_plain["p99_ms"],
+                          floor["p99_ms"], "minimal bot p99", 1.5, "ms"),
+                info_row("matrix ack p50, plain room, after/before",
+                         bot_plain["p50_ms"] / old_plain["p50_ms"], "x"),
+            ]  # fmt: skip
         return section
     finally:
         for observer in observers:
@@ -283,11 +315,12 @@ async def _bench(rounds: int, root: Path, trace: bool) -> Section:
         if minimal is not None:
             minimal.kill()
             minimal.wait(10)
-        if daemon is not None:
-            daemon.stop()
+        for running in (daemon, before):
+            if running is not None:
+                running.stop()
         api.stop()
         await asyncio.to_thread(server.stop)
 
 
-def run(rounds: int, root: Path, *, trace: bool = False) -> Section:
-    return asyncio.run(_bench(rounds, root, trace))
+def run(rounds: int, root: Path, *, trace: bool = False, baseline: Path | None = None) -> Section:
+    return asyncio.run(_bench(rounds, root, trace, baseline))

@@ -6,6 +6,10 @@ client that acks and posts "Working on it…" at once) to the other. A person wr
 thread; latency is the message's ``ts`` to the acknowledgement's ``ts``, both stamped by the
 fake's clock as Slack stamps them: what the person sees. Rounds alternate between the two
 and each waits for the bot's final reply (untimed), so nothing queues.
+
+With ``baseline`` (``--baseline-checkout``: another checkout, e.g. main's beside a branch)
+a third fake serves that checkout's daemon, in the same rounds: a before/after measured at
+the same machine load, which on a shared machine two runs one after the other are not.
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ from bench.matrix_ack import percentile
 from bench.report import Section, ratio_row
 
 ALICE, DM = "U0ALICE", "D0ALICE"
+SETTLE_S = 0.1
+"""With a baseline checkout: the pause before each bot's message (longer than the group
+flush's ``RELAXED_FLUSH_S``)."""
 
 
 def _fake() -> FakeSlack:
@@ -67,48 +74,76 @@ def _wait_done(fake: FakeSlack, root_ts: str, count: int) -> None:
     )
 
 
-def run(rounds: int, root: Path, *, trace: bool = False) -> Section:
+def _start_bot(
+    root: Path, api: FakeAnthropic, fake: FakeSlack, trace: Path | None, checkout: Path | None
+) -> Daemon:
+    settings = {
+        "bot_token": BOT_TOKEN, "app_token": APP_TOKEN, "team_ids": [TEAM],
+        "allowed_users": [ALICE], "api_base_url": fake.base_url,
+    }  # fmt: skip
+    config = write_config(
+        root, make_repo(root / "repo"), api, sandbox={"kind": "none"},
+        channels={"console": None, "slack": settings}, agent=trivial_agent(),
+    )  # fmt: skip
+    return Daemon(config, root / "daemon.log", trace, checkout)
+
+
+def run(rounds: int, root: Path, *, trace: bool = False, baseline: Path | None = None) -> Section:
     section = Section("slack acknowledgement")
     api = FakeAnthropic()
     api.start()
     bot_fake, floor_fake = _fake(), _fake()
-    daemon: Daemon | None = None
+    base_fake = _fake() if baseline else None
+    daemons: list[Daemon] = []
     minimal: subprocess.Popen[str] | None = None
     try:
-        settings = {
-            "bot_token": BOT_TOKEN, "app_token": APP_TOKEN, "team_ids": [TEAM],
-            "allowed_users": [ALICE], "api_base_url": bot_fake.base_url,
-        }  # fmt: skip
-        config = write_config(
-            root, make_repo(root / "repo"), api, sandbox={"kind": "none"},
-            channels={"console": None, "slack": settings}, agent=trivial_agent(),
-        )  # fmt: skip
         trace_file = root / "trace.jsonl" if trace else None
-        daemon = Daemon(config, root / "daemon.log", trace_file)
+        daemons.append(_start_bot(root, api, bot_fake, trace_file, None))
+        bots = [(bot_fake, "bot")]
+        if base_fake is not None:
+            (root / "baseline").mkdir()
+            daemons.append(_start_bot(root / "baseline", api, base_fake, None, baseline))
+            bots.append((base_fake, "baseline bot"))
         minimal = spawn_floor(
             "bench.minimal_slack_bot", floor_fake.base_url, BOT_TOKEN, APP_TOKEN, BOT_USER
         )
-        bot_fake.wait_connected(1)
-        bot_root = bot_fake.user_says(ALICE, DM, "bench: a thread of its own")
+        threads = {}
+        for fake, name in bots:
+            fake.wait_connected(1)
+            threads[name] = fake.user_says(ALICE, DM, "bench: a thread of its own")
+            _wait_done(fake, threads[name], 1)
         floor_root = floor_fake.user_says(ALICE, DM, "bench: a thread of its own")
-        _wait_done(bot_fake, bot_root, 1)
         warmup = 3
-        bot_ms: list[float] = []
-        floor_ms: list[float] = []
+        samples: dict[str, list[float]] = {"minimal bot": [], "bot": [], "baseline bot": []}
         for number in range(rounds + warmup):
-            floor = _ack_ms(floor_fake, floor_root, f"bench {number}")
-            ours = _ack_ms(bot_fake, bot_root, f"bench {number}")
-            _wait_done(bot_fake, bot_root, number + 2)
+            measured = {"minimal bot": _ack_ms(floor_fake, floor_root, f"bench {number}")}
+            # Alternate which bot goes first, so neither always follows the floor; with two,
+            # each starts after the other's trailing work (its relaxed commits' flush, up to
+            # 50 ms after the reply) is done, or the second shares the disk with it.
+            for fake, name in bots if number % 2 else bots[::-1]:
+                if len(bots) > 1:
+                    time.sleep(SETTLE_S)
+                measured[name] = _ack_ms(fake, threads[name], f"bench {number}")
+                _wait_done(fake, threads[name], number + 2)
             if number >= warmup:
-                floor_ms.append(floor)
-                bot_ms.append(ours)
+                for name, value in measured.items():
+                    samples[name].append(value)
             time.sleep(0.01)
         summary: dict[str, dict[str, Any]] = {
             name: {"p50_ms": percentile(values, 0.5), "p99_ms": percentile(values, 0.99),
                    "samples_ms": [round(v, 2) for v in values]}
-            for name, values in (("minimal bot", floor_ms), ("bot", bot_ms))
+            for name, values in samples.items() if values
         }  # fmt: skip
         section.details = {"rounds": rounds, "cases": summary}
+        if baseline is not None:
+            # Round by round (the same moment's load): this bot's time minus the baseline's.
+            paired = [a - b for a, b in zip(samples["bot"], samples["baseline bot"], strict=True)]
+            section.details["baseline_checkout"] = str(baseline)
+            section.details["paired_difference_ms"] = {
+                "p50": percentile(paired, 0.5),
+                "rounds_faster": sum(d < 0 for d in paired),
+                "rounds": len(paired),
+            }
         if trace_file is not None:
             rows: list[dict[str, Any]] = trace_report.breakdown(
                 trace_file, "SocketModeConnection._handle_one", edge="start"
@@ -122,13 +157,22 @@ def run(rounds: int, root: Path, *, trace: bool = False) -> Section:
             ratio_row("slack ack p99", bot_s["p99_ms"], floor_s["p99_ms"],
                       "minimal Socket Mode bot p99", 1.5, "ms"),
         ]  # fmt: skip
+        if "baseline bot" in summary:
+            base_s = summary["baseline bot"]
+            section.rows += [
+                ratio_row("slack ack p50, baseline checkout", base_s["p50_ms"],
+                          floor_s["p50_ms"], "minimal Socket Mode bot p50", 1.15, "ms"),
+                ratio_row("slack ack p99, baseline checkout", base_s["p99_ms"],
+                          floor_s["p99_ms"], "minimal Socket Mode bot p99", 1.5, "ms"),
+            ]  # fmt: skip
         return section
     finally:
         if minimal is not None:
             minimal.kill()
             minimal.wait(10)
-        if daemon is not None:
+        for daemon in daemons:
             daemon.stop()
-        bot_fake.stop()
-        floor_fake.stop()
+        for fake in (bot_fake, floor_fake, base_fake):
+            if fake is not None:
+                fake.stop()
         api.stop()

@@ -31,6 +31,12 @@ TRACED = {
     "gateway_bot.channels.matrix.encrypted_intake": ["EncryptedIntake"],
     "gateway_bot.core.service": ["GatewayService"],
     "gateway_bot.core.scheduler": ["Scheduler"],
+    "gateway_bot.core.routing": ["Router"],
+    "gateway_bot.core.approvals": ["Gatekeeper"],
+    "gateway_bot.core.conversation_mail": ["ConversationMailer"],
+    "gateway_bot.state.database": ["Database"],
+    "gateway_bot.state.context_lines": ["SqliteContextLines"],
+    "slack_sdk.web.async_client": ["AsyncWebClient"],
     "gateway_bot.state.sqlite_store": ["SqliteStore"],
     "nio.client.async_client": ["AsyncClient"],
 }

@@ -82,7 +82,7 @@ def test_an_owner_decides_from_the_shell_while_the_daemon_runs(
 
     refused = shell("approve", code, "--as", CAROL, "--config", str(config))
     assert refused.returncode == 1, refused
-    assert f"{CAROL} is not an owner or admin on slack: nothing was decided." in refused.stderr
+    assert f"{CAROL} is not an owner or admin of this bot: nothing was decided." in refused.stderr
     assert "Unknown sender" in card_text(fake_slack, card["ts"]), "still undecided"
 
     allowed = shell("approve", code, "--as", ALICE, "--config", str(config))

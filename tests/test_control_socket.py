@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway_bot.approvals_command import run_decision
 from gateway_bot.control_socket import ControlServer, ask_daemon, socket_path
 from gateway_bot.core.application import Application, DaemonLiveState
 from tests.core.conftest import World
@@ -117,12 +118,40 @@ async def test_as_names_an_identity_the_owners_list_must_hold(
     answer = await asyncio.to_thread(ask_daemon, state_dir, {**request, "as": "stranger"})
     assert answer == {
         "ok": False,
-        "text": "stranger is not an owner or admin on fake: nothing was decided.",
+        "text": "stranger is not an owner or admin of this bot: nothing was decided.",
     }
     answer = await asyncio.to_thread(ask_daemon, state_dir, {**request, "choice": "maybe"})
     assert answer["ok"] is False
     answer = await asyncio.to_thread(ask_daemon, state_dir, {**request, "as": "owner"})
     assert answer["ok"] is True, answer
+    assert (await world.reply(message)).text == "Echo: let me in"
+
+
+async def test_approve_as_a_non_owner_tells_nothing_of_which_codes_exist(
+    world_and_state: tuple[World, Path, ControlServer], capsys: pytest.CaptureFixture[str]
+) -> None:
+    world, state_dir, _ = world_and_state
+    message, code = await held_code(world)
+
+    async def approve(code: str, as_: str) -> tuple[int, str]:
+        """`gateway-bot approve CODE --as AS_`: its exit status and what it printed."""
+        status = await asyncio.to_thread(run_decision, state_dir, code, "allow", as_)
+        printed = capsys.readouterr()
+        return status, printed.out + printed.err
+
+    refused = (1, "stranger is not an owner or admin of this bot: nothing was decided.\n")
+    # It used to answer "There is no approval ..." for a made-up code and "... not an owner
+    # or admin on fake" for a real one: a probe for which codes exist, and on which channel.
+    assert await approve(code, "stranger") == refused
+    assert await approve("0123456789ab", "stranger") == refused
+    assert await approve(code, "owner") == (
+        0,
+        "Allowed Stranger in Room dm (dm): running 1 held message(s).\n",
+    )
+    assert await approve(code, "stranger") == refused, "nor whether it was decided"
+    # An owner is still told.
+    assert await approve("0123456789ab", "owner") == (1, "There is no approval 0123456789ab.\n")
+    assert await approve(code, "owner") == (1, f"Approval {code} was already allowed.\n")
     assert (await world.reply(message)).text == "Echo: let me in"
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,15 @@ from gateway_bot.channels.matrix import MatrixAdapter
 from gateway_bot.channels.matrix.events import CARD_KEY
 from gateway_bot.config.channels import MatrixChannelSettings
 from gateway_bot.core.channel import AuthenticationError
-from gateway_bot.domain.messages import Button, Card, Decision, RawMessage, Reply, Usage
+from gateway_bot.domain.messages import (
+    Button,
+    Card,
+    Decision,
+    InboundMessage,
+    RawMessage,
+    Reply,
+    Usage,
+)
 from gateway_bot.state.database import Database
 from tests.synapse_fixtures import (
     Event,
@@ -204,3 +213,59 @@ async def test_a_re_sent_reply_is_posted_once_and_long_replies_are_split(
     assert '<code class="language-python">' in parts[1]["content"]["formatted_body"]
     assert bodies[-1].endswith("$0.0123 · 2 turns · 3.4 s")
     assert relation_of(parts[0])["m.in_reply_to"]["event_id"] == asked
+
+
+async def test_membership_from_the_sync_refuses_departed_members_and_strangers(
+    synapse: SynapseServer,
+    meet: Callable[..., Any],
+    run_adapter: Callable[[MatrixChannelSettings, Path], RunningAdapter],
+    tmp_path: Path,
+) -> None:
+    """The attack on authentication without a homeserver round trip (issue 19): the bot's
+    own sync says who is joined, and a member's message routed after they left, or a
+    message claiming a sender who never joined, is refused; in one batch, a member who
+    spoke and then left is refused, one who joined and then spoke is accepted."""
+    alice, leon, mallory, carol = [await meet(n) for n in ("alice", "leon", "mallory", "carol")]
+    bot = await synapse.register("bot")
+    room = await alice.create_room([bot.user_id, leon.user_id, mallory.user_id], name="Team")
+    running = run_adapter(_settings(synapse, bot, alice), tmp_path)
+    adapter = await running.start()
+    await alice.wait_for(room, membership(bot.user_id, "join"))
+
+    await leon.join(room)  # after the bot's first sync: the join reaches it as a delta
+    first = await leon.say(room, "LEON-1")
+    leon_first = await running.next_heard()
+    assert leon_first.message_id == first
+    synced = adapter.listener.members.joined(room)
+    assert synced is not None
+    assert leon.user_id in synced
+    parsed = await adapter.authenticate_and_parse(leon_first)
+    assert isinstance(parsed, InboundMessage)
+    assert parsed.sender_id == leon.user_id
+
+    # With the bot not syncing, these come back in one batch when it syncs again.
+    await adapter.listener.stop()
+    second = await leon.say(room, "LEON-2")
+    await leon.leave(room)
+    await mallory.join(room)
+    third = await mallory.say(room, "MALLORY-1")
+    await running.start()
+    leon_second, mallory_first = await running.next_heard(), await running.next_heard()
+    assert (leon_second.message_id, mallory_first.message_id) == (second, third)
+    synced = adapter.listener.members.joined(room)
+    assert synced is not None
+    assert leon.user_id not in synced
+
+    for departed in (leon_second, leon_first):
+        with pytest.raises(AuthenticationError, match="not a joined member"):
+            await adapter.authenticate_and_parse(departed)
+    joined_late = await adapter.authenticate_and_parse(mallory_first)
+    assert isinstance(joined_late, InboundMessage)
+    assert joined_late.sender_id == mallory.user_id
+
+    event = dict(leon_first.payload["event"], sender=carol.user_id)
+    stranger = RawMessage(
+        "matrix", "$forged", carol.user_id, {"kind": "event", "room_id": room, "event": event}, 0.0
+    )
+    with pytest.raises(AuthenticationError, match="not a joined member"):
+        await adapter.authenticate_and_parse(stranger)

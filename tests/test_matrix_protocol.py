@@ -1,5 +1,6 @@
-"""The Matrix channel's pure logic, no server: who is allowed, which timeline events are
-new, what a message says and where it belongs, how replies are cut, which names are safe."""
+"""The Matrix channel's pure logic, no server: who is allowed, who is joined as the sync
+says, which timeline events are new, what a message says and where it belongs, how replies
+are cut, which names are safe."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from gateway_bot.channels.matrix.events import (
     strip_reply_fallback,
     user_allowed,
 )
+from gateway_bot.channels.matrix.members import RoomMembers
 from gateway_bot.channels.matrix.render import finished_content, markdown_to_html, split_markdown
 from gateway_bot.config.server import build_server_config, load_server_config
 from gateway_bot.config.yaml_tags import ConfigError
@@ -234,3 +236,77 @@ def test_the_progress_display_ends_saying_how_the_task_ended() -> None:
         "Failed · 1 step"
     )
     assert finished_content(Reply("Stopped. The task was cancelled."), None)["body"] == "Ended"
+
+
+def _member(user: str, membership: str, **content: Any) -> dict[str, Any]:
+    return {
+        "type": "m.room.member",
+        "state_key": user,
+        "content": {"membership": membership, **content},
+    }
+
+
+def _sync(**rooms: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """A sync body: room id -> its timeline (no state block), ``left`` the rooms left."""
+    left = rooms.pop("left", [])
+    joined = {room: {"timeline": {"events": events}} for room, events in rooms.items()}
+    return {"rooms": {"join": joined, "leave": {str(room): {} for room in left}}}
+
+
+def test_the_sync_answers_membership_only_where_it_saw_the_whole_of_it() -> None:
+    """The sync replaces a ``joined_members`` call per message only when it gave the room's
+    whole membership; anywhere else the homeserver must be asked (None)."""
+    alice, mallory = "@alice:example.org", "@mallory:example.org"
+    members = RoomMembers()
+    assert members.joined("!a") is None  # before the first sync (a task recovered at start)
+    first = {
+        "rooms": {
+            "join": {
+                "!a": {
+                    "state": {"events": [_member(BOT, "join"), _member(alice, "join")]},
+                    "timeline": {"events": [message("hi"), _member(mallory, "join")]},
+                }
+            }
+        }
+    }
+    members.follow(first, full_state=True, known_rooms=[])
+    assert members.joined("!a") == {BOT: BOT, alice: alice, mallory: mallory}
+
+    # One batch: Mallory is kicked after speaking, Alice renames herself; in a room the
+    # bot newly joined the batch is its full state; of a room it only hears deltas of (its
+    # membership unknown here), nothing is answered.
+    renamed = _member(alice, "join", displayname="A")
+    delta = _sync(
+        **{
+            "!a": [message("x"), _member(mallory, "leave"), renamed],
+            "!new": [_member(BOT, "join"), _member(mallory, "join")],
+            "!old": [_member(alice, "join")],
+        }
+    )
+    members.follow(delta, full_state=False, known_rooms=["!a", "!old"])
+    assert members.joined("!a") == {BOT: BOT, alice: "A"}
+    assert members.joined("!new") == {BOT: BOT, mallory: mallory}
+    assert members.joined("!old") is None
+
+    # A member event it cannot read, and a room the bot left: the homeserver answers.
+    odd = {"type": "m.room.member", "state_key": mallory, "content": {"membership": 7}}
+    members.follow(_sync(**{"!a": [odd]}, left=["!new"]), full_state=False, known_rooms=["!a"])
+    assert members.joined("!a") is None
+    assert members.joined("!new") is None
+    # Another homeserver's unhashable membership: that room is unknown, the batch is read on
+    # (it raised TypeError, and the listener fetched the same failing batch for ever).
+    members.follow(first, full_state=True, known_rooms=[])
+    listed = {"type": "m.room.member", "state_key": mallory, "content": {"membership": ["leave"]}}
+    members.follow(
+        _sync(**{"!a": [listed], "!new": [_member(BOT, "join")]}),
+        full_state=False, known_rooms=["!a"],
+    )  # fmt: skip
+    assert members.joined("!a") is None
+    assert members.joined("!new") == {BOT: BOT}
+
+    # While syncs fail the state may be behind the homeserver's: nothing is answered.
+    members.follow(first, full_state=True, known_rooms=[])
+    members.lost()
+    assert members.joined("!a") is None
+    members.follow(_sync(), full_state=False, known_rooms=["!a"])
+    assert members.joined("!a") == {BOT: BOT, alice: alice, mallory: mallory}

@@ -6,6 +6,7 @@ nothing can start), never a traceback, and nothing already running is disturbed.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -87,6 +88,38 @@ def test_a_second_daemon_on_the_same_state_dir_is_refused_and_the_first_keeps_se
     ]
     assert first.process.poll() is None, first.stderr
     assert _lock_holder(state_dir) == first.process.pid
+
+
+def test_a_link_planted_at_the_lock_is_not_followed_and_is_one_line(
+    tmp_path: Path, target_repo: Path, fake_api: FakeAnthropic, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, target_repo, fake_api)
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    lock = state_dir / "daemon.lock"
+    precious = tmp_path / "precious"
+    precious.write_text("someone else's file\n")
+    lock.symlink_to(precious)  # the daemon would truncate it and write its pid there
+    assert main(["run", "--config", str(config)]) == 2
+    # It used to be refused by O_NOFOLLOW too, but as an OSError traceback ("Too many
+    # levels of symbolic links") that named neither the file nor what to do.
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"The lock file {lock} cannot be used (it is a symbolic link): it must be a plain "
+        "file, never a link. Remove whatever is there (gateway-bot makes the file itself) "
+        "and start again."
+    ]
+    assert precious.read_text() == "someone else's file\n"
+    assert lock.is_symlink()
+    lock.unlink()
+    os.mkfifo(lock)  # opening a FIFO must not hang the start either
+    assert main(["run", "--config", str(config)]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"The lock file {lock} cannot be used (it is not a regular file)")
+    lock.unlink()
+    lock.mkdir()
+    assert main(["run", "--config", str(config)]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"The lock file {lock} cannot be used (is a directory)")
 
 
 def test_a_relative_repo_path_is_relative_to_the_config_like_state_dir(
@@ -241,3 +274,23 @@ def test_built_in_chat_outside_a_repo_with_a_state_home_that_is_a_file_is_one_li
         "through a file) is in the way (state_dir in the config)."
     ]
     assert in_the_way.read_text() == "a file, not a directory\n"
+
+
+def test_an_empty_state_dir_is_a_config_error_not_the_configs_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "gateway-bot.yaml"
+    config.write_text(
+        "state_dir: ''\nrepo: {url: /srv/x}\nsandbox: {kind: none}\nchannels: {console: {}}\n"
+    )
+    # It used to load as the config's own directory: state.db, workspaces and the lock
+    # beside the config, with no word said.
+    assert main(["check", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "state_dir: Value error, is empty: name a directory (relative to this config " in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "state.db").exists()
+    with pytest.raises(ConfigError):
+        load_server_config(config)
+    config.write_text("state_dir: .\nrepo: {url: /srv/x}\nchannels: {console: {}}\n")
+    assert load_server_config(config).state_dir == tmp_path, "said outright, it is allowed"

@@ -110,6 +110,9 @@ def test_mention_gets_a_threaded_reply_with_progress_edits(
     posts = fake_slack.bot_posts(GENERAL, ts)
     assert [m["ts"] for m in posts] == [ack["ts"], reply["ts"]], "one ack, one reply"
     assert all(m.get("thread_ts") == ts for m in posts)
+    # Each post's intent was written by this process (during the flush, for the ack): no
+    # post had to look for itself in the thread first.
+    assert not fake_slack.calls_to("conversations.replies")
 
 
 def test_a_direct_message_needs_no_mention(

@@ -71,6 +71,21 @@ async def test_illegal_transitions_are_refused(store: SqliteStore) -> None:
         await store.transition(task_id, TaskState.PENDING)
 
 
+async def test_a_transition_from_a_task_that_moved_since_it_was_read_is_checked_again(
+    store: SqliteStore,
+) -> None:
+    """``known`` spares the read, never the check: the row moves only from the state the
+    caller knew, else the task is read again and the lifecycle decides."""
+    task_id, _ = await store.accept_inbound(raw("m1"))
+    queued = await store.get_task(task_id)
+    authenticating = await store.transition(task_id, TaskState.AUTHENTICATING, known=queued)
+    assert authenticating.state is TaskState.AUTHENTICATING
+    await store.transition(task_id, TaskState.COMPLETED, reason=CompletionReason.REJECTED)
+    with pytest.raises(IllegalTransition):  # known says AUTHENTICATING: it is COMPLETED
+        await store.transition(task_id, TaskState.PENDING, known=authenticating)
+    assert (await store.get_task(task_id)).state is TaskState.COMPLETED
+
+
 async def test_reply_survives_until_delivered(store: SqliteStore) -> None:
     task_id, _ = await store.accept_inbound(raw("m1"))
     await store.transition(task_id, TaskState.AUTHENTICATING)

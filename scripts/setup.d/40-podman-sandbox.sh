@@ -7,7 +7,9 @@
 set -euo pipefail
 export PATH="$PWD/.tools/node_modules/.bin:$PWD/.tools/uv/bin:$HOME/.local/bin:$PATH"
 need=()
-for tool in podman runc conmon slirp4netns fuse-overlayfs newuidmap debootstrap setsid; do
+# iptables: Debian's podman only suggests it, and without it netavark fails every container
+# start with a bare "netavark: No such file or directory (os error 2)".
+for tool in podman runc conmon slirp4netns fuse-overlayfs newuidmap debootstrap setsid iptables; do
   command -v "$tool" >/dev/null || need+=("$tool")
 done
 # The agent containers' init (containers.INIT_COMMAND), mounted read-only from the host.
@@ -19,6 +21,7 @@ if [ ${#need[@]} -gt 0 ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
       podman runc conmon slirp4netns fuse-overlayfs uidmap debootstrap util-linux catatonit \
+      netavark aardvark-dns iptables \
       >/dev/null
   else
     echo "missing for the podman sandbox: ${need[*]} (install them, or use sandbox: {kind: none})" >&2

@@ -21,8 +21,7 @@ from gateway_bot.agents.base import AgentRunner, WarmRunner, WarmSettings
 from gateway_bot.agents.enabled import AgentSet, EnabledAgent
 from gateway_bot.agents.registry import backend_named, canonical_name
 from gateway_bot.config.server import ServerConfig, environment_with_dotenv
-from gateway_bot.sandbox.base import Sandbox
-from gateway_bot.sandbox.podman.sandbox import PodmanSandbox
+from gateway_bot.sandbox.base import KeepsProcesses, Sandbox
 
 log = logging.getLogger(__name__)
 
@@ -97,13 +96,13 @@ def _warm_runner(
     which are idle); on the host, after the same idle time."""
     if backend.make_warm_runner is None or config.agent.max_warm_sessions == 0 or config.ha.enabled:
         return None
-    keeps = isinstance(sandbox, PodmanSandbox)
+    keeps = isinstance(sandbox, KeepsProcesses)
     settings = WarmSettings(
         max_sessions=config.agent.max_warm_sessions,
         idle_s=None if keeps else config.sandbox.idle_stop_minutes * 60,
     )
     runner = backend.make_warm_runner(_runner_command(config), settings)
-    if isinstance(sandbox, PodmanSandbox):
+    if isinstance(sandbox, KeepsProcesses):
         sandbox.kept_processes = runner
     return runner
 

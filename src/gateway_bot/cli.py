@@ -5,6 +5,10 @@ decisions from the shell).
 
 Exit codes: 0 done, 2 the config or the set-up is wrong (nothing was started), 3 (``status``)
 no state at all for this config.
+
+Each command imports what it uses in its own branch or handler, not at the top: ``--help``
+pays for no config model, ``status`` for no daemon, ``chat`` for no podman-py or dashboard
+(AGENTS.md, Conventions: heavy libraries are imported where the configuration needs them).
 """
 
 from __future__ import annotations
@@ -15,51 +19,17 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from podman.errors import PodmanError
+from gateway_bot.service_unit import DEFAULT_NAME
+from gateway_bot.state_command import add_state_commands
 
-from gateway_bot.agent_setup import (
-    agent_backend,
-    agent_command,
-    agent_environment,
-    agent_image_files,
-    agent_program,
-    check_agent_setup,
-    describe_backends,
-    model_api_on_loopback,
-)
-from gateway_bot.agents.backend import AgentBackend
-from gateway_bot.approvals_command import run_decision, run_list
-from gateway_bot.channels.factory import create_adapters
-from gateway_bot.check_sandbox import check_sandbox
-from gateway_bot.cli_config import BUILT_IN, built_in_config, load_config
-from gateway_bot.cli_preflight import DaemonLock, local_repo_problem, state_dir_problem
-from gateway_bot.config.channels import ChannelsSettings, ConsoleChannelSettings
-from gateway_bot.config.server import (
-    ServerConfig,
-    build_server_config,
-)
-from gateway_bot.daemon import Daemon
-from gateway_bot.logs import configure_logging
-from gateway_bot.matrix_commands import bootstrap_cross_signing, describe_e2ee
-from gateway_bot.sandbox.base import Sandbox, SandboxUnavailable
-from gateway_bot.sandbox.factory import create_sandbox
-from gateway_bot.sandbox.podman import commands as image_commands
-from gateway_bot.sandbox.podman.service import PodmanCommandError
-from gateway_bot.service_unit import (
-    DEFAULT_NAME,
-    UnitSettings,
-    UnsafeUnitValue,
-    default_unit_dir,
-    install_unit,
-    instructions,
-    this_program,
-    valid_unit_name,
-)
-from gateway_bot.state.database import Database, StateUnavailable
-from gateway_bot.state_command import add_state_commands, run_migrate, run_state_copy
-from gateway_bot.status_command import run_status
+if TYPE_CHECKING:
+    from gateway_bot.agents.backend import AgentBackend
+    from gateway_bot.config.server import ServerConfig
+    from gateway_bot.daemon import Daemon
+    from gateway_bot.sandbox.base import Sandbox
 
 EXIT_CONFIG = 2
 
@@ -129,6 +99,12 @@ def main(argv: list[str] | None = None) -> int:
     cross_signing.add_argument("--config", type=Path, required=True)
     add_state_commands(commands)
     args = parser.parse_args(argv)
+    if args.command == "state":
+        from gateway_bot.state_command import run_state_copy
+
+        return run_state_copy(args.source, args.target, replace=args.replace)
+    from gateway_bot.cli_config import BUILT_IN, built_in_config, load_config
+    from gateway_bot.config.server import build_server_config
 
     if args.command == "check":
         return _check(args.config, canary=args.sandbox)
@@ -137,11 +113,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "install-service":
         return _install_service(args)
     if args.command == "matrix":
+        from gateway_bot.matrix_commands import bootstrap_cross_signing
+
         matrix_config = load_config(args.config)
         return EXIT_CONFIG if matrix_config is None else bootstrap_cross_signing(matrix_config)
-    if args.command == "state":
-        return run_state_copy(args.source, args.target, replace=args.replace)
     if args.command in ("status", "approvals", "approve", "deny", "migrate"):
+        from gateway_bot.approvals_command import run_decision, run_list
+        from gateway_bot.state_command import run_migrate
+        from gateway_bot.status_command import run_status
+
         # Not built_in_config: these only read or ask the daemon, never make the sample repo.
         status_config = (
             load_config(args.config)
@@ -162,6 +142,11 @@ def main(argv: list[str] | None = None) -> int:
         return run_status(
             status_config.state_dir, as_json=args.json, state_url=status_config.state.url
         )
+    from gateway_bot.agent_setup import agent_environment, check_agent_setup
+    from gateway_bot.cli_preflight import DaemonLock, state_dir_problem
+    from gateway_bot.config.channels import ChannelsSettings, ConsoleChannelSettings
+    from gateway_bot.logs import configure_logging
+
     config = load_config(args.config) if args.config else built_in_config()
     if config is None:
         return EXIT_CONFIG
@@ -203,6 +188,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def _serve(config: ServerConfig, agent_env: dict[str, str], *, chat: bool, new: bool) -> int:
+    from gateway_bot.channels.factory import create_adapters
+    from gateway_bot.daemon import Daemon
+    from gateway_bot.sandbox.base import SandboxUnavailable
+    from gateway_bot.state.database import Database, StateUnavailable
+
     holder: list[Daemon] = []
 
     def on_console_eof() -> None:
@@ -254,13 +244,34 @@ async def _serve(config: ServerConfig, agent_env: dict[str, str], *, chat: bool,
 
 
 async def _stop_sandbox(daemon: Daemon) -> None:
+    from gateway_bot.sandbox.base import SandboxUnavailable
+
+    failures: tuple[type[Exception], ...] = (SandboxUnavailable, OSError)
+    if daemon.config.sandbox.kind == "podman":  # only then is podman-py imported at all
+        from podman.errors import PodmanError
+
+        failures = (*failures, PodmanError)
     try:
         await daemon.sandbox.stop_all()
-    except (SandboxUnavailable, PodmanError, OSError) as exc:
+    except failures as exc:
         print(f"warning: could not stop the sandbox's containers: {exc}", file=sys.stderr)
 
 
 def _check(path: Path, *, canary: bool = False) -> int:
+    from gateway_bot.agent_setup import (
+        agent_backend,
+        agent_command,
+        agent_environment,
+        agent_program,
+        check_agent_setup,
+        describe_backends,
+    )
+    from gateway_bot.cli_config import load_config
+    from gateway_bot.cli_preflight import local_repo_problem, state_dir_problem
+    from gateway_bot.matrix_commands import describe_e2ee
+    from gateway_bot.sandbox.base import SandboxUnavailable
+    from gateway_bot.sandbox.factory import create_sandbox
+
     config = load_config(path)
     if config is None:
         return EXIT_CONFIG
@@ -300,6 +311,8 @@ def _check(path: Path, *, canary: bool = False) -> int:
     for line in describe_e2ee(config):
         print(line)
     if canary:
+        from gateway_bot.check_sandbox import check_sandbox
+
         return check_sandbox(config, path)
     return 0
 
@@ -308,6 +321,8 @@ async def _model_route(
     sandbox: Sandbox, kind: str, backend: AgentBackend, agent_env: dict[str, str]
 ) -> str:
     """How the agent will reach its model API: one line for ``check``."""
+    from gateway_bot.agent_setup import model_api_on_loopback
+
     url = backend.model_api_url(agent_env)
     if kind == "none":
         return f"model API {url} reached directly by the agent on this host (no sandbox)"
@@ -322,6 +337,12 @@ async def _model_route(
 
 def _image(args: argparse.Namespace) -> int:
     """``image build`` / ``image bootstrap``: progress on stdout, exit 2 on failure."""
+    from gateway_bot.agent_setup import agent_image_files
+    from gateway_bot.cli_config import built_in_config, load_config
+    from gateway_bot.sandbox.base import SandboxUnavailable
+    from gateway_bot.sandbox.podman import commands as image_commands
+    from gateway_bot.sandbox.podman.service import PodmanCommandError
+
     config = load_config(args.config) if args.config else built_in_config()
     if config is None:
         return EXIT_CONFIG
@@ -347,6 +368,17 @@ def _image(args: argparse.Namespace) -> int:
 
 
 def _install_service(args: argparse.Namespace) -> int:
+    from gateway_bot.cli_config import load_config
+    from gateway_bot.service_unit import (
+        UnitSettings,
+        UnsafeUnitValue,
+        default_unit_dir,
+        install_unit,
+        instructions,
+        this_program,
+        valid_unit_name,
+    )
+
     config = load_config(args.config)
     if config is None:
         return EXIT_CONFIG

@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -53,8 +54,21 @@ class DaemonLock:
         self._fd: int | None = None
 
     def acquire(self) -> str | None:
-        """Take the lock; the reason it is taken by another process, or None."""
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        """Take the lock; the reason it is taken by another process (or cannot be taken:
+        something other than a plain file is at its path), or None."""
+        flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+        try:
+            # Never through a link: the lock is written (our pid), so a link planted there
+            # would have us truncate whatever it points at. O_NONBLOCK: a FIFO there must
+            # not hang the start.
+            fd = os.open(self.path, flags, 0o600)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return self._not_a_file("it is a symbolic link")
+            return self._not_a_file((exc.strerror or str(exc)).lower())
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            return self._not_a_file("it is not a regular file")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -69,6 +83,13 @@ class DaemonLock:
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
         return None
+
+    def _not_a_file(self, reason: str) -> str:
+        return (
+            f"The lock file {self.path} cannot be used ({reason}): it must be a plain file, "
+            "never a link. Remove whatever is there (gateway-bot makes the file itself) and "
+            "start again."
+        )
 
     def release(self) -> None:
         if self._fd is not None:

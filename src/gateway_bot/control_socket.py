@@ -100,6 +100,14 @@ class ControlServer:
             return {"ok": False, "text": "A decision needs a code and --as."}
         if choice not in ("allow", "deny"):
             return {"ok": False, "text": "A decision is allow or deny."}
+        if not self.application.decides_somewhere(owner):
+            # Before the code is looked up: whether it exists (or was decided) is not for
+            # someone who may decide nothing, so they get this line either way.
+            log.warning("refused a shell decision on %s as %s: not an owner or admin", code, owner)
+            return {
+                "ok": False,
+                "text": f"{owner} is not an owner or admin of this bot: nothing was decided.",
+            }
         approval = await self.application.approval(code)
         if approval is None:
             return {"ok": False, "text": f"There is no approval {code}."}

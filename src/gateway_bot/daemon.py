@@ -9,7 +9,7 @@ import os
 import signal
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway_bot.agent_setup import (
     agent_backend,
@@ -32,8 +32,6 @@ from gateway_bot.core.service import GatewayService
 from gateway_bot.core.status_snapshot import SnapshotWriter, snapshot_path
 from gateway_bot.core.workspace_diff import WorkspaceReports
 from gateway_bot.core.workspaces import Workspaces
-from gateway_bot.dashboard.metrics import TaskDurations
-from gateway_bot.dashboard.server import DashboardServer
 from gateway_bot.domain.lifecycle import TaskState
 from gateway_bot.sandbox.base import HoldsEgress
 from gateway_bot.sandbox.factory import create_sandbox
@@ -42,6 +40,9 @@ from gateway_bot.state.database import Database
 from gateway_bot.state.leases_store import LeaseStore
 from gateway_bot.state.schedules_store import SqliteSchedules
 from gateway_bot.state.sqlite_store import SqlStore
+
+if TYPE_CHECKING:
+    from gateway_bot.dashboard.server import DashboardServer
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +158,11 @@ class Daemon:
         dashboard = config.dashboard
         self.dashboard: DashboardServer | None = None
         if dashboard is not None and dashboard.enabled:
+            # Only here: aiohttp's web server, jinja2 and prometheus-client cost every start
+            # a third of a second, and most deployments run without the dashboard.
+            from gateway_bot.dashboard.metrics import TaskDurations
+            from gateway_bot.dashboard.server import DashboardServer
+
             durations = TaskDurations()  # /metrics' histogram: only the dashboard serves it
             self.store.on_transition(durations.observe_transition)
             self.dashboard = DashboardServer(

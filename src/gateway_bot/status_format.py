@@ -1,10 +1,15 @@
 """Plain-text pieces shared by the operator commands (``status``, ``approvals``): aligned
 tables, ages, previews, and the one filter that keeps senders' control characters off the
-operator's terminal."""
+operator's terminal. Ages and the one-line cut are ``domain/display.py``'s (the dashboard
+shares them)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+from gateway_bot.domain.display import age, one_line
+
+__all__ = ["PREVIEW_CHARS", "age", "preview", "printable", "table"]
 
 PREVIEW_CHARS = 60
 
@@ -28,17 +33,5 @@ def printable(text: str) -> str:
     return "".join(ch if ch == " " or ch.isprintable() else "?" for ch in text)
 
 
-def age(seconds: float) -> str:
-    seconds = max(0.0, seconds)
-    if seconds < 120:
-        return f"{seconds:.0f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f}m"
-    if seconds < 172800:
-        return f"{seconds / 3600:.0f}h"
-    return f"{seconds / 86400:.0f}d"
-
-
 def preview(text: str) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= PREVIEW_CHARS else flat[: PREVIEW_CHARS - 1] + "…"
+    return one_line(text, PREVIEW_CHARS)

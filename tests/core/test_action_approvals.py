@@ -19,6 +19,7 @@ import pytest
 from gateway_bot.config.action_rules import ActionApprovalSettings
 from gateway_bot.core.action_approvals import ActionRequest
 from gateway_bot.core.application import Application, DaemonLiveState
+from gateway_bot.core.chat_commands import not_yours
 from gateway_bot.core.network_approvals import network_asker
 from gateway_bot.domain.lifecycle import TaskState
 from gateway_bot.state.database import StateTarget
@@ -148,7 +149,7 @@ async def test_owners_only_refuses_the_asker(approvals: Callable[..., Any]) -> N
     asked = await world.say("ask:git_push")
     _, code = await world.card("git push")
     refused = await world.command(f"!allow {code}", sender="alice")
-    assert refused == "You may not decide this request; your attempt was recorded."
+    assert refused == not_yours(code)
     await world.command(f"!allow {code}", sender="owner")
     assert "[allowed: allowed by Owner]" in (await world.reply(asked)).text
 

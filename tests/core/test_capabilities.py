@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable
 
 from gateway_bot.channels.console import ConsoleAdapter
+from gateway_bot.core.chat_commands import not_yours
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState
 from gateway_bot.domain.messages import Progress, Reply
 from tests.core.conftest import World, owners_access
@@ -56,9 +57,7 @@ async def test_an_owners_approve_reply_runs_the_held_message_a_strangers_does_no
     assert (await world.settled(theirs)).completion_reason is CompletionReason.UNAUTHORIZED
     # An allowed user who is not an owner is told so; nothing is released.
     bobs = await world.say(f"!approve {code}", room="owners", sender="bob")
-    assert (await world.reply(bobs)).text == (
-        "Only an owner or admin of this bot can decide approvals."
-    )
+    assert (await world.reply(bobs)).text == not_yours(code)
     assert (await world.task(message)).state is TaskState.AUTHENTICATING
     assert world.agent.runs == []
 

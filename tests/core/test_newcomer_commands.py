@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from gateway_bot.config.action_rules import ActionApprovalSettings
+from gateway_bot.core.chat_commands import not_yours
 from gateway_bot.domain.lifecycle import CompletionReason
 from tests.core.conftest import World
 from tests.core.fakes import BareChannel
@@ -42,6 +43,12 @@ async def test_a_huge_schedule_number_is_answered_and_the_conversation_goes_on(
     # Past int()'s own digit limit too.
     assert (await sworld.command("/pause " + "9" * 5000)).startswith("There is no schedule #")
     assert await sworld.command("/pause 1") == "Paused schedule #1. /resume 1 to run it again."
+    # Quoted, as /revoke's names may be; an open quote is one line.
+    assert (await sworld.command('/resume "#1"')).startswith("Resumed schedule #1.")
+    assert await sworld.command('/pause "1') == (
+        '/pause: a quote is not closed: close it ("like this") or leave the quotes out. '
+        "Nothing was done."
+    )
 
 
 async def test_digits_of_other_scripts_name_no_schedule(sworld: ScheduleWorld) -> None:
@@ -149,5 +156,124 @@ async def test_allow_with_a_stray_word_decides_nothing_and_always_in_capitals_co
         answer = await world.command(f"!allow {code} Always")
         assert answer == f"Allowed {code} (always in this conversation)."
         assert "[allowed: allowed by Alice]" in (await world.reply(asked)).text
+    finally:
+        await world.close()
+
+
+async def test_a_quoted_name_is_one_person_and_an_open_quote_is_one_line(world: World) -> None:
+    # A sender whose id has a space (a display-name-like id, as some channels give).
+    held = await world.say("hello bot", sender="jane doe")
+    await world.until(lambda: world.channel.texts("owners", "card"), "the approval card")
+    await world.click(card_code(world), "allow")
+    assert (await world.reply(held)).text == "Echo: hello bot"
+
+    # An open quote is a clear line, not a traceback and not a revocation of "jane".
+    typo = await world.say('/revoke "jane doe everywhere', room="owners", sender="owner")
+    assert (await world.reply(typo)).text == (
+        '/revoke: a quote is not closed: close it ("like this") or leave the quotes out. '
+        "Nothing was done."
+    )
+    # It used to split into "jane" and "doe" (a user and a room): "no approval to revoke".
+    revoke = await world.say('/revoke "jane doe" everywhere', room="owners", sender="owner")
+    assert (await world.reply(revoke)).text == (
+        "Revoked jane doe's approval in Room dm (dm). Their next message to the bot there "
+        "goes to an owner for approval again."
+    )
+    again = await world.say("still here?", sender="jane doe")
+    await world.until(lambda: len(world.channel.texts("owners", "card")) == 2, "a second card")
+    assert world.agent.bodies() == ["hello bot"]
+    assert (await world.task(again)).completion_reason is None  # held for an owner
+
+    # The other commands that take a name read quotes the same way; a phone's curly ones too.
+    model = await world.say("/model \u201cclaude-opus-4-1\u201d")
+    assert (await world.reply(model)).text == "Model set to claude-opus-4-1."
+
+
+async def test_free_text_after_a_code_keeps_its_apostrophes(tmp_path: Path) -> None:
+    world = ApprovalWorld(tmp_path, channel=BareChannel(), actions=ActionApprovalSettings())
+    await world.start()
+    try:
+        asked = await world.say("question:red|blue")
+        notice = await world.until(
+            lambda: next((t for t in world.channel.texts("dm") if "!answer" in t), None),
+            "the question",
+        )
+        code = re.findall(r"!answer ([0-9a-f]{12})", notice)[0]
+        # Only the code is read as words: an apostrophe in the answer is no open quote.
+        answered = await world.command(f'!answer "{code}" don\'t mind, green')
+        assert answered.startswith("Answered "), answered
+        assert "answer: don't mind, green]" in (await world.reply(asked)).text
+    finally:
+        await world.close()
+
+
+async def test_a_long_schedule_prompt_is_previewed_on_one_line_and_runs_whole(
+    sworld: ScheduleWorld,
+) -> None:
+    steps = "\n".join(f"{n}. check the build log of job {n} and say what broke" for n in range(40))
+    prompt = f"Every morning:\n{steps}\nThen summarise."
+    answer = await sworld.command(f"/schedule in 2 hours {prompt}")
+    # The confirmation used to echo all 42 lines before the next runs and the commands.
+    first, *rest = answer.splitlines()
+    shown = " ".join(prompt.split())[:120].rstrip()
+    assert first == (
+        f"Scheduled #1: once at 2026-11-24 12:00 (UTC): {shown}… (cut here: the whole prompt, "
+        f"{len(prompt)} characters, is saved and runs)"
+    )
+    assert rest == ["Next runs: Tue 2026-11-24 12:00 UTC.", "/pause 1, /resume 1, /unschedule 1."]
+    await sworld.advance_to("2026-11-24 12:00")
+    await sworld.until(lambda: len(sworld.replies("dm")) == 2, "the run's reply")
+    assert sworld.channel.texts("dm", "rejection") == [
+        f"Scheduled run #1 (due Tue 2026-11-24 12:00 UTC): {shown}… (cut here: the whole "
+        f"prompt, {len(prompt)} characters, is saved and runs)"
+    ]
+    assert sworld.agent.bodies()[-1].endswith(f"\n{prompt}"), "the agent got the whole prompt"
+
+
+async def test_someone_who_may_not_decide_gets_one_answer_whether_or_not_a_code_exists(
+    tmp_path: Path,
+) -> None:
+    world = ApprovalWorld(
+        tmp_path, channel=BareChannel(), actions=ActionApprovalSettings(deciders="owners")
+    )
+    await world.start()
+    try:
+        await world.say("let me in", sender="stranger")
+        card = await world.until(lambda: world.channel.texts("owners", "rejection"), "a card")
+        approval = re.findall(r"!approve ([0-9a-f]{12})", card[0])[0]
+        await world.say("ask:git_push")
+        notice = await world.until(
+            lambda: next((t for t in world.channel.texts("dm") if "asks to run" in t), None),
+            "the action's text card",
+        )
+        action = re.findall(r"`!allow ([0-9a-f]{12})` to run it once", notice)[0]
+        made_up = "0123456789ab"
+
+        # Bob is allowed to talk to the bot but decides nothing. The answers used to differ
+        # ("Only an owner...", "You may not decide this request...", "There is no action
+        # approval ..."): enough to probe which codes exist and what they are.
+        tried = {
+            typed: await world.command(typed.format(approval, action, made_up), sender="bob")
+            for typed in (
+                "!approve {0}",
+                "!approve {2}",
+                "!deny {1} nope",
+                "!allow {1}",
+                "!allow {2}",
+                "!answer {2} yes",
+            )
+        }
+        codes = re.compile("|".join((approval, action, made_up)))
+        answers = {typed: codes.sub("C", text) for typed, text in tried.items()}
+        assert answers == dict.fromkeys(tried, not_yours("C"))
+        assert len(await world.store.pending_approvals()) == 1, "nothing was decided"
+
+        # An owner is still told what is there and what is not.
+        assert await world.command(f"!approve {made_up}", sender="owner") == (
+            f"There is no approval {made_up}."
+        )
+        assert await world.command(f"!allow {made_up}", sender="owner") == (
+            f"There is no action approval {made_up}."
+        )
     finally:
         await world.close()

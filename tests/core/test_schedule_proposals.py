@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway_bot.core.chat_commands import not_yours
 from gateway_bot.core.schedule_request_file import BadRequest, ScheduleAsk
 from gateway_bot.state.database import StateTarget
 from tests.core.fakes import BareChannel
@@ -44,7 +45,7 @@ async def test_only_the_asker_or_an_owner_decides_and_only_once(bare: ScheduleWo
     code = await _card_code(bare)
 
     refused = await bare.command(f"!approve {code}", sender="bob")
-    assert refused.startswith("Only the person the agent was answering, or an owner")
+    assert refused == not_yours(code)
     assert (await bare.command("/schedules")).startswith("No schedules")
 
     allowed = await bare.command(f"!approve {code}")

@@ -185,3 +185,8 @@ class AccessSettings(Section):
 
     def may_decide(self, channel: str, identity: str) -> bool:
         return identity in self.owners.get(channel, ()) or identity in self.admins.get(channel, ())
+
+    def decides_somewhere(self, identity: str) -> bool:
+        """Is ``identity`` an owner or admin on any channel: someone who may be told whether
+        an approval code exists (everyone else gets one answer either way)."""
+        return any(identity in names for names in (*self.owners.values(), *self.admins.values()))

@@ -276,6 +276,18 @@ class ServerConfig(BaseSettings):
                 )
         return self
 
+    @field_validator("state_dir", mode="before")
+    @classmethod
+    def _state_dir_given(cls, value: object) -> object:
+        # Path("") is ".": an empty value silently meant the config file's own directory.
+        if isinstance(value, str) and not value.strip():
+            raise ValueError(
+                "is empty: name a directory (relative to this config file, or absolute), "
+                "e.g. state_dir: state, or leave state_dir out for "
+                "$XDG_STATE_HOME/gateway-bot (~/.local/state/gateway-bot)"
+            )
+        return value
+
     @field_validator("timezone")
     @classmethod
     def _known_timezone(cls, value: str) -> str:

@@ -364,6 +364,11 @@ class Application:
         running.request_stop()
         return StopOutcome(True, f"Stopping task {task_id}…")
 
+    def decides_somewhere(self, identity: str) -> bool:
+        """Is ``identity`` an owner or admin on some channel (``gateway-bot approve --as``):
+        only they are told whether a code exists."""
+        return self._live_service("deciding an approval").gatekeeper.decides_somewhere(identity)
+
     async def decide_approval(
         self, code: str, choice: str, *, channel: str, decider_id: str, decider_name: str = ""
     ) -> str | None:

@@ -196,6 +196,13 @@ class Gatekeeper:
         """Cancel pending card edits and posts (shutdown); the next start redoes them."""
         await self._posts.close()
 
+    def may_decide(self, channel: str, identity: str) -> bool:
+        """An owner or admin of ``channel``: told whether a code exists and what it is."""
+        return self._access.may_decide(channel, identity)
+
+    def decides_somewhere(self, identity: str) -> bool:
+        return self._access.decides_somewhere(identity)
+
     async def decide(
         self, channel: str, decider_id: str, decider_name: str, code: str, choice: str
     ) -> str | None:

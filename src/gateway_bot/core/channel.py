@@ -142,6 +142,17 @@ class ProgressDisplay(Protocol):
 
 
 @runtime_checkable
+class PreparesAcknowledgement(Protocol):
+    """An acknowledgement that writes a record of its own before it is sent (Slack: the
+    post's exactly-once intent). ``Scheduler.queue`` calls this while the message's flush
+    runs, so that write does not come between the flush and the acknowledgement (issue 19).
+    It sends nothing, and the acknowledgement may never follow (the conversation was full,
+    the daemon was killed): what it writes must be harmless then."""
+
+    async def prepare_acknowledgement(self, context: JsonDict, task_id: str) -> None: ...
+
+
+@runtime_checkable
 class Acknowledges(Protocol):
     """A one-off acknowledgement, for channels whose messages cannot be edited into progress.
 

@@ -14,7 +14,15 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from gateway_bot.config.repo import MODEL_NAME
 from gateway_bot.core.action_approvals import ActionApprovals
 from gateway_bot.core.approvals import Gatekeeper
-from gateway_bot.core.commands import HELP_TEXT, Command, CommandName
+from gateway_bot.core.commands import (
+    HELP_TEXT,
+    ArgumentError,
+    Command,
+    CommandName,
+    command_words,
+    free_text,
+    leading_words,
+)
 from gateway_bot.core.conversation_mail import ConversationMailer
 from gateway_bot.core.lanes import RunningTask
 from gateway_bot.core.schedule_commands import SCHEDULE_COMMANDS, ScheduleCommands
@@ -77,6 +85,14 @@ class ChatCommands:
         self, conversation: ConversationRecord, message: InboundMessage, command: Command
     ) -> str:
         """The text answering ``command``, sent in ``message``'s conversation."""
+        try:
+            return await self._answer(conversation, message, command)
+        except ArgumentError as exc:
+            return f"/{command.name.value}: {exc}"
+
+    async def _answer(
+        self, conversation: ConversationRecord, message: InboundMessage, command: Command
+    ) -> str:
         if command.name is CommandName.STOP:
             text = self._request_stop(conversation.id)
         elif command.name is CommandName.STATUS:
@@ -85,13 +101,13 @@ class ChatCommands:
             created = await self._new_conversation(message.channel, message.conversation_key)
             text = f"Started a new conversation ({created.id}). The next message starts afresh."
         elif command.name is CommandName.MODEL:
-            text = await self._set_model(conversation, command.argument)
+            text = await self._set_model(conversation, _one_name(command.argument))
         elif command.name is CommandName.AGENT:
-            text = await self._set_agent(conversation, command.argument)
+            text = await self._set_agent(conversation, _one_name(command.argument))
         elif command.name in (CommandName.ALLOW, CommandName.ANSWER, CommandName.RULES) or (
             command.name in (CommandName.APPROVE, CommandName.DENY)
             and self.action_approvals is not None
-            and await self.action_approvals.knows(command.argument.split(" ")[0])
+            and await self.action_approvals.knows(_code_of(command.argument))
         ):
             text = await self._action_command(conversation, message, command)
         elif command.name in (CommandName.APPROVE, CommandName.DENY):
@@ -99,18 +115,16 @@ class ChatCommands:
             decider = (message.channel, message.sender_id, message.sender_name)
             # The code is the first word: "/deny CODE spammer" gives a reason these cards
             # do not keep, which used to make "CODE spammer" the code (no such approval).
-            code = command.argument.split(maxsplit=1)[0] if command.argument.strip() else ""
+            code = _code_of(command.argument)
             if not code:
                 return f"Usage: /{command.name.value} CODE (the code on the card)."
+            # Refused (only ever someone who is no owner or admin here), the answer is one
+            # line whatever the code is: it must not tell whether a request has that code.
             if self._proposals is not None and await self._proposals.knows(code):
                 decided = await self._proposals.decide(*decider, code, choice)
-                text = decided or (
-                    "Only the person the agent was answering, or an owner, can decide this "
-                    "schedule request."
-                )
             else:
                 decided = await self._gate.decide(*decider, code, choice)
-                text = decided or "Only an owner or admin of this bot can decide approvals."
+            text = decided or not_yours(code)
         elif command.name in SCHEDULE_COMMANDS:
             if self._schedules is None:
                 text = "Schedules are not available here."
@@ -137,8 +151,8 @@ class ChatCommands:
                 return "This conversation has no rules of its own (Always adds one)."
             lines = [f"- {rule.signature} (by {rule.added_by})" for rule in rules]
             return "Allowed always in this conversation:\n" + "\n".join(lines)
-        code, _, rest = command.argument.partition(" ")
-        rest = rest.strip()
+        words, rest = leading_words(command.argument, 1)
+        code, rest = (words[0] if words else ""), free_text(rest)
         if not code:
             return f"Usage: /{command.name.value} CODE …"
         if command.name is CommandName.ANSWER:
@@ -153,10 +167,14 @@ class ChatCommands:
             return f"Usage: /allow {code} (once) or /allow {code} always. Nothing was decided."
         else:
             choice = "always" if rest.lower() == "always" else "once"
+        if not self._gate.may_decide(message.channel, message.sender_id) and not (
+            await approvals.knows(code)
+        ):
+            return not_yours(code)  # as for a request they may not decide: no "no such code"
         decided = await approvals.decide(
             message.channel, message.sender_id, message.sender_name, code, choice, rest
         )
-        return decided or "You may not decide this request; your attempt was recorded."
+        return decided or not_yours(code)
 
     def _request_stop(self, conversation_id: str) -> str:
         running = self._running.get(conversation_id)
@@ -219,6 +237,28 @@ class ChatCommands:
         if conversation.agent_session_id is None:
             return f"Model set to {name}."
         return f"Model {name} will be used from the next new session (/new)."
+
+
+def not_yours(code: str) -> str:
+    """The answer to a decision someone may not make, the same whether or not ``code``
+    exists: an owner's or admin's answers (no such code, already decided) stay theirs."""
+    return (
+        f"Nothing was decided: there is no request {code} that you may decide. (Owners and "
+        "admins decide approvals; the person the agent was answering, its own requests.)"
+    )
+
+
+def _code_of(argument: str) -> str:
+    """The code a decision names: its first word (quotes read; a reason may follow)."""
+    words, _ = leading_words(argument, 1)
+    return words[0] if words else ""
+
+
+def _one_name(argument: str) -> str:
+    """The name /model or /agent is given, without quotes; several words stay as typed
+    (no model or agent is called that: the answer says so)."""
+    words = command_words(argument)
+    return words[0] if len(words) == 1 else argument
 
 
 _MODEL_NAME = re.compile(MODEL_NAME)

@@ -10,12 +10,18 @@ prefix and a known word is a command; an unknown word gets a clear error listing
 ones, rather than being sent to the agent by surprise. A path such as ``/etc/hosts is
 broken`` is not a command: only a single lowercase word directly after the prefix is, or a
 known command alone in any letter case (``/Stop`` as a phone capitalises it).
+
+Arguments that name something (a person for /revoke, a code, a model) are read as a shell
+reads words (``shlex``: ``/revoke "Jane Doe" everywhere`` names one person); free text after
+them (/deny's reason, /answer's text) stays as typed, apostrophes and all.
 """
 
 from __future__ import annotations
 
 import enum
+import io
 import re
+import shlex
 from dataclasses import dataclass
 
 
@@ -71,6 +77,54 @@ class UnknownCommand(ValueError):
     def __init__(self, word: str) -> None:
         super().__init__(f"Unknown command {word!r}. {HELP_TEXT}")
         self.word = word
+
+
+class ArgumentError(ValueError):
+    """A command's words cannot be read (a quote left open): its text is the answer."""
+
+
+_CURLY_DOUBLE_QUOTES = str.maketrans({"\u201c": '"', "\u201d": '"', "\u201e": '"'})
+"""What a phone's keyboard types for ": read as the plain quote (single curly quotes are
+left alone: they are apostrophes in names and prose)."""
+
+
+def leading_words(argument: str, count: int) -> tuple[list[str], str]:
+    """The first ``count`` words of ``argument`` (quotes group, as in a shell; no ``#``
+    comments or backslash escapes, which chat text is full of) and the rest as typed.
+
+    Raises ArgumentError when a quote in those words is not closed."""
+    stream = io.StringIO(argument.translate(_CURLY_DOUBLE_QUOTES))
+    lexer = shlex.shlex(stream, posix=True)
+    lexer.whitespace_split = True
+    lexer.commenters = ""
+    lexer.escape = ""
+    words: list[str] = []
+    try:
+        while len(words) < count and (word := lexer.get_token()) is not None:
+            words.append(word)
+    except ValueError:
+        raise ArgumentError(
+            'a quote is not closed: close it ("like this") or leave the quotes out. '
+            "Nothing was done."
+        ) from None
+    return words, stream.read().strip()  # the lexer reads no further than it must
+
+
+def command_words(argument: str) -> list[str]:
+    """Every word of ``argument``, read as ``leading_words`` reads them."""
+    return leading_words(argument, len(argument) + 1)[0]
+
+
+def free_text(text: str) -> str:
+    """Free text as typed, unless it is one quoted whole (``"yes, go ahead"``): then
+    without its quotes."""
+    if text[:1] not in ("'", '"', "\u201c") or len(text) < 2:
+        return text
+    try:
+        words, rest = leading_words(text, 1)
+    except ArgumentError:
+        return text
+    return words[0] if not rest else text
 
 
 def parse_command(body: str) -> Command | None:

@@ -21,11 +21,11 @@ What counts as transient (``is_transient``), without the core importing any chan
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-import aiohttp
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -61,9 +61,16 @@ def is_transient(error: BaseException) -> bool:
     marked = getattr(error, "transient", None)
     if isinstance(marked, bool):
         return marked
-    if isinstance(error, aiohttp.ClientResponseError):
-        return _retryable_status(error.status)
-    if isinstance(error, ConnectionError | TimeoutError | aiohttp.ClientError):
+    if "aiohttp" in sys.modules:
+        # Only a channel that imported aiohttp can have raised its errors; importing it here
+        # would cost every start 0.3 s, console-only ones included (AGENTS.md: imports).
+        import aiohttp
+
+        if isinstance(error, aiohttp.ClientResponseError):
+            return _retryable_status(error.status)
+        if isinstance(error, aiohttp.ClientError):
+            return True
+    if isinstance(error, ConnectionError | TimeoutError):
         return True
     status = getattr(getattr(error, "response", None), "status_code", None)
     return isinstance(status, int) and _retryable_status(status)

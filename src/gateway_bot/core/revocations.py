@@ -10,6 +10,7 @@ import logging
 
 from gateway_bot.config.access import AccessSettings
 from gateway_bot.core.approval_cards import room_label
+from gateway_bot.core.commands import command_words
 from gateway_bot.state.store import ApprovalStore
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ async def revoke_approval(
     if revoker_id not in access.owners.get(channel, ()):
         log.warning("ignored /revoke by %s (%s): not an owner", revoker_id, channel)
         return "Only an owner of this bot can revoke approvals."
-    words = argument.split()
+    words = command_words(argument)  # '/revoke "Jane Doe"' names one person
     if not 1 <= len(words) <= 2:
         return _REVOKE_USAGE
     # As typed, or as a chat client renders a mention of it (Slack: <@U1> -> @U1).

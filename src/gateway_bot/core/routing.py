@@ -55,7 +55,7 @@ class Router:
     async def route(self, task_id: str) -> None:
         task = await self._store.get_task(task_id)
         if task.state is TaskState.QUEUED:
-            task = await self._store.transition(task_id, TaskState.AUTHENTICATING)
+            task = await self._store.transition(task_id, TaskState.AUTHENTICATING, known=task)
         elif task.state is not TaskState.AUTHENTICATING:
             return  # routed by an earlier attempt that failed afterwards
         if self.schedules is not None:

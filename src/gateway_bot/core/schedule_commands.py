@@ -11,13 +11,14 @@ normalized rule and the next three runs in the schedule's zone.
 from __future__ import annotations
 
 from gateway_bot.config.access import AccessSettings
-from gateway_bot.core.commands import Command, CommandName
+from gateway_bot.core.commands import Command, CommandName, command_words
 from gateway_bot.core.schedule_rules import (
     USAGE,
     Rule,
     ScheduleError,
     next_runs,
     parse_request,
+    prompt_preview,
     shortest_gap_minutes,
     show_time,
 )
@@ -58,7 +59,9 @@ class ScheduleCommands:
             return await self._schedule(message, command.argument)
         if name is CommandName.SCHEDULES:
             return await self._list(message)
-        schedule = await self._find(message, command.argument)
+        # The number read as /revoke's names are (quotes: '/pause "3"'); an open quote is
+        # ArgumentError, answered by ChatCommands.
+        schedule = await self._find(message, " ".join(command_words(command.argument)))
         if isinstance(schedule, str):
             return schedule
         if name is CommandName.UNSCHEDULE:
@@ -123,7 +126,7 @@ class ScheduleCommands:
             return self._full()
         self._runner.wake()
         return (
-            f"Scheduled #{saved.id}: {rule.describe()}: {prompt}\n"
+            f"Scheduled #{saved.id}: {rule.describe()}: {prompt_preview(prompt)}\n"
             f"{_next(upcoming, rule.timezone)}\n"
             f"/pause {saved.id}, /resume {saved.id}, /unschedule {saved.id}."
         )

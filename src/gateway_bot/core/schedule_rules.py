@@ -216,6 +216,23 @@ def show_time(stamp: float, timezone: str) -> str:
     return f"{local:%a %Y-%m-%d %H:%M %Z}"
 
 
+PROMPT_PREVIEW_CHARS = 120
+"""How much of a schedule's prompt its confirmation and run notice show."""
+
+
+def prompt_preview(prompt: str) -> str:
+    """A schedule's prompt as the confirmation and each run's notice show it: one line,
+    bounded, saying when it was cut (a page-long prompt echoed whole buried the answer's
+    next runs and commands). The whole prompt is saved and runs; this is display only."""
+    flat = " ".join(prompt.split())
+    if len(flat) <= PROMPT_PREVIEW_CHARS:
+        return flat
+    return (
+        f"{flat[:PROMPT_PREVIEW_CHARS].rstrip()}… (cut here: the whole prompt, "
+        f"{len(prompt)} characters, is saved and runs)"
+    )
+
+
 def slots_until(rule: Rule, first_due: float, now: float) -> tuple[int, float, float | None]:
     """Runs due from ``first_due`` up to ``now``: how many, the latest, and the first run
     after ``now`` (None: no more). Used at each tick; after a long outage the count is how

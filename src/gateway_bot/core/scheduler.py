@@ -34,6 +34,7 @@ from gateway_bot.agents.base import ToolUseEvent
 from gateway_bot.core.channel import (
     Acknowledges,
     ChannelAdapter,
+    PreparesAcknowledgement,
     ProgressDisplay,
     attachment_downloads,
 )
@@ -138,10 +139,11 @@ class Scheduler:
         job of its own, retried, and never decides whether the task runs."""
         on_disk = self._on_disk.pop(task.id, None)
         if on_disk is not None:
+            await self._prepare_acknowledgement(task.id, message, conversation_id)
             await on_disk  # (its lane, its notices and a kill's recovery start from here)
         ahead = self.depth(conversation_id)
         await self._store.transition(
-            task.id, TaskState.PENDING, conversation_id=conversation_id, parsed=message
+            task.id, TaskState.PENDING, conversation_id=conversation_id, parsed=message, known=task
         )
         reached("routed")
         adapter, context = self._adapters[message.channel], message.channel_context
@@ -174,6 +176,19 @@ class Scheduler:
             return
         acknowledged = self._tell(f"{message.channel}: acknowledging task {task.id}", send)
         self.enqueue(conversation_id, task.id, after=acknowledged)
+
+    async def _prepare_acknowledgement(
+        self, task_id: str, message: InboundMessage, conversation_id: str
+    ) -> None:
+        """While the flush runs: the channel's own record for the acknowledgement to come
+        (``PreparesAcknowledgement``). Only a help: if it fails, the send writes it."""
+        adapter = self._adapters[message.channel]
+        if not isinstance(adapter, PreparesAcknowledgement) or self.is_full(conversation_id):
+            return
+        try:
+            await adapter.prepare_acknowledgement(message.channel_context, task_id)
+        except Exception as exc:
+            log.warning("task %s: preparing the acknowledgement failed (%r)", task_id, exc)
 
     def _tell(self, what: str, send: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
         """A best-effort send in a job of its own: retried by the policy, then given up

@@ -30,13 +30,14 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from gateway_bot.config.access import ScheduleLimits
 from gateway_bot.core.channel import ChannelAdapter
-from gateway_bot.core.schedule_rules import Rule, show_time, slots_until
+from gateway_bot.core.schedule_rules import Rule, prompt_preview, show_time, slots_until
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState
 from gateway_bot.domain.messages import InboundMessage, RawMessage
 from gateway_bot.domain.records import TaskRecord
 from gateway_bot.state.schedules_store import (
     PAUSED,
     RUN_DUE,
+    RUN_MESSAGE_PREFIX,
     RUN_MISSED,
     RunRecord,
     ScheduleRecord,
@@ -208,7 +209,7 @@ class ScheduleRunner:
         if schedule is None:  # pragma: no cover - schedules are never deleted
             return
         when = show_time(run.due_at, schedule.timezone)
-        text = f"Scheduled run #{schedule.id} (due {when}): {schedule.prompt}"
+        text = f"Scheduled run #{schedule.id} (due {when}): {prompt_preview(schedule.prompt)}"
         await self._notice(schedule, text)
         raw = RawMessage(
             channel=schedule.channel,
@@ -235,7 +236,10 @@ class ScheduleRunner:
 
     async def run_message(self, task: TaskRecord) -> InboundMessage | None:
         """The message a scheduled run's task carries, or None for any other task. Built
-        from the /schedule message, so it goes where that was said, as its sender."""
+        from the /schedule message, so it goes where that was said, as its sender. A
+        message id of another shape is no run: no read (issue 19: every message asks)."""
+        if not task.message_id.startswith(RUN_MESSAGE_PREFIX):
+            return None
         run = await self.store.run_by_message(task.message_id)
         if run is None:
             return None

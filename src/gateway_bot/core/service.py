@@ -320,7 +320,7 @@ class GatewayService:
         def committed(task_id: str, is_new: bool) -> None:
             if is_new and self._accepting:
                 self._scheduler.hold_notices(task_id, on_disk)
-                self._take_in(task_id)
+                self._take_in(task_id, raw.channel)
 
         try:
             task_id, is_new = await self._store.accept_inbound(raw, committed)
@@ -367,20 +367,22 @@ class GatewayService:
             self._scheduler.enqueue(task.conversation_id, task.id)
         await self._replies.redeliver()
 
-    def _take_in(self, task_id: str) -> None:
+    def _take_in(self, task_id: str, channel: str | None = None) -> None:
+        """``channel``: the task's, when known (one read fewer before routing)."""
         if task_id in self._taking_in or self._jobs.closed:
             return
         self._taking_in.add(task_id)
-        job = self._jobs.spawn(self._authenticate(task_id), name=f"intake-{task_id}")
+        job = self._jobs.spawn(self._authenticate(task_id, channel), name=f"intake-{task_id}")
         job.add_done_callback(lambda _: self._taking_in.discard(task_id))
 
-    async def _authenticate(self, task_id: str) -> None:
+    async def _authenticate(self, task_id: str, channel: str | None = None) -> None:
         """Authenticate and route one message. Serialised per channel, so messages reach
         their conversation (and commands take effect) in the order they arrived. A transport
         failure is retried with the lock released between attempts: one unreachable room
         never holds up the others. Routing is idempotent by task state, so an attempt that
         failed half-way is safe to repeat."""
-        channel = (await self._store.get_task(task_id)).channel
+        if channel is None:
+            channel = (await self._store.get_task(task_id)).channel
         lock = self._intake_locks[channel]
         try:
             async for attempt in retrying(f"{channel}: taking in task {task_id}", self._policy):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gateway_bot.domain.display import one_line
 from gateway_bot.domain.records import ConversationRecord
 
 _PREVIEW = 60
@@ -47,5 +48,4 @@ def describe_model(conversation: ConversationRecord) -> str:
 
 
 def _preview(text: str) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= _PREVIEW else flat[: _PREVIEW - 1] + "…"
+    return one_line(text, _PREVIEW)

@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 
 from gateway_bot.core.application import Application
+from gateway_bot.domain.display import one_line, span
 from gateway_bot.domain.lifecycle import TaskState
 from gateway_bot.domain.records import ConversationRecord, TaskRecord
 
@@ -99,17 +100,8 @@ def size(count: int | None) -> str:
     return f"{value:.2f} GiB"
 
 
-def span(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.0f}s"
-    if seconds < 3600:
-        return f"{seconds // 60:.0f}m{seconds % 60:02.0f}s"
-    return f"{seconds // 3600:.0f}h{seconds % 3600 // 60:02.0f}m"
-
-
 def _preview(body: str) -> str:
-    line = " ".join(body.split())
-    return line if len(line) <= PREVIEW_CHARS else line[: PREVIEW_CHARS - 1] + "…"
+    return one_line(body, PREVIEW_CHARS)
 
 
 def when(at: float | None) -> str:

@@ -141,6 +141,32 @@ class HoldsEgress(Protocol):
     def set_egress_ask(self, ask: EgressAsk | None) -> None: ...
 
 
+class KeptProcesses(Protocol):
+    """Processes kept running in containers between tasks (warm agent sessions): they keep
+    a container busy, so the idle stop and the cap ask here which are idle and end them."""
+
+    def idle_since(self) -> Mapping[str, float]:
+        """Context id -> when (``time.monotonic``) its kept process was last used."""
+        ...
+
+    async def end(self, context_id: str) -> None:
+        """End the context's kept process (it has exited when this returns)."""
+        ...
+
+
+@runtime_checkable
+class KeepsProcesses(Protocol):
+    """A sandbox that keeps its containers between tasks and stops idle ones: it asks its
+    kept processes (set by the agent's set-up) which are idle. The agent's set-up checks
+    for this protocol rather than for the podman sandbox, which it must not import."""
+
+    @property
+    def kept_processes(self) -> KeptProcesses | None: ...
+
+    @kept_processes.setter
+    def kept_processes(self, kept: KeptProcesses | None) -> None: ...
+
+
 @runtime_checkable
 class MeasuresContainers(Protocol):
     """A sandbox that can say what one of its containers uses (the dashboard's conversation

@@ -1,4 +1,7 @@
-"""Builds the configured sandbox. The daemon calls this; nothing else picks a sandbox."""
+"""Builds the configured sandbox. The daemon calls this; nothing else picks a sandbox.
+
+The podman sandbox is imported only when configured: podman-py (with requests and rich)
+costs every start about half a second, ``sandbox: none`` included."""
 
 from __future__ import annotations
 
@@ -8,7 +11,6 @@ from pathlib import Path
 from gateway_bot.config.sandbox import SandboxSettings
 from gateway_bot.sandbox.base import Sandbox
 from gateway_bot.sandbox.host import HostSandbox
-from gateway_bot.sandbox.podman.sandbox import PodmanSandbox
 
 
 def create_sandbox(
@@ -17,4 +19,6 @@ def create_sandbox(
     """``agent_files`` (name -> host path) go into the agent image's build context."""
     if settings.kind == "none":
         return HostSandbox()
+    from gateway_bot.sandbox.podman.sandbox import PodmanSandbox
+
     return PodmanSandbox(settings, state_dir, agent_files or {})

@@ -91,9 +91,12 @@ class RunRecord:
     task_id: str | None
 
 
+RUN_MESSAGE_PREFIX = "gateway-bot-schedule|"
+
+
 def run_message_id(schedule_id: int, due_at: float) -> str:
     """The run's message id in the core's intake; no channel makes ids of this shape."""
-    return f"gateway-bot-schedule|{schedule_id}|{int(due_at)}"
+    return f"{RUN_MESSAGE_PREFIX}{schedule_id}|{int(due_at)}"
 
 
 KEPT_RUNS = 3

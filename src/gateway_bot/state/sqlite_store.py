@@ -136,28 +136,27 @@ class SqlStore:
         return task_id, is_new
 
     async def _insert_inbound(self, raw: RawMessage) -> tuple[str, bool]:
+        task_id = secrets.token_hex(6)
+        now = time.time()
+        raw_json = json.dumps(raw.to_json())
         async with self._database.transaction(durable=False) as db:
-            existing = await db.fetch_one(
-                "SELECT task_id FROM inbound_messages WHERE channel = ? AND message_id = ?",
-                (raw.channel, raw.message_id),
-            )
-            if existing is not None:
-                return str(existing[0]), False
-            task_id = secrets.token_hex(6)
-            now = time.time()
-            raw_json = json.dumps(raw.to_json())
-            await db.execute(
+            # No read first: the task is added unless the message came before (issue 19:
+            # each statement is a trip to the engine, and these come before the flush).
+            added = await db.execute(
                 "INSERT INTO tasks (id, channel, message_id, state, raw_json, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (
-                    task_id,
-                    raw.channel,
-                    raw.message_id,
-                    TaskState.QUEUED.value,
-                    raw_json,
-                    now,
-                ),
-            )
+                " SELECT ?, ?, ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM inbound_messages"
+                " WHERE channel = ? AND message_id = ?)",
+                (task_id, raw.channel, raw.message_id, TaskState.QUEUED.value, raw_json, now,
+                 raw.channel, raw.message_id),
+            )  # fmt: skip
+            if not added:
+                existing = await db.fetch_one(
+                    "SELECT task_id FROM inbound_messages WHERE channel = ? AND message_id = ?",
+                    (raw.channel, raw.message_id),
+                )
+                if existing is None:  # pruned between the two statements (PostgreSQL)
+                    raise RuntimeError(f"message {raw.message_id} changed meanwhile: again")
+                return str(existing[0]), False
             await db.execute(
                 "INSERT INTO inbound_messages (channel, message_id, task_id, received_at)"
                 " VALUES (?, ?, ?, ?)",
@@ -209,8 +208,9 @@ class SqlStore:
         conversation_id: str | None = None,
         parsed: InboundMessage | None = None,
         error: str | None = None,
+        known: TaskRecord | None = None,
     ) -> TaskRecord:
-        current = await self.get_task(task_id)
+        current = known if known is not None else await self.get_task(task_id)
         check_transition(current.state, target)
         if (target is TaskState.COMPLETED) != (reason is not None):
             raise ValueError("a completion reason is required exactly when completing")
@@ -244,9 +244,18 @@ class SqlStore:
             changed["error"] = error
         # No state needs a flush of its own (module docstring): recovery rebuilds it from
         # the accepted message and the stored reply, both flushed before their effects.
-        await self._database.write(
-            f"UPDATE tasks SET {', '.join(sets)} WHERE id = ?", [*values, task_id], durable=False
+        # A task the caller knew is updated only from the state it knew (one read fewer
+        # on intake's way, issue 19); moved meanwhile, it is read and checked as usual.
+        where, keys = ("id = ? AND state = ?", [task_id, current.state.value]) if known else (
+            "id = ?", [task_id])  # fmt: skip
+        updated = await self._database.write(
+            f"UPDATE tasks SET {', '.join(sets)} WHERE {where}", [*values, *keys], durable=False
         )
+        if known is not None and not updated:
+            return await self.transition(
+                task_id, target, reason=reason, conversation_id=conversation_id,
+                parsed=parsed, error=error,
+            )  # fmt: skip
         return self._published(dataclasses.replace(current, **changed), current.state)
 
     async def list_tasks(

@@ -166,9 +166,12 @@ class Store(Protocol):
         conversation_id: str | None = None,
         parsed: InboundMessage | None = None,
         error: str | None = None,
+        known: TaskRecord | None = None,
     ) -> TaskRecord:
         """Move a task to ``target``; raises IllegalTransition for a move the lifecycle
-        forbids. Entering EXECUTING stamps started_at and counts an attempt."""
+        forbids. Entering EXECUTING stamps started_at and counts an attempt. ``known``: the
+        task as the caller last had it, so it is not read first unless its state has
+        changed since (the row is updated only from that state)."""
         ...
 
     async def save_parsed(self, task_id: str, parsed: InboundMessage) -> None:

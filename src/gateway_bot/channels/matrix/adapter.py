@@ -1,11 +1,13 @@
 """The Matrix channel as the core sees it: authenticate and parse, then answer.
 
-Authentication is membership: a message counts only if its sender is joined to the room now
-(checked against the homeserver, so it holds after a restart too). A joined member outside
-``allowed_users`` parses with ``sender_allowed=False`` and the core's approval policy
-decides. A reaction that presses a card's button parses to a Decision; the card's buttons
-are read back from the card event itself. An invite the listener did not accept by itself
-parses to a RoomInvite: the core joins, cards an owner, or declines.
+Authentication is membership: a message counts only if its sender is joined to the room now,
+as the bot's own sync last said (``members.py``: at the end of the message's batch or a
+later one), else as the homeserver says (``joined_members``: before the process's first
+sync, while syncs fail, in a room whose whole membership the sync did not give). A joined
+member outside ``allowed_users`` parses with ``sender_allowed=False`` and the core's
+approval policy decides. A reaction that presses a card's button parses to a Decision;
+the card's buttons are read back from the card event itself. An invite the listener did
+not accept by itself parses to a RoomInvite: the core joins, cards an owner, or declines.
 
 Answers: the acknowledgement (an ``m.notice``, with typing notices while the task runs) is
 edited in place into live progress; the reply is ``m.text`` (notices do not notify), HTML
@@ -22,7 +24,7 @@ import hashlib
 import html
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
@@ -130,18 +132,26 @@ class MatrixAdapter:
             )
         event: JsonDict = raw.payload["event"]
         sender = str(event.get("sender", raw.sender))
-        api = self._session.api
-        try:
-            members = await self._when_ready(lambda: api.joined_members(room_id))
-        except MatrixError as exc:
-            if exc.transient:
-                raise
-            raise AuthenticationError(sender, f"cannot see {room_id}'s members: {exc}") from exc
+        members = await self._joined_members(room_id, sender)
         if sender not in members:
             raise AuthenticationError(sender, f"not a joined member of {room_id}")
         if event.get("type") == "m.reaction":
             return await self._decision(room_id, event, sender, members[sender])
         return await self._parse_message(raw, room_id, event, sender, members)
+
+    async def _joined_members(self, room_id: str, sender: str) -> Mapping[str, str]:
+        """The room's joined members: from the sync when it can answer (no round trip
+        between a message and its acknowledgement), else from the homeserver."""
+        synced = self._listener.members.joined(room_id)
+        if synced is not None:
+            return synced
+        api = self._session.api
+        try:
+            return await self._when_ready(lambda: api.joined_members(room_id))
+        except MatrixError as exc:
+            if exc.transient:
+                raise
+            raise AuthenticationError(sender, f"cannot see {room_id}'s members: {exc}") from exc
 
     async def still_allowed(self, message: InboundMessage) -> bool:
         """Still in ``allowed_users`` and still a joined member of the room (a scheduled
@@ -164,7 +174,7 @@ class MatrixAdapter:
         room_id: str,
         event: JsonDict,
         sender: str,
-        members: dict[str, str],
+        members: Mapping[str, str],
     ) -> InboundMessage:
         content: JsonDict = event.get("content") or {}
         parsed = parse_message(event)
@@ -194,7 +204,7 @@ class MatrixAdapter:
             mentioned=mentions_bot(content, bot, names),
         )
 
-    async def _room_title(self, room_id: str, members: dict[str, str]) -> str:
+    async def _room_title(self, room_id: str, members: Mapping[str, str]) -> str:
         """The room's name, else (a direct chat) the other member's name, else its id."""
         if room_id not in self._titles:
             try:

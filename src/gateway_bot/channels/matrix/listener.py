@@ -43,6 +43,7 @@ from gateway_bot.channels.matrix.events import (
     reaction_of,
     user_allowed,
 )
+from gateway_bot.channels.matrix.members import RoomMembers
 from gateway_bot.channels.matrix.render import in_conversation, notice_content
 from gateway_bot.channels.matrix.session import LoginRefused, MatrixSession
 from gateway_bot.core.channel import Submit
@@ -98,6 +99,9 @@ class MatrixListener:
         self._joined: set[str] = set()
         self._filter = sync_filter(session.settings.sync_timeline_limit)
         self._full_state = True
+        self.members = RoomMembers()
+        """Who is joined where, as the syncs say (``members.py``): the adapter's
+        authentication reads it instead of asking the homeserver per message."""
         self._encrypted = EncryptedIntake(session, self._on_event)
         self._undecrypted_ticker: asyncio.Task[None] | None = None
 
@@ -133,6 +137,7 @@ class MatrixListener:
                 self._loop_task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._loop_task
+        self.members.lost()  # no sync keeps them current any more
         if self._undecrypted_ticker is not None:
             self._undecrypted_ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -146,24 +151,30 @@ class MatrixListener:
         while not self._stopping.is_set():
             try:
                 if not self._session.logged_in:
+                    self.members.lost()
                     await self._session.log_in()
                     position = await self._session.store.load_position(self._session.user_id)
                     self._next_batch = position.next_batch
                     self._joined = set(position.joined_rooms)
+                full_state = self._full_state
                 response = await self._poll()
                 if response is None:
                     return
-                self._full_state = False
                 self._session.mark_synced()
                 await self._session.e2ee.chores()
                 await self._session.cross_sign()
-                await self._handle_batch(response)
+                await self._handle_batch(response, full_state)
+                # Only once the batch was handled: a retry after a failure above asks for
+                # the full state again, or every room's membership would stay unknown.
+                self._full_state = False
                 await self._encrypted.retry_kept()
             except LoginRefused as exc:
+                self.members.lost()
                 log.error("matrix: %s", exc)
                 self._status = ChannelStatus(ChannelHealth.FAILED, f"login refused: {exc}")
                 return
             except MatrixError as exc:
+                self.members.lost()
                 if exc.status == 401 and exc.errcode == "M_UNKNOWN_TOKEN":
                     try:
                         await self._session.token_lost()
@@ -173,6 +184,7 @@ class MatrixListener:
                 backoff = await self._degraded(f"sync failed: {exc}", backoff)
                 continue
             except Exception as exc:
+                self.members.lost()
                 log.exception("matrix: handling a sync batch failed")
                 backoff = await self._degraded(f"sync batch failed: {exc!r}", backoff)
                 continue
@@ -213,8 +225,10 @@ class MatrixListener:
 
     # -- one batch -----------------------------------------------------------------------
 
-    async def _handle_batch(self, response: JsonDict) -> None:
+    async def _handle_batch(self, response: JsonDict, full_state: bool) -> None:
         since = self._next_batch
+        # Members first: the batch's messages are authenticated against its end state.
+        self.members.follow(response, full_state=full_state, known_rooms=self._joined)
         rooms = response.get("rooms") or {}
         for room_id, invited in (rooms.get("invite") or {}).items():
             state = (invited.get("invite_state") or {}).get("events") or []

@@ -53,6 +53,10 @@ from gateway_bot.state.database import Database
 
 log = logging.getLogger(__name__)
 
+PREPARED_KEPT = 1000
+"""Prepared acknowledgements remembered at most (one not posted is forgotten, oldest first:
+its post then looks in Slack first, as after a restart)."""
+
 METADATA_EVENT = "gateway_bot_post"
 """Message metadata event type marking the bot's posts with their task id and part."""
 
@@ -70,6 +74,9 @@ class SlackAdapter:
             self._client, self._records, settings.bot_token, settings.max_file_bytes
         )
         self._listener = SlackListener(settings, self._client, self._records)
+        self._prepared: dict[str, None] = {}
+        """Tasks whose acknowledgement intent this process wrote and has not posted yet
+        (``prepare_acknowledgement``): their post looks nothing up first."""
         self.progress_interval_s = settings.progress_interval_seconds
 
     @property
@@ -202,6 +209,15 @@ class SlackAdapter:
 
     # -- outbound ----------------------------------------------------------------------
 
+    async def prepare_acknowledgement(self, context: JsonDict, task_id: str) -> None:
+        """The acknowledgement's post intent, written while the message's flush runs; the
+        post then needs no write of its own first. Unused (the conversation was full), it
+        stays an unconfirmed intent, which posts nothing."""
+        if await self._records.intend_post(task_id, "ack", 0, str(context["channel"])):
+            self._prepared[task_id] = None
+            if len(self._prepared) > PREPARED_KEPT:
+                del self._prepared[next(iter(self._prepared))]
+
     async def send_acknowledgement(self, context: JsonDict, task_id: str, text: str) -> None:
         await self._post_once(
             task_id, "ack", 0, context, render.notice(":hourglass_flowing_sand:", text)
@@ -300,16 +316,23 @@ class SlackAdapter:
     async def _post_once(
         self, task_id: str, kind: str, part: int, context: JsonDict, text: str
     ) -> str:
-        """Post (task, kind, part) unless it already was; return its ts."""
+        """Post (task, kind, part) unless it already was; return its ts ("" for a post
+        whose record retention removed meanwhile). The intent is written first (or was,
+        during the flush: ``prepare_acknowledgement``) and read back only when it was there
+        already (issue 19: no write or one, not a read and a write, before a first post)."""
         channel = str(context["channel"])
         thread = context.get("thread_ts") or None
-        record = await self._records.post(task_id, kind, part)
-        if record is not None and record.ts is not None:
-            return record.ts
-        if record is None:
-            await self._records.intend_post(task_id, kind, part, channel)
+        prepared = kind == "ack" and part == 0 and task_id in self._prepared
+        if prepared:  # (forgotten before the call: a retry after it looks in Slack first)
+            del self._prepared[task_id]
+        if prepared or await self._records.intend_post(task_id, kind, part, channel):
             reached("slack_post_intended")
         else:
+            record = await self._records.post(task_id, kind, part)
+            if record is None:  # confirmed long ago, pruned between the two statements
+                return ""
+            if record.ts is not None:
+                return record.ts
             found = await self._find_post(channel, thread, task_id, kind, part, record.intended_at)
             if found is not None:
                 log.info("task %s: %s %d was already posted (%s)", task_id, kind, part, found)

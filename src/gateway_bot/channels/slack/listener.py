@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.authorization import AuthorizeResult
 from slack_bolt.context.ack.async_ack import AsyncAck
@@ -35,7 +36,7 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from gateway_bot.channels.slack import events
+from gateway_bot.channels.slack import events, webapi
 from gateway_bot.channels.slack.health import FATAL_ERRORS, Health, backoff_delay
 from gateway_bot.channels.slack.http_events import HttpEventsServer
 from gateway_bot.channels.slack.records import SlackRecords
@@ -77,6 +78,8 @@ class SlackListener:
         self._task: asyncio.Task[None] | None = None
         self._socket: SocketModeConnection | None = None
         self._http: HttpEventsServer | None = None
+        self._connections: aiohttp.ClientSession | None = None
+        """The Web API client's kept-alive connections while the listener runs."""
 
         # Bolt passes arguments by parameter name, so it gets plain functions, not methods.
         async def authorize(
@@ -107,6 +110,8 @@ class SlackListener:
     async def start(self, submit: Submit) -> None:
         """Returns at once; connecting (and reconnecting) runs in the background."""
         self._submit = submit
+        if self._connections is None:
+            self._connections = webapi.keep_alive(self._client)
         if self._settings.transport == "http":
             self._http = HttpEventsServer(
                 self.app,
@@ -132,6 +137,9 @@ class SlackListener:
         await stop_task(self._task)
         if self._http is not None:
             await self._http.stop()
+        if self._connections is not None:
+            await webapi.let_go(self._client, self._connections)
+            self._connections = None
 
     async def _supervise(self) -> None:
         attempt = 0
@@ -270,12 +278,15 @@ class SlackListener:
             return
         if not events.is_person_talking(event):
             return
-        in_thread = events.is_thread_reply(event) and await self._records.in_thread(
-            team, event["channel"], events.thread_root(event)
-        )
         listen_all = self._settings.listen == "all"
-        if not events.should_submit(event, bot_user_id, in_thread, listen_all=listen_all):
-            return
+        if not events.should_submit(event, bot_user_id, False, listen_all=listen_all):
+            # Only an un-mentioned reply in a channel thread needs the threads table: a
+            # DM or a mention goes in without that read before its commit (issue 19).
+            in_thread = events.is_thread_reply(event) and await self._records.in_thread(
+                team, event["channel"], events.thread_root(event)
+            )
+            if not events.should_submit(event, bot_user_id, in_thread, listen_all=listen_all):
+                return
         await self._submit_or_raise(
             RawMessage(
                 channel=CHANNEL,

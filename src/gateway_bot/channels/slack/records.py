@@ -28,6 +28,9 @@ from gateway_bot.state.owned_tables import LegacyFile, OwnedTables
 
 OWNER = "slack"
 
+KNOWN_THREADS = 10_000
+"""Threads the bot is in that ``SlackRecords`` remembers (a few hundred kB at most)."""
+
 SLACK_MIGRATIONS: tuple[str, ...] = (
     # 1: posts per task, uploads per thread, threads the bot is in (the former slack.db's
     # schema version 1, prefixed).
@@ -88,6 +91,9 @@ class SlackRecords:
         legacy = None if legacy_path is None else LegacyFile(legacy_path, _LEGACY_TABLES, "slack_")
         self._tables = OwnedTables(database, OWNER, SLACK_MIGRATIONS, legacy)
         database.add_pruner(OWNER, self.prune)
+        self._known_threads: dict[tuple[str, str, str], None] = {}
+        """Threads seen in the table lately (oldest first, at most ``KNOWN_THREADS``): a
+        thread never leaves it, so a reply in one needs no read (issue 19)."""
 
     async def _db(self) -> Database:
         return await self._tables.ready()
@@ -117,20 +123,22 @@ class SlackRecords:
         )
         return PostRecord(row[0], row[1], row[2]) if row else None
 
-    async def intend_post(self, task_id: str, kind: str, part: int, channel: str) -> None:
-        """Committed before the post (so a restart after kill -9 looks in Slack first).
+    async def intend_post(self, task_id: str, kind: str, part: int, channel: str) -> bool:
+        """Committed before the post (so a restart after kill -9 looks in Slack first);
+        False when the post already had a record (this one is then left as it was).
         Only a reply's intent also waits for the disk: after a power cut, a reply is found
         in Slack instead of posted twice. The acknowledgement and the progress line do not
         (issue 19: that flush would come between a message and its "Working on it"); a
         power cut in the ~50 ms before the next flush can post a second "Working on it",
         which is cosmetic."""
         db = await self._db()
-        await db.write(
+        added = await db.write(
             "INSERT INTO slack_posts (task_id, kind, part, channel, intended_at)"
             " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
             (task_id, kind, part, channel, time.time()),
             durable=kind == "reply",
         )
+        return added > 0
 
     async def confirm_post(self, task_id: str, kind: str, part: int, ts: str) -> None:
         """After the post, no flush of its own: an intent that lost its ts to a power cut
@@ -185,11 +193,25 @@ class SlackRecords:
             (team, channel, thread_ts),
             durable=False,
         )
+        self._know_thread((team, channel, thread_ts))
 
     async def in_thread(self, team: str, channel: str, thread_ts: str) -> bool:
+        """Whether the bot takes part in the thread: remembered once seen (rows are never
+        deleted, so a remembered yes stays true; a no is read again, since another replica
+        may have joined the thread since)."""
+        key = (team, channel, thread_ts)
+        if key in self._known_threads:
+            return True
         db = await self._db()
         row = await db.fetch_one(
-            "SELECT 1 FROM slack_threads WHERE team=? AND channel=? AND thread_ts=?",
-            (team, channel, thread_ts),
+            "SELECT 1 FROM slack_threads WHERE team=? AND channel=? AND thread_ts=?", key
         )
+        if row is not None:
+            self._know_thread(key)
         return row is not None
+
+    def _know_thread(self, key: tuple[str, str, str]) -> None:
+        self._known_threads.pop(key, None)
+        self._known_threads[key] = None
+        if len(self._known_threads) > KNOWN_THREADS:
+            del self._known_threads[next(iter(self._known_threads))]

@@ -14,14 +14,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from podman.errors import NotFound, PodmanError
 
 from gateway_bot.config.sandbox import SandboxSettings
-from gateway_bot.sandbox.base import HostUnreachable, SandboxUnavailable
+from gateway_bot.sandbox.base import HostUnreachable, KeptProcesses, SandboxUnavailable
 from gateway_bot.sandbox.podman import containers as spec
 from gateway_bot.sandbox.podman.host_set import HostSet
 from gateway_bot.sandbox.podman.hosts import PodmanHost
@@ -36,19 +35,6 @@ class ContextState:
     last_used: float = field(default_factory=time.monotonic)
     broken: bool = False
     """Died mid-task: the next task gets a fresh container."""
-
-
-class KeptProcesses(Protocol):
-    """Processes kept running in containers between tasks (warm agent sessions): they keep
-    a container busy, so the idle stop and the cap ask here which are idle and end them."""
-
-    def idle_since(self) -> Mapping[str, float]:
-        """Context id -> when (``time.monotonic``) its kept process was last used."""
-        ...
-
-    async def end(self, context_id: str) -> None:
-        """End the context's kept process (it has exited when this returns)."""
-        ...
 
 
 class IdleStops:

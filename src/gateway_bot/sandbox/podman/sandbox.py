@@ -32,6 +32,7 @@ from gateway_bot.sandbox.base import (
     ExecutionContext,
     HostUnreachable,
     IsKnown,
+    KeptProcesses,
     SandboxContainer,
     SandboxHost,
     SandboxPaths,
@@ -49,7 +50,7 @@ from gateway_bot.sandbox.podman.egress_wiring import EgressWiring
 from gateway_bot.sandbox.podman.exec_env import ExecEnvError, ExecEnvFiles
 from gateway_bot.sandbox.podman.host_set import HostSet
 from gateway_bot.sandbox.podman.hosts import PodmanHost, make_hosts
-from gateway_bot.sandbox.podman.idle_stops import ContextState, IdleStops, KeptProcesses
+from gateway_bot.sandbox.podman.idle_stops import ContextState, IdleStops
 from gateway_bot.sandbox.podman.model_relay import ModelRelay, loopback_target
 from gateway_bot.sandbox.podman.process import AfterExit, EndOthers, PodmanExecProcess
 from gateway_bot.sandbox.podman.reattach import reattach_host
