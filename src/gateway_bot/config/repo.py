@@ -66,7 +66,7 @@ class RepoConfig(BaseModel):
     def _safe_names(cls, env: dict[str, str | SecretRef]) -> dict[str, str | SecretRef]:
         problems = []
         for name, value in env.items():
-            if not _ENV_NAME.match(name):
+            if not _ENV_NAME.fullmatch(name):  # `$` alone takes "NAME\n"
                 problems.append(f"{name!r} is not a variable name ([A-Z_][A-Z0-9_]*)")
             elif name in REFUSED_ENV or name.startswith("LD_"):
                 problems.append(

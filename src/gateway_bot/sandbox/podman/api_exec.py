@@ -68,7 +68,7 @@ def exec_body(argv: Sequence[str], env: Mapping[str, str], workdir: str) -> dict
     set another variable) or a value with NUL (no process environment can hold it)."""
     entries = []
     for name, value in env.items():
-        if not VALID_NAME.match(name):
+        if not VALID_NAME.fullmatch(name):  # `$` alone takes "NAME\n"
             raise ExecEnvError(f"environment variable name {name!r} is not valid")
         if "\0" in value:
             raise ExecEnvError(f"environment variable {name} has a NUL byte in its value")
@@ -169,6 +169,43 @@ async def _start(socket: Path, exec_id: str) -> tuple[asyncio.StreamReader, asyn
     return reader, writer
 
 
+class _Frames:
+    """The frame parser's state between reads: a header cut by a read's end, and what is
+    left of the frame being read."""
+
+    def __init__(self) -> None:
+        self._head = bytearray()
+        self._kind = 0
+        self._left = 0
+
+    def take(self, chunk: bytes, stderr: bytearray) -> bytes:
+        """The stdout bytes in ``chunk``; its stderr bytes go to ``stderr`` up to
+        ``STDERR_LIMIT`` (the rest is dropped by length, never copied)."""
+        view = memoryview(chunk)
+        out = bytearray()
+        at, end = 0, len(view)
+        while at < end:
+            if not self._left:
+                wanted = _FRAME.size - len(self._head)
+                self._head += view[at : at + wanted]
+                at += wanted
+                if len(self._head) < _FRAME.size:
+                    break
+                self._kind, self._left = _FRAME.unpack(self._head)
+                self._head.clear()
+                continue
+            step = min(self._left, end - at)
+            if self._kind == 2:
+                room = STDERR_LIMIT - len(stderr)
+                if room > 0:
+                    stderr += view[at : at + min(step, room)]
+            else:
+                out += view[at : at + step]
+            at += step
+            self._left -= step
+        return bytes(out)
+
+
 class _Flow(asyncio.ReadTransport):
     """What the stdout StreamReader pauses and resumes (it calls ``pause_reading`` when it
     holds more than twice its limit): the frame pump waits on ``running``."""
@@ -228,21 +265,22 @@ class PodmanApiExecProcess:
         return not self._flow.is_reading()
 
     async def _take_frames(self) -> None:
-        """Demultiplex the stream until it ends (or breaks, or the task is killed)."""
+        """Demultiplex the stream until it ends (or breaks, or the task is killed).
+
+        Whole reads of up to ``_CHUNK`` bytes are taken apart in one synchronous pass, and
+        the loop yields after each: the process decides how its output is framed (every
+        ``write(2)`` is a frame), and one await per frame let a flood of one-byte writes
+        hold the daemon's event loop for a tenth of a second at a time."""
+        frames = _Frames()
         try:
-            while True:
-                header = await self._reader.readexactly(_FRAME.size)
-                kind, left = _FRAME.unpack(header)
-                while left:
-                    data = await self._reader.readexactly(min(left, _CHUNK))
-                    left -= len(data)
-                    if kind == 2:
-                        self._stderr += data[: max(0, STDERR_LIMIT - len(self._stderr))]
-                    else:
-                        self._stdout.feed_data(data)
-                        await self._flow.running.wait()
-        except (asyncio.IncompleteReadError, ConnectionError, OSError):
-            pass  # the end of the stream (a clean one ends between two frames)
+            while chunk := await self._reader.read(_CHUNK):
+                out = frames.take(chunk, self._stderr)
+                if out:
+                    self._stdout.feed_data(out)
+                    await self._flow.running.wait()
+                await asyncio.sleep(0)
+        except (ConnectionError, OSError):
+            pass  # the stream broke; the exit code says what happened
         finally:
             self._stdout.feed_eof()
             self._writer.transport.abort()

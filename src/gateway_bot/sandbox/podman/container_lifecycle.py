@@ -87,6 +87,7 @@ async def after_exit(
         info = await host.calls.inspect(name)
     except (PodmanError, OSError) as exc:  # the host went away during the task
         state.busy = False
+        state.unswept = True  # the agent may still run: the next task clears it first
         return f"sandbox: the agent's host {host.name} stopped answering ({exc})"
     running = info is not None and info["State"]["Running"]
     if running:

@@ -36,7 +36,7 @@ class ExecEnvFiles:
     def write(self, env: Mapping[str, str]) -> Path:
         lines = []
         for name, value in env.items():
-            if not VALID_NAME.match(name):
+            if not VALID_NAME.fullmatch(name):
                 raise ExecEnvError(f"environment variable name {name!r} is not valid")
             if "\n" in value or "\r" in value or "\0" in value:
                 raise ExecEnvError(f"environment variable {name} has a line break in its value")

@@ -36,6 +36,7 @@ def release_exec_session(exec_id: str) -> bool:
     Blocking (a few scans of /proc, at most ~3 s): call it in a thread, after the exec's
     process has ended (before that, conmon's children are the runtime and the process)."""
     woken = False
+    signalled: set[int] = set()
     for _ in range(_ROUNDS):
         conmons = _session_conmons(exec_id)
         if not conmons:
@@ -44,9 +45,15 @@ def release_exec_session(exec_id: str) -> bool:
         if not sleeping and woken:
             return True  # the child became `podman container cleanup`
         for pid in sleeping:
+            if pid in signalled:
+                # Once only: it may have become `podman container cleanup` since this round's
+                # scan, and a second SIGTERM would end the cleanup itself (the session then
+                # stays listed until the container goes).
+                continue
+            signalled.add(pid)
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                # The cleanup is a podman CLI start (what the exec CLI cost): at the lowest
-                # priority it waits for idle CPU instead of slowing the tasks after this one.
+                # The cleanup is a podman CLI start (what the exec CLI cost): at a low priority
+                # it waits for idle CPU instead of slowing the tasks after this one.
                 os.setpriority(os.PRIO_PROCESS, pid, _NICE)
                 os.kill(pid, signal.SIGTERM)
                 woken = True

@@ -35,6 +35,10 @@ class ContextState:
     last_used: float = field(default_factory=time.monotonic)
     broken: bool = False
     """Died mid-task: the next task gets a fresh container."""
+    unswept: bool = False
+    """A task's processes may still run in the container: its after-exit step could not
+    clear them (the host's service stopped answering), or its start failed after podman
+    may have started it. The next task clears the container before its own exec."""
 
 
 class IdleStops:

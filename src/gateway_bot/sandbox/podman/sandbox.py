@@ -280,6 +280,7 @@ class PodmanSandbox:
             raise SandboxUnavailable(f"cannot start the agent: {exc}") from exc
         except BaseException:
             state.busy = False
+            state.unswept = True  # podman may have started it before the failure
             if env_file is not None:
                 self._env_files.remove(env_file)
             raise
@@ -341,6 +342,9 @@ class PodmanSandbox:
         )
         if started:
             await self._idle.enforce_cap(host, keep=context.id)
+        elif state.unswept:
+            await host.calls.kill_strays(name)  # what an unfinished task may have left
+        state.unswept = False
         return host, name
 
     # -- housekeeping and garbage collection ----------------------------------------------
