@@ -162,3 +162,24 @@ async def test_a_file_over_the_limit_is_named_in_the_thread_not_downloaded(
     [notice] = fake_slack.texts("C0GENERAL", ts)
     assert "big.bin is 100 bytes, over the 10 bytes limit" in notice
     await channel.adapter.listener.stop()
+
+
+async def test_a_post_in_flight_when_the_listener_stops_still_arrives(channel: Channel) -> None:
+    """The listener stops (the daemon shutting down, a replica losing its lease) while a
+    reply is on its way: the reply's call ends normally. The kept connections were closed
+    under it, and slack_sdk's retry then used the closed session: the reply failed."""
+    fake = channel.fake
+    await channel.adapter.listener.start(channel.submit)
+    await asyncio.to_thread(fake.wait_connected)
+    asked = await asyncio.to_thread(fake.user_says, "U0BOB", "C0GENERAL", f"{MENTION} hi")
+    await channel.until(lambda: channel.submitted, "the message handed on")
+    message = await channel.parse(channel.submitted[0])
+    fake.hold_post = "Nearly there"
+    posting = asyncio.create_task(
+        channel.adapter.send_rejection(message.channel_context, "Nearly there")
+    )
+    assert await asyncio.to_thread(fake.held.wait, 30), "the post reached Slack"
+    await channel.adapter.listener.stop()
+    fake.release()
+    await asyncio.wait_for(posting, 30)
+    assert [t for t in fake.texts("C0GENERAL", asked) if "Nearly there" in t]

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from gateway_bot.domain.lifecycle import TaskState
 from gateway_bot.domain.records import TaskRecord
 from gateway_bot.state.group_flush import GroupFlush
@@ -45,3 +47,37 @@ async def test_a_message_is_parsed_during_its_flush_and_queued_and_acknowledged_
     message_id = await asyncio.wait_for(submitted, 30)
     await world.until(lambda: world.channel.seen("dm", "ack"), "the acknowledgement")
     assert (await world.reply(message_id)).text == "Echo: hello"
+
+
+async def test_a_message_whose_flush_failed_is_answered_once_a_later_flush_succeeds(
+    world: World,
+) -> None:
+    """The disk refuses the message's flush (EIO; on PostgreSQL a connection lost during the
+    synchronous commit): the source is not told (submit raises, the channel would deliver it
+    again), nobody hears of the message while the next flush is still out, and it is
+    answered once that one succeeds, without a restart. It was acknowledged at once with no
+    flush behind it, or left mid-authentication until the next start."""
+    backend = world.store.database.backend
+    disk = backend.flusher
+    failed, let_go = asyncio.Event(), asyncio.Event()
+
+    async def failing_then_held_flush() -> None:
+        if not failed.is_set():
+            failed.set()
+            raise OSError(5, "Input/output error")
+        await let_go.wait()
+        disk.committed()
+        await disk.wait()
+
+    backend.flusher = GroupFlush(failing_then_held_flush)
+    try:
+        with pytest.raises(OSError, match="Input/output error"):
+            await world.say("hello")
+        await asyncio.sleep(0.3)  # room for a task that did not wait for a flush
+        assert not world.channel.seen("dm", "ack"), "acknowledged after its flush failed"
+        assert not world.channel.seen("dm", "reply"), "answered after its flush failed"
+    finally:
+        let_go.set()
+    await world.until(lambda: world.channel.seen("dm", "ack"), "the acknowledgement")
+    await world.until(lambda: world.channel.seen("dm", "reply"), "the answer")
+    assert world.channel.texts("dm", "reply") == ["Echo: hello"]

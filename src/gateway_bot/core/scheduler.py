@@ -39,6 +39,7 @@ from gateway_bot.core.channel import (
     attachment_downloads,
 )
 from gateway_bot.core.delivery import ReplyDelivery
+from gateway_bot.core.disk_holds import DiskHolds
 from gateway_bot.core.executor import TaskResult
 from gateway_bot.core.fault_points import reached
 from gateway_bot.core.jobs import Jobs
@@ -93,7 +94,7 @@ class Scheduler:
         self._running: dict[str, RunningTask] = {}
         self._told_waiting: dict[str, str] = {}
         """Tasks whose sender was told they wait for their host (told once): the host."""
-        self._on_disk: dict[str, asyncio.Future[None]] = {}
+        self._disk = DiskHolds(store.flush)
         """Per task taken in before its message was on disk: the flush its notices wait
         for (``hold_notices``); gone once the flush is done."""
         self.claims: ConversationClaims | None = None
@@ -128,19 +129,16 @@ class Scheduler:
         is): ``queue`` waits for that before the task joins its lane, so no person hears
         of a message a power cut could still take (no acknowledgement, refusal or run), and
         a task killed before it is on disk is at most being routed (issue 19)."""
-        if on_disk.done():
-            return
-        self._on_disk[task_id] = on_disk
-        on_disk.add_done_callback(lambda _: self._on_disk.pop(task_id, None))
+        self._disk.hold(task_id, on_disk)
 
     async def queue(self, task: TaskRecord, message: InboundMessage, conversation_id: str) -> None:
         """Take a routed message: PENDING and queued, then acknowledged; or refused when the
         conversation already has ``max_pending`` waiting. The acknowledgement (or refusal) is a
         job of its own, retried, and never decides whether the task runs."""
-        on_disk = self._on_disk.pop(task.id, None)
-        if on_disk is not None:
+        if self._disk.held(task.id):
             await self._prepare_acknowledgement(task.id, message, conversation_id)
-            await on_disk  # (its lane, its notices and a kill's recovery start from here)
+            # (its lane, its notices and a kill's recovery start from here)
+            await self._disk.on_disk(task.id)
         ahead = self.depth(conversation_id)
         await self._store.transition(
             task.id, TaskState.PENDING, conversation_id=conversation_id, parsed=message, known=task

@@ -135,6 +135,9 @@ class SqlStore:
         await self._database.flush()
         return task_id, is_new
 
+    async def flush(self) -> None:
+        await self._database.flush()
+
     async def _insert_inbound(self, raw: RawMessage) -> tuple[str, bool]:
         task_id = secrets.token_hex(6)
         now = time.time()

@@ -145,6 +145,10 @@ class Store(Protocol):
         """
         ...
 
+    async def flush(self) -> None:
+        """Return once every commit made so far is on disk."""
+        ...
+
     async def get_task(self, task_id: str) -> TaskRecord: ...
 
     async def tasks_in_states(self, states: Iterable[TaskState]) -> list[TaskRecord]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import aiohttp
@@ -33,8 +34,23 @@ def keep_alive(client: AsyncWebClient) -> aiohttp.ClientSession:
 
 
 async def let_go(client: AsyncWebClient, session: aiohttp.ClientSession) -> None:
-    """Close ``session``; later calls go back to a session per call (the daemon still
-    posts replies after its listener stopped)."""
+    """Later calls go back to a session per call (the daemon still posts replies after its
+    listener stopped); ``session`` is closed once a call already holding it has had its
+    timeout to end. Closed at once, it failed replies in flight: slack_sdk picks the
+    session before its retries, so the retry of a reply used the closed session too."""
     if client.session is session:
         client.session = None
-    await session.close()
+    closing = asyncio.create_task(_close_after(session, float(client.timeout)))
+    _closing.add(closing)
+    closing.add_done_callback(_closing.discard)
+
+
+_closing: set[asyncio.Task[None]] = set()
+"""Sessions let go of and not yet closed (a reference each while their task runs)."""
+
+
+async def _close_after(session: aiohttp.ClientSession, delay_s: float) -> None:
+    try:
+        await asyncio.sleep(delay_s)
+    finally:  # at once when the daemon stops (its running tasks were waited for first)
+        await session.close()
