@@ -242,6 +242,10 @@ class PodmanService:
                 stdout=log_file,
                 stderr=log_file,
                 env=self.cli_env(),
+                # Not the daemon's directory: the service outlives it, and once that
+                # directory is gone every container start fails (conmon, netavark: "No such
+                # file or directory"), for every daemon that uses the service after.
+                cwd="/",
             )
             await launcher.wait()
         self._started_argv = argv
