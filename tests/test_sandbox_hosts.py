@@ -95,6 +95,11 @@ class PodmanHost:
         if listed:
             self.remote("rm", "-f", "-t", "0", *listed, check=False)
         self.stop()
+        # conmon's exit commands (``podman --root THIS container cleanup``) would mount this
+        # storage again after the umount, and a mount left in the temp dir fails the next
+        # pytest run's clean-up of it: they end first.
+        exit_commands = f"--root {self.directory / 'root'}"
+        subprocess.run(["pkill", "-KILL", "-f", "--", exit_commands], check=False)
         for mounted in ("root/overlay", "root/overlay-containers"):
             subprocess.run(["umount", "-l", str(self.directory / mounted)], capture_output=True)
         shutil.rmtree(self.short, ignore_errors=True)
