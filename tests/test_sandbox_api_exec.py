@@ -65,16 +65,21 @@ def exec_ids(container: str) -> str:
     return podman("inspect", "--format", "{{.ExecIDs}}", container).stdout.strip()
 
 
-def session_conmons(exec_id: str) -> list[int]:
+def host_processes(program: bytes, argument: str) -> list[int]:
+    """PIDs in the host's /proc running ``program`` with ``argument`` among its argv."""
     found = []
     for name in os.listdir("/proc"):
         try:
             argv = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if argv[0].endswith(b"conmon") and exec_id.encode() in argv:
+        if argv[0].endswith(program) and argument.encode() in argv:
             found.append(int(name))
     return found
+
+
+def session_conmons(exec_id: str) -> list[int]:
+    return host_processes(b"conmon", exec_id)
 
 
 def test_a_task_through_the_service_streams_as_a_pipe_would(sandbox: SandboxSetup) -> None:
@@ -162,16 +167,8 @@ def test_a_value_with_line_breaks_cannot_add_a_variable(sandbox: SandboxSetup) -
 def test_a_killed_task_ends_at_once_with_what_it_started(sandbox: SandboxSetup) -> None:
     token = "4242.4242"  # names the task's processes on the host's /proc
 
-    def running_token() -> list[str]:
-        found = []
-        for name in os.listdir("/proc"):
-            try:
-                argv = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if argv[0].endswith(b"sleep") and token.encode() in argv:
-                found.append(name)
-        return found
+    def running_token() -> list[int]:
+        return host_processes(b"sleep", token)
 
     async def steps(podman_sandbox: PodmanSandbox, context: ExecutionContext) -> int:
         script = f"trap '' TERM HUP; sleep {token} & setsid sleep {token} & echo started; wait"
