@@ -35,6 +35,7 @@ pytest_plugins: list[str] = [
     "tests.sandbox_fixtures",
     "tests.email_fixtures",
     "tests.pg_fixtures",
+    "tests.hang_report",
 ]
 
 GIT_IDENTITY = ["-c", "user.name=Test", "-c", "user.email=test@example.test"]
