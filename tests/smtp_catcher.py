@@ -1,6 +1,8 @@
 """A real SMTP server (aiosmtpd) on 127.0.0.1 that catches what the bot sends: every
-accepted message kept, a message withheld its 250 on demand (``hold_after_accept``), and
-XOAUTH2 logins checked against a token service (``check_token``)."""
+accepted message kept, a message withheld its 250 on demand (``hold_after_accept``), a
+DATA command withheld its 354 on demand (``hold_data``), the data of every transaction cut
+off before its end kept apart (``cut_off``), and XOAUTH2 logins checked against a token
+service (``check_token``)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from email.message import EmailMessage
 from typing import Any
 
 from aiosmtpd.controller import Controller
-from aiosmtpd.smtp import AuthResult
+from aiosmtpd.smtp import SMTP, AuthResult
 
 
 def free_port() -> int:
@@ -64,6 +66,56 @@ class _Catch:
         return "250 OK"
 
 
+class _Server(SMTP):
+    """aiosmtpd's server, plus what a handler cannot see: the DATA command itself (held on
+    demand) and a connection's raw bytes (the data of a transaction cut off mid-way)."""
+
+    def __init__(self, handler: _Catch, sink: SmtpCatcher, **kwargs: Any) -> None:
+        super().__init__(handler, **kwargs)
+        self._sink = sink
+        self._heard = bytearray()
+
+    def data_received(self, data: bytes) -> None:
+        self._heard += data
+        super().data_received(data)
+
+    def connection_lost(self, error: Exception | None) -> None:
+        if (unfinished := _unfinished_data(bytes(self._heard))) is not None:
+            self._sink.cut_off.append(unfinished)
+        super().connection_lost(error)
+
+    async def smtp_DATA(self, arg: str) -> None:
+        if self._sink.hold_data:
+            self._sink.hold_data = False  # once: the next DATA goes through
+            self._sink.holding_data.set()
+            await asyncio.to_thread(self._sink.released.wait)
+        await super().smtp_DATA(arg)
+
+
+def _unfinished_data(heard: bytes) -> bytes | None:
+    """The data (dot-stuffing undone) of a transaction whose DATA never ended, if the
+    connection's last one did not: what a client killed mid-transaction handed over."""
+    data: list[bytes] | None = None
+    for line in heard.split(b"\r\n"):
+        if data is None:
+            if line.upper() == b"DATA":
+                data = []
+        elif line == b".":
+            data = None
+        else:
+            data.append(line[1:] if line.startswith(b".") else line)
+    return None if data is None else b"\r\n".join(data)
+
+
+class _Controller(Controller):
+    def __init__(self, sink: SmtpCatcher, **kwargs: Any) -> None:
+        super().__init__(_Catch(sink), **kwargs)
+        self._sink = sink
+
+    def factory(self) -> SMTP:
+        return _Server(self.handler, self._sink, **self.SMTP_kwargs)
+
+
 class SmtpCatcher:
     """A real SMTP server (aiosmtpd) on 127.0.0.1 that keeps every message it accepts."""
 
@@ -81,6 +133,13 @@ class SmtpCatcher:
         self.port = 0
         self.refusing = False
         """While True every recipient gets a 451 (a server that refuses mail for now)."""
+        self.hold_data = False
+        """When set, the next DATA command waits for ``released`` before its 354 (the client
+        has said DATA and handed over nothing yet); ``holding_data`` says it arrived."""
+        self.holding_data = threading.Event()
+        self.cut_off: list[bytes] = []
+        """The data each transaction cut off before its end had carried (a client that died
+        mid-DATA): the server delivered none of them."""
 
     def add(self, recipients: list[str], message: EmailMessage) -> None:
         with self._changed:
@@ -98,8 +157,8 @@ class SmtpCatcher:
         self.released.clear()
         for _ in range(50):
             self.port = port or free_port()
-            controller = Controller(
-                _Catch(self),
+            controller = _Controller(
+                self,
                 hostname="127.0.0.1",
                 port=self.port,
                 auth_required=self.check_token is not None,

@@ -109,6 +109,34 @@ def test_killed_after_the_smtp_server_accepted_the_reply_sends_no_second_one(
     assert "is not sent again" in second.stderr
 
 
+def test_killed_after_saying_data_before_the_mail_was_handed_over_the_restart_sends_it_once(
+    gateway,
+    tmp_path: Path,
+    target_repo: Path,
+    fake_api: FakeAnthropic,
+    dovecot: Dovecot,
+    smtp_catcher: SmtpCatcher,
+    mailbox: str,
+) -> None:
+    """The daemon dies with the reply's transaction open up to DATA (the server has not
+    answered 354, so it holds none of the mail): nothing can have been delivered, so the
+    next daemon sends the reply, once, instead of giving it up as possibly sent."""
+    config = email_config(tmp_path, target_repo, fake_api, dovecot, smtp_catcher, mailbox)
+    smtp_catcher.hold_data = True
+    first = start_daemon(gateway, config)
+    dovecot.deliver(mailbox, mail("Cut", "DATA-CUT please", to=mailbox))
+    assert smtp_catcher.holding_data.wait(90), "the reply's DATA never reached the server"
+    first.kill()
+    smtp_catcher.released.set()
+    assert not answers_to(smtp_catcher, "Echo: DATA-CUT"), "the server kept nothing yet"
+
+    second = start_daemon(gateway, config)
+    smtp_catcher.wait_for(ALICE, where=lambda m: "Echo: DATA-CUT" in text_of(m))
+    follow_up_answered(dovecot, smtp_catcher, mailbox)
+    assert len(answers_to(smtp_catcher, "Echo: DATA-CUT")) == 1
+    assert "is not sent again" not in second.stderr
+
+
 def test_killed_before_the_smtp_transaction_the_restart_sends_the_reply(
     gateway,
     tmp_path: Path,

@@ -21,11 +21,14 @@ console walks in full. The agent is
 from __future__ import annotations
 
 import asyncio
+import email
+import email.policy
 import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
 
@@ -274,7 +277,15 @@ def test_email_answers_each_mail_once_through_every_kill_point(
     daemons: list[GatewayProcess],
 ) -> None:
     """``email_smtp_accepted`` is the window the channel chose to close at most once (the
-    server may have the mail): the reply must still arrive once, not twice."""
+    server may have the mail): the reply must still arrive once, not twice.
+
+    A daemon dies at its point while an earlier mail's reply may still be on its way out
+    (the first mail's reply is often sent during the later steps). Killed before the
+    reply's data ended, the next daemon sends it again; killed in the moment between the
+    record that the whole mail is with the server and its end-of-data line, the channel
+    gives it up (it cannot know whether the server took it; README, email). That one loss
+    is accepted only as such: the server got all of that reply but its end, and a later
+    daemon said it was not sent again."""
     config = email_config(
         tmp_path, target_repo, fake_api, dovecot, smtp_catcher, mailbox, acknowledge=True,
         sections=fast_agent_sections(tmp_path),
@@ -303,11 +314,39 @@ def test_email_answers_each_mail_once_through_every_kill_point(
         texts = [text_of(m) for m in smtp_catcher.to(MAIL_ALICE)]
         return [t for t in texts if f"Echo: {word} please" in t]
 
+    def given_up_at_its_end(word: str) -> bool:
+        """All of the word's reply but its end reached the server, and a daemon gave it up."""
+        logs = "".join(d.stderr for d in daemons)
+        cut = [
+            email.message_from_bytes(data, policy=email.policy.default)
+            for data in list(smtp_catcher.cut_off)
+        ]
+        return any(
+            f"Echo: {word} please" in _plain_text(m)
+            and f"({m['Message-ID']}) was being sent when the daemon stopped" in logs
+            for m in cut
+        )
+
     for word in [*words, "FAULTLAST"]:
-        wait_until(lambda w=word: answers(w), f"the answer to {word}")  # type: ignore[misc]
+        wait_until(
+            lambda w=word: answers(w) or given_up_at_its_end(w),  # type: ignore[misc]
+            f"the answer to {word}",
+        )
     wait_until(lambda: dovecot.folder_uids(mailbox) == [], "an empty inbox")
     for word in [*words, "FAULTLAST"]:
+        if not answers(word) and given_up_at_its_end(word):
+            print(f"{word}: its reply was cut off just before its end and given up (at most once)")
+            continue
         assert len(answers(word)) == 1, f"{word}: answered {len(answers(word))} times"
+
+
+def _plain_text(message: EmailMessage) -> str:
+    """The plain text of a mail that may have been cut off anywhere ("" if none is left)."""
+    try:
+        part = message.get_body(preferencelist=("plain",))
+        return str(part.get_content()) if part is not None else ""
+    except Exception:  # a part cut off mid-way may not decode
+        return ""
 
 
 def test_an_unknown_fault_point_stops_the_start() -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import os
 import shutil
 import signal
@@ -25,6 +26,14 @@ from pathlib import Path
 STDERR_LIMIT = 64 * 1024
 STDOUT_LINE_LIMIT = 16 * 1024 * 1024
 """One stream-json line can carry a whole file the agent read."""
+
+STDOUT_PIPE_BYTES = 1024 * 1024
+"""The stdout pipe's capacity when the host allows it (``fs.pipe-max-size``, 1 MiB by
+default; Linux gives 64 KiB unasked). The claude CLI, a Bun binary, exits without waiting
+for its reader: whatever of its last writes did not fit in the pipe is dropped, so a daemon
+lagging behind by more than the pipe held lost the end of a run (its result line: the run
+"failed" with exit code 0). Its last events (the answer, then the result repeating it)
+must fit in the pipe."""
 
 
 async def spawn_fed(
@@ -51,6 +60,7 @@ async def spawn_fed(
         start_new_session=True,
         limit=STDOUT_LINE_LIMIT,
     )
+    _widen_stdout_pipe(process)
     assert process.stdin is not None
     if stdin_data or not keep_stdin:
         process.stdin.write(stdin_data)
@@ -59,6 +69,22 @@ async def spawn_fed(
     if not keep_stdin:
         process.stdin.close()
     return process
+
+
+def _widen_stdout_pipe(process: asyncio.subprocess.Process) -> None:
+    """Give the process's stdout pipe ``STDOUT_PIPE_BYTES`` (or the host's maximum), so an
+    agent that exits right after its last writes loses none of them. Best effort: a host
+    that refuses (a per-user pipe quota) keeps the default."""
+    limit = STDOUT_PIPE_BYTES
+    with contextlib.suppress(OSError, ValueError):
+        limit = min(limit, int(Path("/proc/sys/fs/pipe-max-size").read_text()))
+    # asyncio keeps the pipe in the subprocess transport; it offers no public handle to it.
+    transport = getattr(process, "_transport", None)
+    pipe = transport.get_pipe_transport(1) if transport is not None else None
+    stdout = pipe.get_extra_info("pipe") if pipe is not None else None
+    if stdout is not None and hasattr(fcntl, "F_SETPIPE_SZ"):
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(stdout.fileno(), fcntl.F_SETPIPE_SZ, limit)
 
 
 class ProcessStdin:

@@ -10,9 +10,11 @@ Unauthenticated mail (see ``auth``) is refused with AuthenticationError: the cor
 and never answers, since the From address is exactly what a forger chose.
 
 Exactly-once replies: the reply's Message-ID is recorded as an intent before SMTP is
-dialled; ``sending`` just before DATA; ``sent`` after the server's 250. A call that finds
-``sent`` does nothing; one that finds ``sending`` (the daemon died while the server may
-have accepted the mail) logs it and sends nothing rather than a second reply.
+dialled; ``sending`` once the server holds the whole mail but its end-of-data line, just
+before that line is written; ``sent`` after the server's 250. A call that finds ``sent``
+does nothing; one that finds ``intended`` sends (again: a transaction cut off before its
+data ended delivered nothing); one that finds ``sending`` (the daemon died while the server
+may have accepted the mail) logs it and sends nothing rather than a second reply.
 
 Capabilities: the required core plus ``AttachmentDownloads`` and ``ConversationMail``. No
 progress display (mail cannot be edited) and no card buttons: approval cards for email
@@ -321,6 +323,11 @@ class EmailAdapter:
             except SmtpError as exc:  # refused or unreachable: the channel's health says so
                 self._listener.smtp_outcome(str(exc))
                 raise
+            try:  # nothing is delivered until the end-of-data line: a crash here resends
+                await asyncio.to_thread(transaction.send_content, mail)
+            except SmtpError as exc:
+                self._listener.smtp_outcome(str(exc))
+                raise
             if send_key:
                 try:
                     await self._store.mark_send(send_key, "sending")
@@ -328,7 +335,7 @@ class EmailAdapter:
                     await asyncio.to_thread(transaction.close)
                     raise
             try:
-                await asyncio.to_thread(transaction.deliver, mail)
+                await asyncio.to_thread(transaction.finish)
             except SmtpError as exc:
                 self._listener.smtp_outcome(str(exc))
                 if send_key and not exc.uncertain:  # refused, so not delivered: try again

@@ -1,15 +1,19 @@
 """Sending over SMTP (smtplib, blocking, in threads), split so the caller can record the
 moment the message itself goes out.
 
-``open_transaction`` dials, greets, secures, logs in and names sender and recipient:
-nothing is delivered yet, so a crash up to there is safe to repeat. ``deliver`` sends the
-DATA; once it starts, the server may have accepted the mail even if we never hear its
-answer, which is why the adapter records ``sending`` between the two.
+``open_transaction`` dials, greets, secures, logs in and names sender and recipient;
+``send_content`` issues DATA and hands over the whole message except its end-of-data line.
+Nothing is delivered yet: a server keeps nothing of a transaction whose data never ended
+(RFC 5321 4.1.1.4, 3.8), so a crash up to there is safe to repeat. ``finish`` writes the
+end-of-data line; from that moment the server may have accepted the mail even if we never
+hear its answer (RFC 1047's window), which is why the adapter records ``sending`` between
+``send_content`` and ``finish``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 import smtplib
 import ssl
 from email.message import EmailMessage
@@ -27,7 +31,8 @@ class SmtpError(Exception):
         super().__init__(message)
         self.transient = transient
         self.uncertain = uncertain
-        """The connection broke during DATA: the server may have accepted the mail."""
+        """The connection broke after the end-of-data line went out: the server may have
+        accepted the mail."""
 
 
 class SmtpTransaction:
@@ -35,13 +40,33 @@ class SmtpTransaction:
         self._connection = connection
         self.recipient = recipient
 
-    def deliver(self, mail: EmailMessage) -> None:
+    def send_content(self, mail: EmailMessage) -> None:
+        """DATA, then the message, dot-stuffed, without the end-of-data line. A failure here
+        delivered nothing (the connection is closed; the caller may send again)."""
         try:
-            code, answer = self._connection.data(mail.as_bytes(policy=SMTP))
-        except smtplib.SMTPResponseException as exc:
+            self._connection.putcmd("data")
+            code, answer = self._connection.getreply()
+            if code != 354:
+                raise SmtpError(_said(code, answer), transient=code < 500)
+            content = _LINE_START_DOT.sub(b"..", mail.as_bytes(policy=SMTP))
+            if not content.endswith(b"\r\n"):
+                content += b"\r\n"
+            self._connection.send(content)
+        except SmtpError:
+            self.close()
+            raise
+        except (OSError, smtplib.SMTPException) as exc:
+            self.close()
             raise SmtpError(
-                _said(exc.smtp_code, exc.smtp_error), transient=exc.smtp_code < 500
+                f"SMTP connection lost before the mail was complete: {exc}", transient=True
             ) from exc
+
+    def finish(self) -> None:
+        """The end-of-data line and the server's answer. Once the line is written the
+        server may have the mail: a broken connection from here on is ``uncertain``."""
+        try:
+            self._connection.send(b".\r\n")
+            code, answer = self._connection.getreply()
         except (OSError, smtplib.SMTPException) as exc:
             raise SmtpError(
                 f"SMTP connection lost while sending: {exc}", transient=True, uncertain=True
@@ -99,6 +124,11 @@ def open_transaction(
         SmtpTransaction(connection, recipient).close()
         raise SmtpError(f"SMTP failed: {exc}", transient=True) from exc
     return SmtpTransaction(connection, recipient)
+
+
+_LINE_START_DOT = re.compile(rb"(?m)^\.")
+"""A line of the message starting with a dot gets a second one (RFC 5321 4.5.2), so none
+reads as the end of the data."""
 
 
 def _said(code: int, answer: bytes | str) -> str:

@@ -13,8 +13,10 @@
 - ``email_chat_links``: threads ``/mail`` opened for a chat conversation, per address: a
   mail in such a thread from that address continues the chat conversation.
 - ``email_sends``: send intents. A reply's Message-ID is recorded before SMTP is dialled,
-  ``sending`` just before the data goes out, ``sent`` after the server accepted it. An
-  intent found ``sending`` after a crash may have been delivered: it is never sent again.
+  ``sending`` once the server has all of the data but its end-of-data line (until then
+  nothing can have been delivered, and an ``intended`` one is sent again), ``sent`` after
+  the server accepted it. An intent found ``sending`` after a crash may have been
+  delivered: it is never sent again.
 """
 
 from __future__ import annotations
