@@ -8,6 +8,7 @@ The sandbox is the host's."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import subprocess
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gateway_bot.state.database import Database
 from tests.conftest import write_config
 from tests.fake_anthropic import FakeAnthropic
 
@@ -60,6 +62,7 @@ class Deployment:
         **sections: Any,
     ) -> None:
         self.gateway = gateway
+        self.state: Path | str = state_url or tmp_path / "state" / "state.db"
         self.runs = tmp_path / "runs.log"
         self.started = tmp_path / "slow-started"
         self.gate = tmp_path / "slow-gate"
@@ -94,6 +97,31 @@ class Deployment:
     def runs_of(self) -> list[str]:
         """The msg-C-N word of every agent run, in the order they started."""
         return self.runs.read_text().split() if self.runs.exists() else []
+
+    def tasks_of(self, key_end: str) -> list[tuple[Any, ...]]:
+        """For a failure's message, read beside the replicas: the tasks of the conversations
+        whose channel key ends with ``key_end`` (a Slack thread's root ts) and the tasks not
+        routed to any yet, oldest first, each as (state, completion reason, error, the
+        conversation claim's replica and token)."""
+
+        async def read() -> list[tuple[Any, ...]]:
+            database = Database()
+            await database.open_read_only(self.state)
+            try:
+                rows = await database.fetch_all(
+                    "SELECT t.state, t.completion_reason, t.error, h.replica, h.token"
+                    " FROM tasks t"
+                    " LEFT JOIN conversations c ON c.id = t.conversation_id"
+                    " LEFT JOIN ha_conversation_claims h ON h.conversation_id = t.conversation_id"
+                    " WHERE c.channel_key LIKE ? OR t.conversation_id IS NULL"
+                    " ORDER BY t.created_at",
+                    (f"%{key_end}",),
+                )
+            finally:
+                await database.close()
+            return [tuple(row) for row in rows]
+
+        return asyncio.run(read())
 
     def print_logs(self) -> None:
         """For a failing test: what each replica logged."""

@@ -68,6 +68,21 @@ def acknowledgements(fake: FakeSlack, root: str) -> list[str]:
     return [m["text"] for m in fake.bot_posts(DM, root) if "Echo: " not in m.get("text", "")]
 
 
+def replies(fake: FakeSlack, root: str) -> list[str]:
+    """The bot's replies in a thread, whatever they say (an error too), in order: its posts
+    of kind "reply" (the adapter's metadata), not its acknowledgements."""
+    return [
+        m["text"]
+        for m in fake.bot_posts(DM, root)
+        if (m.get("metadata") or {}).get("event_payload", {}).get("kind") == "reply"
+    ]
+
+
+def what_happened(fake: FakeSlack, deployment: Deployment, root: str) -> str:
+    """A thread's replies and its tasks as the state database has them (for a failure)."""
+    return f"replies: {replies(fake, root)}; tasks: {deployment.tasks_of(root)}"
+
+
 def test_two_replicas_answer_thirty_messages_once_each_in_order_with_one_listener(
     deployment: Deployment, fake_slack: FakeSlack
 ) -> None:
@@ -86,12 +101,18 @@ def test_two_replicas_answer_thirty_messages_once_each_in_order_with_one_listene
 
     for conversation, root in enumerate(roots):
         expected = [f"msg-{conversation}-{turn}" for turn in range(3)]
-        fake_slack.wait_until(
-            lambda root=root, expected=expected: len(answers(fake_slack, root)) >= 3,
-            timeout=120,
-            what=f"three answers in conversation {conversation}",
+        try:
+            fake_slack.wait_until(
+                lambda root=root: len(replies(fake_slack, root)) >= 3,
+                timeout=120,
+                what=f"three replies in conversation {conversation}",
+            )
+        except AssertionError as exc:
+            what = what_happened(fake_slack, deployment, root)
+            raise AssertionError(f"conversation {conversation} stalled: {what}") from exc
+        assert answers(fake_slack, root) == expected, (
+            f"each once, in the order asked: {what_happened(fake_slack, deployment, root)}"
         )
-        assert answers(fake_slack, root) == expected, "each once, in the order asked"
         assert len(acknowledgements(fake_slack, root)) == 3, "one acknowledgement a message"
 
     runs = deployment.runs_of()

@@ -1,0 +1,65 @@
+"""Replicas share one state directory (issue 18), and with it files that every replica
+changes; an ``asyncio.Lock`` keeps apart only one process's coroutines.
+
+The git mirror: every task refreshes it before it runs and clones its conversation's
+workspace from it. Two replicas' first tasks cloned into the same ``git-mirror.partial`` at
+once, one of them answered "Could not prepare the workspace" (or an internal error), and the
+mirror could be left broken for every task after (tests/test_replicas_slack.py then waited
+for an "Echo" answer that never came).
+
+Each replica here is an object of its own on one directory, with its own in-process lock as
+separate daemons have; what keeps them apart is a ``flock`` (``sandbox/shared_lock.py``),
+which two opens in one process contend for as two processes do."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from pathlib import Path
+
+from gateway_bot.core.workspaces import Workspaces
+from tests.conftest import GIT_IDENTITY, make_repo
+
+REPLICAS = 3
+
+
+async def refresh_all_at_once(replicas: list[Workspaces]) -> list[BaseException]:
+    """Every replica's task refreshes the mirror at the same moment; the failures."""
+    results = await asyncio.gather(*(w.refresh_mirror() for w in replicas), return_exceptions=True)
+    return [r for r in results if isinstance(r, BaseException)]
+
+
+async def test_replicas_refreshing_the_shared_mirror_at_once_all_get_the_repo(
+    tmp_path: Path,
+) -> None:
+    repo = make_repo(tmp_path / "repo", {"notes.txt": "first\n"})
+    for attempt in range(3):  # the old race lost in every round (10 of 10 tried)
+        state = tmp_path / f"state-{attempt}"
+        replicas = [Workspaces(state, str(repo), None) for _ in range(REPLICAS)]
+
+        assert await refresh_all_at_once(replicas) == [], "the first clone, by all at once"
+        for replica in replicas:
+            assert await replica.read_default_branch_file("notes.txt") == "first\n"
+
+        assert await refresh_all_at_once(replicas) == [], "then fetches, by all at once"
+
+    (repo / "notes.txt").write_text("second\n")
+    commit = ["git", "-C", str(repo), *GIT_IDENTITY, "commit", "-qam", "more"]
+    await asyncio.to_thread(subprocess.run, commit, check=True)
+    assert await refresh_all_at_once(replicas) == [], "fetching a new commit, by all at once"
+    for replica in replicas:
+        assert await replica.read_default_branch_file("notes.txt") == "second\n"
+
+
+async def test_a_mirror_left_without_head_is_cloned_again(tmp_path: Path) -> None:
+    """What the race used to leave: ``git-mirror`` holding a few of a clone's files (no
+    HEAD), on which every later clone's rename failed ("Directory not empty")."""
+    repo = make_repo(tmp_path / "repo")
+    state = tmp_path / "state"
+    (state / "git-mirror").mkdir(parents=True)
+    (state / "git-mirror" / "config").write_text("[core]\n")
+    workspaces = Workspaces(state, str(repo), None)
+
+    await workspaces.refresh_mirror()
+
+    assert await workspaces.read_default_branch_file("README.md") == "# target repo\n"
