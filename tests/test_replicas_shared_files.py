@@ -14,10 +14,13 @@ which two opens in one process contend for as two processes do."""
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 from pathlib import Path
 
 from gateway_bot.core.workspaces import Workspaces
+from gateway_bot.sandbox.egress.rules import EgressRule
+from gateway_bot.sandbox.podman.proxy import EgressProxy
 from tests.conftest import GIT_IDENTITY, make_repo
 
 REPLICAS = 3
@@ -63,3 +66,30 @@ async def test_a_mirror_left_without_head_is_cloned_again(tmp_path: Path) -> Non
     await workspaces.refresh_mirror()
 
     assert await workspaces.read_default_branch_file("README.md") == "# target repo\n"
+
+
+async def test_replicas_routing_their_agents_through_the_shared_proxy_at_once_keep_every_route(
+    tmp_path: Path,
+) -> None:
+    """Replicas on one machine share its egress proxy and the proxy's ``routes.json``; each
+    edit reads the file, changes its own routes and replaces it. Two replicas' edits at once
+    each wrote the file from what it read before the other's: the other's route was gone
+    (its agent's requests refused), or both wrote the same ``routes.json.partial`` and one
+    edit failed its task."""
+    directory = tmp_path / "egress"
+    directory.mkdir()  # (made when the proxy is first created)
+    replicas = [EgressProxy(None, None, "d", "egress", directory) for _ in range(2)]  # type: ignore[arg-type]
+    sources = {f"10.89.{r}.{n}": (replica, f"context-{r}-{n}") for r, replica in
+               enumerate(replicas) for n in range(3, 23)}  # fmt: skip
+
+    results = await asyncio.gather(
+        *(replica.set_route(source, context, [EgressRule("git.example.org")])
+          for source, (replica, context) in sources.items()),
+        return_exceptions=True,
+    )  # fmt: skip
+
+    assert [r for r in results if isinstance(r, BaseException)] == []
+    routes = json.loads((directory / "routes.json").read_text())["sources"]
+    assert {source: routes.get(source, {}).get("context") for source in sources} == {
+        source: context for source, (_, context) in sources.items()
+    }, "every replica's route is in the file the proxy reads"
