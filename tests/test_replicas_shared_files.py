@@ -19,6 +19,7 @@ import subprocess
 from pathlib import Path
 
 from gateway_bot.core.workspaces import Workspaces
+from gateway_bot.sandbox import shared_lock
 from gateway_bot.sandbox.egress.rules import EgressRule
 from gateway_bot.sandbox.podman.proxy import EgressProxy
 from tests.conftest import GIT_IDENTITY, make_repo
@@ -93,3 +94,23 @@ async def test_replicas_routing_their_agents_through_the_shared_proxy_at_once_ke
     assert {source: routes.get(source, {}).get("context") for source in sources} == {
         source: context for source, (_, context) in sources.items()
     }, "every replica's route is in the file the proxy reads"
+
+
+async def test_a_replica_that_stops_waiting_for_the_lock_leaves_it_free(tmp_path: Path) -> None:
+    """A task cancelled (/stop, shutdown) while another replica held the lock must not take
+    it later with nobody to let it go: the next refresh anywhere would wait for ever."""
+    path = tmp_path / "git-mirror.lock"
+    entered: list[str] = []
+
+    async def take(who: str) -> None:
+        async with shared_lock.held(path):
+            entered.append(who)
+
+    async with shared_lock.held(path):
+        waiter = asyncio.create_task(take("cancelled"))
+        await asyncio.sleep(0.2)
+        assert entered == [], "it waits while another holds the lock"
+        waiter.cancel()
+    async with asyncio.timeout(60):
+        await take("next")
+    assert entered == ["next"]

@@ -30,7 +30,7 @@ POLL_MAX_S = 0.1
 async def held(path: Path) -> AsyncIterator[None]:
     """Hold the exclusive lock on ``path`` (made if absent, with its directory) for the
     block; wait as long as another process (or another open in this one) holds it."""
-    descriptor = await asyncio.to_thread(_open, path)
+    descriptor = _open(path)  # not in a thread: a waiter cancelled there would leak it
     try:
         pause = 0.005
         while not _try_lock(descriptor):
