@@ -23,6 +23,13 @@ from tests.conftest import write_config
 from tests.fake_anthropic import FakeAnthropic
 
 LEASE_S = 3.0
+"""For a test in which a replica dies or stops: its work moves within seconds."""
+STEADY_LEASE_S = 30.0
+"""For a test in which no replica is meant to fail over. A holder gives a lease up when a
+renewal (a durable write) has not answered by a fifth of the lease before it expires: with
+3 s, on a machine at load 30, a renewal missed that (1.4 s) and the Slack listener moved to
+the other replica, failing a test that counts one listener; a heartbeat as late buries a
+live replica, whose tasks then run twice."""
 
 FAKE_AGENT = r"""#!/bin/sh
 # Claude Code's stream-json, minimally. The reply names the message's msg-C-N word; each
@@ -45,7 +52,8 @@ class Deployment:
     of replicas of it. ``channels`` is the config's channels section; ``agent_script`` the
     fake agent (``str.format``ted with the ``runs``, ``started`` and ``gate`` paths and the
     ``python`` running the tests); ``agent_settings`` more keys of the agent section;
-    ``sections`` more top-level keys."""
+    ``lease_seconds`` the ``ha`` lease (``LEASE_S`` or ``STEADY_LEASE_S``); ``sections``
+    more top-level keys."""
 
     def __init__(
         self,
@@ -59,6 +67,7 @@ class Deployment:
         max_concurrent_tasks: int = 3,
         agent_script: str = FAKE_AGENT,
         agent_settings: dict[str, Any] | None = None,
+        lease_seconds: float = LEASE_S,
         **sections: Any,
     ) -> None:
         self.gateway = gateway
@@ -80,7 +89,7 @@ class Deployment:
             channels={"console": None, **channels},
             agent={"command": [str(agent)], "timeout_seconds": 60, **(agent_settings or {})},
             execution={"max_concurrent_tasks": max_concurrent_tasks},
-            ha={"enabled": True, "lease_seconds": LEASE_S, "poll_seconds": 0.2},
+            ha={"enabled": True, "lease_seconds": lease_seconds, "poll_seconds": 0.2},
             **({"state": {"url": state_url}} if state_url else {}),
             **sections,
         )
