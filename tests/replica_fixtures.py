@@ -100,7 +100,10 @@ class Deployment:
         more variables for it (a test hook)."""
         replica = self.gateway("run", "--config", str(self.config), env=env)
         self.replicas.append(replica)
-        wait_for(lambda: "joined (lease" in replica.stderr, "the replica to join", replica)
+        # 120 s: at load 30 (this machine, 2026-11-26) a replica had logged nothing yet
+        # after 60 s, still starting Python and importing.
+        joined = lambda: "joined (lease" in replica.stderr  # noqa: E731
+        wait_for(joined, "the replica to join", replica, timeout=120)
         return replica
 
     def runs_of(self) -> list[str]:
