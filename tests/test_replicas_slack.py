@@ -17,28 +17,61 @@ import pytest
 
 from tests.fake_anthropic import FakeAnthropic
 from tests.fake_slack import APP_TOKEN, BOT_TOKEN, TEAM, FakeSlack
-from tests.replica_fixtures import Deployment, status, tasks_run, wait_for
+from tests.replica_fixtures import (
+    LEASE_S,
+    STEADY_LEASE_S,
+    Deployment,
+    status,
+    tasks_run,
+    wait_for,
+)
 from tests.test_schedules_channels import LATER, card_buttons, moved_clock
 
 ALICE, DM = "U0ALICE", "D0ALICE"
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def deployment(
+def make_deployment(
     request: pytest.FixtureRequest,
-    gateway: Any,
     tmp_path: Path,
     target_repo: Path,
     fake_api: FakeAnthropic,
     fake_slack: FakeSlack,
+    lease_seconds: float,
 ) -> Iterator[Deployment]:
     """The replicas share the state directory's SQLite file, or a PostgreSQL server."""
     fake_slack.add_user(ALICE, "Alice")
     fake_slack.add_channel(DM, im_with=ALICE)
     url = request.getfixturevalue("postgres_url") if request.param == "postgresql" else None
-    made = Deployment(gateway, tmp_path, target_repo, fake_api, slack_channel(fake_slack), url)
+    made = Deployment(
+        request.getfixturevalue("gateway"), tmp_path, target_repo, fake_api,
+        slack_channel(fake_slack), url, lease_seconds=lease_seconds,
+    )  # fmt: skip
     yield made
     made.print_logs()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def deployment(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    target_repo: Path,
+    fake_api: FakeAnthropic,
+    fake_slack: FakeSlack,
+) -> Iterator[Deployment]:
+    """Replicas none of which is meant to fail over (``STEADY_LEASE_S``)."""
+    yield from make_deployment(request, tmp_path, target_repo, fake_api, fake_slack, STEADY_LEASE_S)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def failing_over(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    target_repo: Path,
+    fake_api: FakeAnthropic,
+    fake_slack: FakeSlack,
+) -> Iterator[Deployment]:
+    """Replicas one of which dies: its work moves within seconds (``LEASE_S``)."""
+    yield from make_deployment(request, tmp_path, target_repo, fake_api, fake_slack, LEASE_S)
 
 
 def slack_channel(fake: FakeSlack) -> dict[str, Any]:
@@ -68,6 +101,21 @@ def acknowledgements(fake: FakeSlack, root: str) -> list[str]:
     return [m["text"] for m in fake.bot_posts(DM, root) if "Echo: " not in m.get("text", "")]
 
 
+def replies(fake: FakeSlack, root: str) -> list[str]:
+    """The bot's replies in a thread, whatever they say (an error too), in order: its posts
+    of kind "reply" (the adapter's metadata), not its acknowledgements."""
+    return [
+        m["text"]
+        for m in fake.bot_posts(DM, root)
+        if (m.get("metadata") or {}).get("event_payload", {}).get("kind") == "reply"
+    ]
+
+
+def what_happened(fake: FakeSlack, deployment: Deployment, root: str) -> str:
+    """A thread's replies and its tasks as the state database has them (for a failure)."""
+    return f"replies: {replies(fake, root)}; tasks: {deployment.tasks_of(root)}"
+
+
 def test_two_replicas_answer_thirty_messages_once_each_in_order_with_one_listener(
     deployment: Deployment, fake_slack: FakeSlack
 ) -> None:
@@ -86,12 +134,18 @@ def test_two_replicas_answer_thirty_messages_once_each_in_order_with_one_listene
 
     for conversation, root in enumerate(roots):
         expected = [f"msg-{conversation}-{turn}" for turn in range(3)]
-        fake_slack.wait_until(
-            lambda root=root, expected=expected: len(answers(fake_slack, root)) >= 3,
-            timeout=120,
-            what=f"three answers in conversation {conversation}",
+        try:
+            fake_slack.wait_until(
+                lambda root=root: len(replies(fake_slack, root)) >= 3,
+                timeout=120,
+                what=f"three replies in conversation {conversation}",
+            )
+        except AssertionError as exc:
+            what = what_happened(fake_slack, deployment, root)
+            raise AssertionError(f"conversation {conversation} stalled: {what}") from exc
+        assert answers(fake_slack, root) == expected, (
+            f"each once, in the order asked: {what_happened(fake_slack, deployment, root)}"
         )
-        assert answers(fake_slack, root) == expected, "each once, in the order asked"
         assert len(acknowledgements(fake_slack, root)) == 3, "one acknowledgement a message"
 
     runs = deployment.runs_of()
@@ -107,8 +161,9 @@ def test_two_replicas_answer_thirty_messages_once_each_in_order_with_one_listene
 
 
 def test_kill_9_of_the_listeners_replica_mid_task_the_other_takes_over(
-    deployment: Deployment, fake_slack: FakeSlack
+    failing_over: Deployment, fake_slack: FakeSlack
 ) -> None:
+    deployment = failing_over
     holder = deployment.start_replica()
     fake_slack.wait_connected(1)
     slow_root = fake_slack.user_says(ALICE, DM, "SLOW msg-0-0")
@@ -209,7 +264,7 @@ def test_an_action_card_pressed_on_the_listeners_replica_lets_the_task_on_the_ot
     deployment = Deployment(
         gateway, tmp_path, target_repo, fake_api, slack_channel(fake_slack),
         max_concurrent_tasks=1, agent_script=ASKING_AGENT,
-        agent_settings={"approvals": {"timeout_s": 30}},
+        agent_settings={"approvals": {"timeout_s": 30}}, lease_seconds=STEADY_LEASE_S,
     )  # fmt: skip
     try:
         listening = deployment.start_replica()
@@ -251,7 +306,10 @@ def test_two_replicas_fire_a_one_off_schedule_once_on_the_listeners_replica(
     fake_slack.add_user(ALICE, "Alice")
     fake_slack.add_channel(DM, im_with=ALICE)
     clock, env = moved_clock(tmp_path)
-    deployment = Deployment(gateway, tmp_path, target_repo, fake_api, slack_channel(fake_slack))
+    deployment = Deployment(
+        gateway, tmp_path, target_repo, fake_api, slack_channel(fake_slack),
+        lease_seconds=STEADY_LEASE_S,
+    )  # fmt: skip
     try:
         listening = deployment.start_replica(env)
         fake_slack.wait_connected(1)

@@ -3,6 +3,7 @@
 Layout under the state dir::
 
     git-mirror/                 bare mirror of the configured repo, fetched before each task
+    git-mirror.lock             held while it is cloned or fetched (replicas share the dir)
     conversations/<id>/
         workspace/              full clone (no alternates: it must work mounted alone)
         home/                   the agent's home (its session state lives here)
@@ -27,9 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gateway_bot.core.schedule_request_file import REQUEST_FILE
+from gateway_bot.sandbox import shared_lock
 from gateway_bot.sandbox.base import ExecutionContext
 from gateway_bot.sandbox.context_files import ContextFiles, GitOrigin
 from gateway_bot.sandbox.host_files import remove_trees, run_git
+
+MIRROR_LOCK = "git-mirror.lock"
+"""Beside the mirror in the state directory: held while the mirror is cloned or fetched."""
 
 
 class GitError(Exception):
@@ -86,15 +91,22 @@ class Workspaces:
         return ConversationDirs(self._state_dir / "conversations" / conversation_id)
 
     async def refresh_mirror(self) -> None:
-        """Clone the mirror on first use, fetch it afterwards. Serialised: one git at a time."""
-        async with self._mirror_lock:
+        """Clone the mirror on first use, fetch it afterwards. Serialised: one git at a time,
+        in this process (its lock) and across the processes sharing the state directory
+        (replicas, ``shared_lock``): two replicas cloning into the one ``git-mirror.partial``
+        at once removed each other's files, failed the task and could leave a mirror that
+        failed every task after it."""
+        async with self._mirror_lock, shared_lock.held(self._state_dir / MIRROR_LOCK):
             if (self._mirror / "HEAD").exists():
                 await _git("-C", str(self._mirror), "remote", "update", "--prune")
                 return
             partial = self._mirror.with_name("git-mirror.partial")
-            shutil.rmtree(partial, ignore_errors=True)
+            # Under the lock anything here is debris (a crash mid-clone; a mirror without
+            # HEAD, which only that race left): only a whole clone is ever renamed in.
+            for debris in (partial, self._mirror):
+                await asyncio.to_thread(shutil.rmtree, debris, ignore_errors=True)
             await _git("clone", "--mirror", "--quiet", self._repo_url, str(partial))
-            partial.rename(self._mirror)
+            await asyncio.to_thread(partial.rename, self._mirror)
 
     def execution_context(self, conversation_id: str) -> ExecutionContext:
         """The conversation's execution context, its directories where a sandbox keeping

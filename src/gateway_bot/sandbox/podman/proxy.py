@@ -34,6 +34,7 @@ from typing import Any
 
 from podman.errors import NotFound, PodmanError
 
+from gateway_bot.sandbox import shared_lock
 from gateway_bot.sandbox.base import InjectedCredential, SandboxUnavailable
 from gateway_bot.sandbox.egress.rules import ASK, EgressRule, HeaderInjection, rules_to_json
 from gateway_bot.sandbox.podman.images import ImageBuilder
@@ -208,7 +209,10 @@ class EgressProxy:
         await asyncio.to_thread(self.log_path(context_id).unlink, True)
 
     async def _edit_routes(self, change: Any) -> None:
-        async with self._routes_lock:
+        """Read, change, replace: one edit at a time, in this process and across the
+        replicas sharing the directory (``shared_lock``), or an edit made from a read older
+        than another's drops that one's routes."""
+        async with self._routes_lock, shared_lock.held(self.directory / "routes.lock"):
             await asyncio.to_thread(self._rewrite_routes, change)
 
     def _read_routes(self) -> dict[str, Any]:
