@@ -81,20 +81,35 @@ class Workspaces:
         self._branch = default_branch
         self._mirror = state_dir / "git-mirror"
         self._mirror_lock = asyncio.Lock()
+        self._fetches_begun = 0
+        self._fetched = 0
+        """The number of the last fetch that ended well (fetches are numbered as begun)."""
 
     def dirs(self, conversation_id: str) -> ConversationDirs:
         return ConversationDirs(self._state_dir / "conversations" / conversation_id)
 
     async def refresh_mirror(self) -> None:
-        """Clone the mirror on first use, fetch it afterwards. Serialised: one git at a time."""
+        """Clone the mirror on first use, fetch it afterwards. Serialised: one git at a time.
+        Shared: a caller is served by any fetch begun after it asked, so the callers that
+        wait while one fetch runs are all served by the next (every task fetches first: 50
+        tasks after a restart made 50 fetches, one after the other, now a few)."""
+        wanted = self._fetches_begun + 1
         async with self._mirror_lock:
-            if (self._mirror / "HEAD").exists():
-                await _git("-C", str(self._mirror), "remote", "update", "--prune")
+            if self._fetched >= wanted:
                 return
-            partial = self._mirror.with_name("git-mirror.partial")
-            shutil.rmtree(partial, ignore_errors=True)
-            await _git("clone", "--mirror", "--quiet", self._repo_url, str(partial))
-            partial.rename(self._mirror)
+            self._fetches_begun += 1
+            begun = self._fetches_begun
+            await self._fetch_mirror()
+            self._fetched = begun
+
+    async def _fetch_mirror(self) -> None:
+        if (self._mirror / "HEAD").exists():
+            await _git("-C", str(self._mirror), "remote", "update", "--prune")
+            return
+        partial = self._mirror.with_name("git-mirror.partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        await _git("clone", "--mirror", "--quiet", self._repo_url, str(partial))
+        partial.rename(self._mirror)
 
     def execution_context(self, conversation_id: str) -> ExecutionContext:
         """The conversation's execution context, its directories where a sandbox keeping

@@ -16,6 +16,7 @@ import logging
 from typing import Any
 
 from gateway_bot.sandbox.base import IsKnown
+from gateway_bot.sandbox.podman import container_lifecycle
 from gateway_bot.sandbox.podman.egress_wiring import EgressWiring
 from gateway_bot.sandbox.podman.host_set import HostSet
 from gateway_bot.sandbox.podman.hosts import PodmanHost
@@ -32,7 +33,10 @@ async def reattach_host(
     contexts: dict[str, ContextState],
     foreign: set[str],
     egress: EgressWiring,
+    userns_host_uid: int | None = None,
 ) -> None:
+    """Each running container's listing entry is kept (``container_lifecycle.learn``): its
+    first task after the restart then asks podman nothing before its exec."""
     await host.service.ensure_running()
     placements = hosts.placements
     running: list[dict[str, Any]] = []
@@ -66,5 +70,7 @@ async def reattach_host(
     # returns after this): a re-run never meets its killed predecessor.
     await host.calls.kill_strays_in_all(running)
     for info in running:
+        state = contexts[info["Labels"][LABEL_CONTEXT]]
+        container_lifecycle.learn(host, state, info, userns_host_uid)
         log.info("reattached to running container %s on %s", info["Names"][0], host.name)
     await host.proxy.ensure(await egress.networks(host))

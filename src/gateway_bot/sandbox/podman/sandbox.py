@@ -42,7 +42,7 @@ from gateway_bot.sandbox.base import (
 from gateway_bot.sandbox.child import RUN_MARK, spawn_fed
 from gateway_bot.sandbox.egress.held import EgressAsk
 from gateway_bot.sandbox.host_files import HostContextFiles
-from gateway_bot.sandbox.podman import container_lifecycle
+from gateway_bot.sandbox.podman import container_lifecycle, strays
 from gateway_bot.sandbox.podman import containers as spec
 from gateway_bot.sandbox.podman.api_exec import exec_body, start_api_exec
 from gateway_bot.sandbox.podman.container_lifecycle import ensure_container
@@ -137,8 +137,9 @@ class PodmanSandbox:
             await self._egress.start(host)
             try:
                 await reattach_host(
-                    host, self._hosts, is_known, self._contexts, self._foreign, self._egress
-                )
+                    host, self._hosts, is_known, self._contexts, self._foreign, self._egress,
+                    self._settings.userns_host_uid,
+                )  # fmt: skip
             except HostUnreachable as exc:
                 log.warning("%s: its conversations wait until it answers", exc)
         self._housekeeping = asyncio.create_task(self._idle.housekeep())
@@ -253,7 +254,9 @@ class PodmanSandbox:
             log.debug("%s: exec ran %.0f ms", name, (time.monotonic() - spawned) * 1000)
             if env_file is not None:
                 self._env_files.remove(env_file)
-            return await container_lifecycle.after_exit(host, context.id, state, code, killed)
+            return await container_lifecycle.after_exit(
+                host, context.id, state, code, killed, self._settings.userns_host_uid
+            )
 
         async def end_others() -> None:
             await host.calls.kill_strays(spec.container_name(context.id), keep_exec=run_mark)
@@ -261,15 +264,18 @@ class PodmanSandbox:
         try:
             if host.service.base_url.startswith("unix://"):
                 # The service on this machine runs the exec (``api_exec.py``: no CLI start-up).
-                process: SandboxProcess = await start_api_exec(
-                    host.service.socket,
-                    name,
-                    exec_body(argv, exec_env, spec.PATHS.workspace),
-                    stdin_data=stdin_data,
-                    keep_stdin=keep_stdin,
-                    after_exit=after_exit,
-                    end_others=end_others,
-                )
+                body = exec_body(argv, exec_env, spec.PATHS.workspace)
+                for attempt in (1, 2):
+                    try:
+                        process: SandboxProcess = await start_api_exec(
+                            host.service.socket, name, body, stdin_data=stdin_data,
+                            keep_stdin=keep_stdin, after_exit=after_exit, end_others=end_others,
+                        )  # fmt: skip
+                        break
+                    except SandboxUnavailable:
+                        if attempt == 2 or not await self._repair(host, context, state):
+                            raise
+                host.service.note_answer()
             else:
                 env_file = await asyncio.to_thread(self._env_files.write, exec_env)
                 process = await self._cli_exec(
@@ -287,6 +293,22 @@ class PodmanSandbox:
         spawned = time.monotonic()
         log.debug("%s: ready for the exec in %.0f ms", name, (spawned - began) * 1000)
         return process
+
+    async def _repair(
+        self, host: PodmanHost, context: ExecutionContext, state: ContextState
+    ) -> bool:
+        """After a failed exec: when the service stopped answering, or the container taken
+        for running without asking podman (``ContextState.known``) died since, prepare
+        again in full (the service started, the container started or recreated, whatever
+        the failed start left cleared) and say True, for one more try."""
+        known = state.known
+        if await host.service.answers() and (known is None or strays.still_running(known.init)):
+            return False
+        log.info("%s: its container or service went away before its exec", context.id)
+        state.known, state.unswept = None, True
+        async with state.lock:
+            await self._prepare(context, state)
+        return True
 
     async def _cli_exec(
         self,
