@@ -17,6 +17,7 @@ from typing import Any
 
 from gateway_bot.sandbox.base import IsKnown
 from gateway_bot.sandbox.podman import container_lifecycle
+from gateway_bot.sandbox.podman.containers import ContextNetwork
 from gateway_bot.sandbox.podman.egress_wiring import EgressWiring
 from gateway_bot.sandbox.podman.host_set import HostSet
 from gateway_bot.sandbox.podman.hosts import PodmanHost
@@ -34,9 +35,10 @@ async def reattach_host(
     foreign: set[str],
     egress: EgressWiring,
     userns_host_uid: int | None = None,
-) -> None:
-    """Each running container's listing entry is kept (``container_lifecycle.learn``): its
-    first task after the restart then asks podman nothing before its exec."""
+) -> dict[str, ContextNetwork]:
+    """Each running container's listing entry is kept (``container_lifecycle.learn``), and
+    the networks of their contexts returned (by context id, from one listing): the first
+    task after the restart then asks podman nothing before its exec."""
     await host.service.ensure_running()
     placements = hosts.placements
     running: list[dict[str, Any]] = []
@@ -65,7 +67,7 @@ async def reattach_host(
         else:
             log.info("container %s is %s; its next task starts it", name, info["State"])
     if not running:
-        return
+        return {}
     # What the dead daemon's agents left running ends before any task runs again (``open``
     # returns after this): a re-run never meets its killed predecessor.
     await host.calls.kill_strays_in_all(running)
@@ -73,4 +75,6 @@ async def reattach_host(
         state = contexts[info["Labels"][LABEL_CONTEXT]]
         container_lifecycle.learn(host, state, info, userns_host_uid)
         log.info("reattached to running container %s on %s", info["Names"][0], host.name)
-    await host.proxy.ensure(await egress.networks(host))
+    networks = await egress.networks(host)
+    await host.proxy.ensure([(n.name, n.proxy_address) for n in networks.values()])
+    return networks

@@ -136,10 +136,11 @@ class PodmanSandbox:
         for host in self.hosts:
             await self._egress.start(host)
             try:
-                await reattach_host(
+                networks = await reattach_host(
                     host, self._hosts, is_known, self._contexts, self._foreign, self._egress,
                     self._settings.userns_host_uid,
                 )  # fmt: skip
+                self._networks.update(networks)  # not looked up again by their first tasks
             except HostUnreachable as exc:
                 log.warning("%s: its conversations wait until it answers", exc)
         self._housekeeping = asyncio.create_task(self._idle.housekeep())
