@@ -127,10 +127,10 @@ def patch(out: IO[str]) -> None:
                     setattr(holder, function_name, timed)
     release = importlib.import_module("gateway_bot.sandbox.podman.exec_release")
     sweep = importlib.import_module("gateway_bot.sandbox.podman.strays")
-    for holder, name in ((release, "release_exec_session"), (sweep, "kill_all_but_init")):
+    for holder, name in ((release, "release_exec_sessions"), (sweep, "kill_all_but_init")):
         setattr(holder, name, _wrap_sync(name, getattr(holder, name), out))
     api_exec = importlib.import_module("gateway_bot.sandbox.podman.api_exec")
-    api_exec.release_exec_session = release.release_exec_session  # type: ignore[attr-defined]
+    api_exec.release_exec_sessions = release.release_exec_sessions  # type: ignore[attr-defined]
 
 
 def main() -> None:

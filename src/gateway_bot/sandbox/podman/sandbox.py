@@ -44,7 +44,7 @@ from gateway_bot.sandbox.egress.held import EgressAsk
 from gateway_bot.sandbox.host_files import HostContextFiles
 from gateway_bot.sandbox.podman import container_lifecycle, strays
 from gateway_bot.sandbox.podman import containers as spec
-from gateway_bot.sandbox.podman.api_exec import exec_body, start_api_exec
+from gateway_bot.sandbox.podman.api_exec import ExecReleases, exec_body, start_api_exec
 from gateway_bot.sandbox.podman.container_lifecycle import ensure_container
 from gateway_bot.sandbox.podman.egress_wiring import EgressWiring
 from gateway_bot.sandbox.podman.exec_env import ExecEnvError, ExecEnvFiles
@@ -93,6 +93,7 @@ class PodmanSandbox:
         self._idle = IdleStops(settings, self._hosts, self._contexts, self._foreign)
         self._housekeeping: asyncio.Task[None] | None = None
         self._relays: list[ModelRelay] = []
+        self._releases = ExecReleases()
 
     @property
     def kept_processes(self) -> KeptProcesses | None:
@@ -152,6 +153,7 @@ class PodmanSandbox:
             self._housekeeping.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._housekeeping
+        self._releases.release_now()
         for relay in self._relays:
             await relay.close()
         self._relays.clear()
@@ -271,6 +273,7 @@ class PodmanSandbox:
                         process: SandboxProcess = await start_api_exec(
                             host.service.socket, name, body, stdin_data=stdin_data,
                             keep_stdin=keep_stdin, after_exit=after_exit, end_others=end_others,
+                            releases=self._releases,
                         )  # fmt: skip
                         break
                     except SandboxUnavailable:
