@@ -207,8 +207,8 @@ class PodmanService:
         host's service is never started here: HostUnreachable when it does not answer.
         Not asked again within ``ANSWERED_RECENTLY_S`` of its last answer (every task calls
         this; a restart runs dozens at once)."""
-        if time.monotonic() - self._answered_at < ANSWERED_RECENTLY_S:
-            return
+        if self.url is None and time.monotonic() - self._answered_at < ANSWERED_RECENTLY_S:
+            return  # (a configured host is always asked: one down makes its tasks wait)
         if await self._answers():
             return
         if self.url is not None:
