@@ -39,7 +39,7 @@ from gateway_bot.sandbox.base import (
     SandboxProcess,
     SandboxUnavailable,
 )
-from gateway_bot.sandbox.child import RUN_MARK, spawn_fed
+from gateway_bot.sandbox.child import RUN_MARK
 from gateway_bot.sandbox.egress.held import EgressAsk
 from gateway_bot.sandbox.host_files import HostContextFiles
 from gateway_bot.sandbox.podman import container_lifecycle, strays
@@ -52,7 +52,7 @@ from gateway_bot.sandbox.podman.host_set import HostSet
 from gateway_bot.sandbox.podman.hosts import PodmanHost, make_hosts
 from gateway_bot.sandbox.podman.idle_stops import ContextState, IdleStops
 from gateway_bot.sandbox.podman.model_relay import ModelRelay, loopback_target
-from gateway_bot.sandbox.podman.process import AfterExit, EndOthers, PodmanExecProcess
+from gateway_bot.sandbox.podman.process import start_cli_exec
 from gateway_bot.sandbox.podman.reattach import reattach_host
 
 log = logging.getLogger(__name__)
@@ -282,8 +282,13 @@ class PodmanSandbox:
                 host.service.note_answer()
             else:
                 env_file = await asyncio.to_thread(self._env_files.write, exec_env)
-                process = await self._cli_exec(
-                    host, name, argv, env_file, stdin_data, keep_stdin, after_exit, end_others
+                # ``podman --remote exec -i`` for a host reached over ssh (no socket here to
+                # hijack); the variables travel in a 0600 file (``exec_env.py``).
+                command = [*await host.service.cli_prefix(), "exec", "-i"]
+                command += ["--workdir", spec.PATHS.workspace, "--env-file", str(env_file)]
+                command += [name, *argv]
+                process = await start_cli_exec(
+                    command, host.service.cli_env(), stdin_data, keep_stdin, after_exit, end_others
                 )
         except ExecEnvError as exc:
             state.busy = False
@@ -313,28 +318,6 @@ class PodmanSandbox:
         async with state.lock:
             await self._prepare(context, state)
         return True
-
-    async def _cli_exec(
-        self,
-        host: PodmanHost,
-        name: str,
-        argv: Sequence[str],
-        env_file: Path,
-        stdin_data: bytes,
-        keep_stdin: bool,
-        after_exit: AfterExit,
-        end_others: EndOthers,
-    ) -> PodmanExecProcess:
-        """``podman --remote exec -i`` for a host reached over ssh (its service is not a
-        socket here to hijack). The exec's variables travel in a 0600 file: never in the
-        host CLI's environment (a repo's container_env would configure the host's podman)
-        nor in argv."""
-        command = [*await host.service.cli_prefix(), "exec", "-i"]
-        command += ["--workdir", spec.PATHS.workspace, "--env-file", str(env_file), name, *argv]
-        process = await spawn_fed(
-            command, env=host.service.cli_env(), stdin_data=stdin_data, keep_stdin=keep_stdin
-        )
-        return PodmanExecProcess(process, after_exit, end_others)
 
     def _host_of(self, context_id: str) -> PodmanHost | None:
         return self._hosts.host_of(context_id)
