@@ -102,21 +102,24 @@ def learn(
     listing), for the next task's ``ensure_container`` and ``after_exit``: only on this
     machine (its init is in this /proc), and only when its init shows there what
     ``ensure_container`` would otherwise check (``containers.init_as_created``)."""
-    state.known = None
-    if not host.service.is_local:
-        return
+    state.known = known_from(info, userns_host_uid) if host.service.is_local else None
+
+
+def known_from(info: dict[str, Any], userns_host_uid: int | None) -> KnownContainer | None:
+    """``learn``'s check, a few reads of /proc (blocking, milliseconds)."""
     inspected = info.get("State")
     if isinstance(inspected, dict):  # an inspect
         pid, image_id = inspected.get("Pid"), info.get("Image")
     else:  # a listing's entry
         pid, image_id = info.get("Pid"), info.get("ImageID")
     if not pid or not image_id:
-        return
+        return None
     identity = strays.init_identity(int(pid))
     if identity is None or not spec.init_as_created(identity.pid, userns_host_uid):
-        return
-    if strays.still_running(identity):  # the PID still names the process checked above
-        state.known = KnownContainer(str(image_id), identity)
+        return None
+    if not strays.still_running(identity):  # the PID no longer names the process checked
+        return None
+    return KnownContainer(str(image_id), identity)
 
 
 async def after_exit(

@@ -12,6 +12,7 @@ of /proc for all running containers, never a podman call per container (50 inspe
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -71,9 +72,13 @@ async def reattach_host(
     # What the dead daemon's agents left running ends before any task runs again (``open``
     # returns after this): a re-run never meets its killed predecessor.
     await host.calls.kill_strays_in_all(running)
+    if host.service.is_local:  # 50 containers' inits read in /proc: off the event loop
+        known = await asyncio.to_thread(
+            lambda: [container_lifecycle.known_from(info, userns_host_uid) for info in running]
+        )
+        for info, learned in zip(running, known, strict=True):
+            contexts[info["Labels"][LABEL_CONTEXT]].known = learned
     for info in running:
-        state = contexts[info["Labels"][LABEL_CONTEXT]]
-        container_lifecycle.learn(host, state, info, userns_host_uid)
         log.info("reattached to running container %s on %s", info["Names"][0], host.name)
     networks = await egress.networks(host)
     await host.proxy.ensure([(n.name, n.proxy_address) for n in networks.values()])
