@@ -155,9 +155,10 @@ def _cleanup(deployment: str, egress: str, socket: Path) -> None:
             os.kill(int(entry.name), signal.SIGTERM)
 
 
-def run(root: Path, conversations: int, *, trace: bool = False) -> Section:
+def run(root: Path, conversations: int, *, trace: bool = False, concurrency: int = 8) -> Section:
     """``trace``: the restarted daemon runs traced (bench/traced_daemon.py, slower) and the
-    section gets each traced call's count, median and summed time (``trace_report.totals``)."""
+    section gets each traced call's count, median and summed time (``trace_report.totals``).
+    ``concurrency``: the daemons' ``max_concurrent_tasks`` (is 8 at a time the limit?)."""
     deployment = f"bench-restart-{secrets.token_hex(3)}"
     egress = f"gwb-bench-egress-{secrets.token_hex(3)}"
     socket = root / "podman.sock"
@@ -175,7 +176,6 @@ def run(root: Path, conversations: int, *, trace: bool = False) -> Section:
         root / "repo",
         {"trivial-agent.sh": HOLDING_AGENT + TRIVIAL_AGENT.read_text().split("\n", 1)[1]},
     )
-    concurrency = 8
     first: Daemon | None = None
     second: Daemon | None = None
     try:
