@@ -54,7 +54,7 @@ def _scale(quick: bool, root: Path, trace: bool) -> Section:
 def _restart(quick: bool, root: Path, trace: bool) -> Section:
     from bench import restart_recovery
 
-    return restart_recovery.run(root, 6 if quick else 50)
+    return restart_recovery.run(root, 6 if quick else 50, trace=trace)
 
 
 def _startup(quick: bool, root: Path, trace: bool) -> Section:

@@ -30,6 +30,7 @@ from tests.conftest import make_repo, write_config
 from tests.fake_anthropic import FakeAnthropic
 from tests.fake_slack import APP_TOKEN, BOT_TOKEN, BOT_USER, TEAM, FakeSlack
 
+from bench import trace_report
 from bench.daemon import TRIVIAL_AGENT, Daemon
 from bench.report import Row, Section, budget_row, info_row
 
@@ -154,7 +155,10 @@ def _cleanup(deployment: str, egress: str, socket: Path) -> None:
             os.kill(int(entry.name), signal.SIGTERM)
 
 
-def run(root: Path, conversations: int) -> Section:
+def run(root: Path, conversations: int, *, trace: bool = False, concurrency: int = 8) -> Section:
+    """``trace``: the restarted daemon runs traced (bench/traced_daemon.py, slower) and the
+    section gets each traced call's count, median and summed time (``trace_report.totals``).
+    ``concurrency``: the daemons' ``max_concurrent_tasks`` (is 8 at a time the limit?)."""
     deployment = f"bench-restart-{secrets.token_hex(3)}"
     egress = f"gwb-bench-egress-{secrets.token_hex(3)}"
     socket = root / "podman.sock"
@@ -172,7 +176,6 @@ def run(root: Path, conversations: int) -> Section:
         root / "repo",
         {"trivial-agent.sh": HOLDING_AGENT + TRIVIAL_AGENT.read_text().split("\n", 1)[1]},
     )
-    concurrency = 8
     first: Daemon | None = None
     second: Daemon | None = None
     try:
@@ -193,7 +196,8 @@ def run(root: Path, conversations: int) -> Section:
         hellos = fake.hellos
         config = _config(root, repo, api, fake, sandbox, hold=False, concurrency=concurrency)
         restart, restart_wall = time.monotonic(), time.time()
-        second = Daemon(config, root / "daemon-2.log")
+        trace_file = root / "trace.jsonl" if trace else None
+        second = Daemon(config, root / "daemon-2.log", trace_file)
         fake.wait_until(lambda: fake.hellos > hellos, timeout=300, what="the reconnect")
         connected_s = time.monotonic() - restart
         fake.wait_until(lambda: sum(n >= 2 for n in answer_counts(fake).values()) >= len(roots),
@@ -229,6 +233,10 @@ def run(root: Path, conversations: int) -> Section:
             "restart_log": _startup_log(root / "daemon-2.log", restart_wall),
             "agent_own_time": "trivial agent: answers at once (its exec is counted as ours)",
         }  # fmt: skip
+        if trace_file is not None:
+            traced = trace_report.totals(trace_file)
+            details["trace"] = traced
+            print(trace_report.render_totals(traced[:40]))
         return Section("restart recovery", rows, details)
     finally:
         for daemon in (first, second):

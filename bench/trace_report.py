@@ -54,3 +54,27 @@ def render(rows: list[dict[str, Any]]) -> str:
         for r in rows
     ]
     return "\n".join(lines)
+
+
+def totals(trace: Path, since: float = 0.0) -> list[dict[str, Any]]:
+    """Every traced call from ``since`` (monotonic) on: how many, the median and the sum of
+    their durations, busiest first. Sums overlap (a call contains the calls it makes, and
+    tasks run side by side): they say where waiting piles up, not CPU."""
+    calls = [json.loads(line) for line in trace.read_text().splitlines() if line.strip()]
+    spans: dict[str, list[float]] = defaultdict(list)
+    for call in calls:
+        if call["start"] >= since:
+            spans[call["call"]].append((call["end"] - call["start"]) * 1000)
+    rows: list[dict[str, Any]] = [
+        {"call": name, "n": len(took), "median_ms": round(statistics.median(took), 1),
+         "sum_ms": round(sum(took))}
+        for name, took in spans.items()
+    ]  # fmt: skip
+    rows.sort(key=lambda r: -float(r["sum_ms"]))
+    return rows
+
+
+def render_totals(rows: list[dict[str, Any]]) -> str:
+    lines = [f"{'call':<52}{'n':>6}{'median ms':>11}{'sum ms':>10}"]
+    lines += [f"{r['call']:<52}{r['n']:>6}{r['median_ms']:>11.1f}{r['sum_ms']:>10}" for r in rows]
+    return "\n".join(lines)

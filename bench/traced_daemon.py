@@ -47,6 +47,23 @@ SLACK = [
     "gateway_bot.channels.slack.webapi",
     "gateway_bot.channels.slack.records",
 ]
+SANDBOX = {
+    "gateway_bot.sandbox.podman.sandbox": ["PodmanSandbox"],
+    "gateway_bot.sandbox.podman.service": ["PodmanService"],
+    "gateway_bot.sandbox.podman.container_calls": ["ContainerCalls"],
+    "gateway_bot.sandbox.podman.proxy": ["EgressProxy"],
+    "gateway_bot.sandbox.podman.egress_wiring": ["EgressWiring"],
+    "gateway_bot.sandbox.podman.images": ["ImageBuilder"],
+    "gateway_bot.sandbox.podman.api_exec": ["PodmanApiExecProcess"],
+    "gateway_bot.core.executor": ["TaskExecutor"],
+}
+"""The restart benchmark's per-task podman work (``--only restart --trace``)."""
+SANDBOX_FUNCTIONS = {
+    # module: functions, each patched in its own module and in the modules that imported it
+    "gateway_bot.sandbox.podman.container_lifecycle": ["ensure_container", "after_exit"],
+    "gateway_bot.sandbox.podman.api_exec": ["start_api_exec"],
+}
+_IMPORTERS = ["gateway_bot.sandbox.podman.sandbox"]
 
 
 def _wrap(name: str, method: Callable[..., Any], out: IO[str]) -> Callable[..., Any]:
@@ -59,6 +76,21 @@ def _wrap(name: str, method: Callable[..., Any], out: IO[str]) -> Callable[..., 
             task = asyncio.current_task()
             line = {"call": name, "start": start, "end": time.monotonic(),
                     "task": task.get_name() if task else ""}  # fmt: skip
+            out.write(json.dumps(line) + "\n")
+
+    return timed
+
+
+def _wrap_sync(name: str, function: Callable[..., Any], out: IO[str]) -> Callable[..., Any]:
+    """A blocking function run on a thread (``asyncio.to_thread``): its span, thread named."""
+
+    @functools.wraps(function)
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        start = time.monotonic()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            line = {"call": name, "start": start, "end": time.monotonic(), "task": "thread"}
             out.write(json.dumps(line) + "\n")
 
     return timed
@@ -80,6 +112,25 @@ def patch(out: IO[str]) -> None:
         for value in list(vars(module).values()):
             if inspect.isclass(value) and value.__module__ == module_name:
                 _patch_class(value, out)
+    for module_name, classes in SANDBOX.items():
+        module = importlib.import_module(module_name)
+        for class_name in classes:
+            _patch_class(getattr(module, class_name), out)
+    importers = [importlib.import_module(m) for m in _IMPORTERS]
+    for module_name, functions in SANDBOX_FUNCTIONS.items():
+        module = importlib.import_module(module_name)
+        for function_name in functions:
+            timed = _wrap(f"{module_name.rsplit('.', 1)[1]}.{function_name}",
+                          getattr(module, function_name), out)  # fmt: skip
+            for holder in [module, *importers]:
+                if getattr(holder, function_name, None) is getattr(module, function_name):
+                    setattr(holder, function_name, timed)
+    release = importlib.import_module("gateway_bot.sandbox.podman.exec_release")
+    sweep = importlib.import_module("gateway_bot.sandbox.podman.strays")
+    for holder, name in ((release, "release_exec_sessions"), (sweep, "kill_all_but_init")):
+        setattr(holder, name, _wrap_sync(name, getattr(holder, name), out))
+    api_exec = importlib.import_module("gateway_bot.sandbox.podman.api_exec")
+    api_exec.release_exec_sessions = release.release_exec_sessions  # type: ignore[attr-defined]
 
 
 def main() -> None:

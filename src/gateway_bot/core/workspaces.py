@@ -86,6 +86,9 @@ class Workspaces:
         self._branch = default_branch
         self._mirror = state_dir / "git-mirror"
         self._mirror_lock = asyncio.Lock()
+        self._fetches_begun = 0
+        self._fetched = 0
+        """The number of the last fetch that ended well (fetches are numbered as begun)."""
 
     def dirs(self, conversation_id: str) -> ConversationDirs:
         return ConversationDirs(self._state_dir / "conversations" / conversation_id)
@@ -95,18 +98,31 @@ class Workspaces:
         in this process (its lock) and across the processes sharing the state directory
         (replicas, ``shared_lock``): two replicas cloning into the one ``git-mirror.partial``
         at once removed each other's files, failed the task and could leave a mirror that
-        failed every task after it."""
-        async with self._mirror_lock, shared_lock.held(self._state_dir / MIRROR_LOCK):
-            if (self._mirror / "HEAD").exists():
-                await _git("-C", str(self._mirror), "remote", "update", "--prune")
+        failed every task after it.
+        Shared: a caller is served by any fetch begun after it asked, so the callers that
+        wait while one fetch runs are all served by the next (every task fetches first: 50
+        tasks after a restart made 50 fetches, one after the other, now a few)."""
+        wanted = self._fetches_begun + 1
+        async with self._mirror_lock:
+            if self._fetched >= wanted:
                 return
-            partial = self._mirror.with_name("git-mirror.partial")
-            # Under the lock anything here is debris (a crash mid-clone; a mirror without
-            # HEAD, which only that race left): only a whole clone is ever renamed in.
-            for debris in (partial, self._mirror):
-                await asyncio.to_thread(shutil.rmtree, debris, ignore_errors=True)
-            await _git("clone", "--mirror", "--quiet", self._repo_url, str(partial))
-            await asyncio.to_thread(partial.rename, self._mirror)
+            self._fetches_begun += 1
+            begun = self._fetches_begun
+            async with shared_lock.held(self._state_dir / MIRROR_LOCK):
+                await self._fetch_mirror()
+            self._fetched = begun
+
+    async def _fetch_mirror(self) -> None:
+        if (self._mirror / "HEAD").exists():
+            await _git("-C", str(self._mirror), "remote", "update", "--prune")
+            return
+        partial = self._mirror.with_name("git-mirror.partial")
+        # Under the lock anything here is debris (a crash mid-clone; a mirror without
+        # HEAD, which only that race left): only a whole clone is ever renamed in.
+        for debris in (partial, self._mirror):
+            await asyncio.to_thread(shutil.rmtree, debris, ignore_errors=True)
+        await _git("clone", "--mirror", "--quiet", self._repo_url, str(partial))
+        await asyncio.to_thread(partial.rename, self._mirror)
 
     def execution_context(self, conversation_id: str) -> ExecutionContext:
         """The conversation's execution context, its directories where a sandbox keeping

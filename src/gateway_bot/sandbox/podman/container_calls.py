@@ -89,7 +89,13 @@ class ContainerCalls:
             else:
                 log.warning("cannot end background processes in %s on a remote host", name)
             return
-        init_pid = int(info["State"]["Pid"])
+        await self.kill_strays_of_init(name, int(info["State"]["Pid"]), keep_exec=keep_exec)
+
+    async def kill_strays_of_init(
+        self, name: str, init_pid: int, *, keep_exec: str | None = None
+    ) -> None:
+        """``kill_strays`` on this machine for the container whose init is ``init_pid``
+        (known already: no inspect). ``strays`` checks that PID is still an init."""
         killed = await asyncio.to_thread(strays.kill_all_but_init, init_pid, keep_exec)
         if killed:
             log.info("ended %d stray process(es) in %s", killed, name)

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from podman.errors import PodmanError
 
 from gateway_bot.config.sandbox import SandboxSettings
 from gateway_bot.sandbox.base import ExecutionContext, SandboxUnavailable
 from gateway_bot.sandbox.podman import containers as spec
+from gateway_bot.sandbox.podman import strays
 from gateway_bot.sandbox.podman.hosts import PodmanHost
-from gateway_bot.sandbox.podman.idle_stops import ContextState
+from gateway_bot.sandbox.podman.idle_stops import ContextState, KnownContainer
 from gateway_bot.sandbox.podman.images import BuiltImage
 from gateway_bot.sandbox.podman.proxy import LABEL_DEPLOYMENT
 
@@ -35,8 +37,23 @@ async def ensure_container(
     settings: SandboxSettings,
 ) -> bool:
     """The context's container runs on ``image``; True when it was (re)started here (the
-    caller then enforces the host's cap)."""
+    caller then enforces the host's cap).
+
+    Without a call to podman when the state learned moments ago still holds
+    (``ContextState.known``: the start-up listing, or the last task's inspect): the
+    container's init, the very process podman named, still runs (a container removed,
+    stopped, restarted or recreated behind the daemon's back has another init or none),
+    and the image is the one this task needs. Otherwise podman is asked, as always."""
     name = spec.container_name(context.id)
+    known = state.known
+    if (
+        known is not None
+        and not state.broken
+        and known.image_id == image.id
+        and strays.still_running(known.init)
+    ):
+        return False
+    state.known = None
     info = await host.calls.inspect(name)
     if info is not None:
         owner = info["Config"]["Labels"].get(LABEL_DEPLOYMENT)
@@ -73,16 +90,56 @@ async def ensure_container(
     if info is None or not info["State"]["Running"]:
         await host.calls.call(lambda c: c.containers.get(name).start(), f"start {name}")
         await host.calls.exec_quietly(name, spec.TRUST_CA)
-        return True
+        return True  # its init is learned after the task (``after_exit``'s inspect)
+    learn(host, state, info, settings.userns_host_uid)
     return False
 
 
+def learn(
+    host: PodmanHost, state: ContextState, info: dict[str, Any], userns_host_uid: int | None
+) -> None:
+    """Remember a running container as podman described it (an inspect, or an entry of its
+    listing), for the next task's ``ensure_container`` and ``after_exit``: only on this
+    machine (its init is in this /proc), and only when its init shows there what
+    ``ensure_container`` would otherwise check (``containers.init_as_created``)."""
+    state.known = known_from(info, userns_host_uid) if host.service.is_local else None
+
+
+def known_from(info: dict[str, Any], userns_host_uid: int | None) -> KnownContainer | None:
+    """``learn``'s check, a few reads of /proc (blocking, milliseconds)."""
+    inspected = info.get("State")
+    if isinstance(inspected, dict):  # an inspect
+        pid, image_id = inspected.get("Pid"), info.get("Image")
+    else:  # a listing's entry
+        pid, image_id = info.get("Pid"), info.get("ImageID")
+    if not pid or not image_id:
+        return None
+    identity = strays.init_identity(int(pid))
+    if identity is None or not spec.init_as_created(identity.pid, userns_host_uid):
+        return None
+    if not strays.still_running(identity):  # the PID no longer names the process checked
+        return None
+    return KnownContainer(str(image_id), identity)
+
+
 async def after_exit(
-    host: PodmanHost, context_id: str, state: ContextState, code: int, killed: bool
+    host: PodmanHost,
+    context_id: str,
+    state: ContextState,
+    code: int,
+    killed: bool,
+    userns_host_uid: int | None = None,
 ) -> str:
     """After the task's exec ended: what to add to its reply ("" for nothing)."""
     state.last_used = time.monotonic()
     name = spec.container_name(context_id)
+    known = state.known
+    if known is not None and strays.still_running(known.init):
+        # Its init still runs, so the container does: what the task left ends, found from
+        # the host's /proc (no inspect; ``kill_all_but_init`` checks the init again).
+        await host.calls.kill_strays_of_init(name, known.init.pid)
+        state.busy = False
+        return ""
     try:
         info = await host.calls.inspect(name)
     except (PodmanError, OSError) as exc:  # the host went away during the task
@@ -91,10 +148,14 @@ async def after_exit(
         return f"sandbox: the agent's host {host.name} stopped answering ({exc})"
     running = info is not None and info["State"]["Running"]
     if running:
+        assert info is not None
         # After every task, not only a killed one: whatever the agent started in the
         # background (a server, a loop flipping files in the outbox) ends with it. From
         # the host (a scan of /proc, milliseconds), before the reply goes out.
         await host.calls.kill_strays(name, info)
+        learn(host, state, info, userns_host_uid)
+    else:
+        state.known = None
     state.busy = False
     if code != 0 and not running:
         state.broken = True

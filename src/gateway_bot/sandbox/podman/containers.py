@@ -13,6 +13,7 @@ import asyncio
 import ipaddress
 import json
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +66,25 @@ def userns_matches(info: dict[str, Any], userns_host_uid: int | None) -> bool:
     mappings = (info.get("HostConfig") or {}).get("IDMappings") or {}
     wanted = [f"0:{userns_host_uid}:{USERNS_SIZE}"] if userns_host_uid is not None else []
     return list(mappings.get("UidMap") or []) == wanted
+
+
+def init_as_created(pid: int, userns_host_uid: int | None) -> bool:
+    """Does the running process ``pid`` (a container's init) show, in the host's /proc,
+    what ``ensure_container`` checks in an inspect: ``INIT_COMMAND`` as its argv (the
+    host's read-only catatonit, not an image's program) and the user namespace the
+    settings ask for. False when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            argv = cmdline.read().split(b"\0")[:-1]
+        if argv != [arg.encode() for arg in INIT_COMMAND]:
+            return False
+        if userns_host_uid is None:
+            return os.readlink(f"/proc/{pid}/ns/user") == os.readlink("/proc/self/ns/user")
+        with open(f"/proc/{pid}/uid_map", encoding="ascii") as uid_map:
+            mapping = [line.split() for line in uid_map.read().splitlines()]
+        return mapping == [["0", str(userns_host_uid), str(USERNS_SIZE)]]
+    except (OSError, ValueError):
+        return False
 
 
 async def hand_over(directories: Sequence[Path], uid: int) -> None:

@@ -81,21 +81,22 @@ class EgressWiring:
         if context.network_log is not None:
             await asyncio.to_thread(_link, context.network_log, host.proxy.log_path(context.id))
 
-    async def networks(self, host: PodmanHost) -> list[tuple[str, str]]:
-        """The context networks of the contexts on ``host`` (hosts that share network
-        definitions, as on one test machine, list each other's too: those are skipped)."""
+    async def networks(self, host: PodmanHost) -> dict[str, spec.ContextNetwork]:
+        """The context networks of the contexts on ``host``, by context id (hosts that
+        share network definitions, as on one test machine, list each other's too: those
+        are skipped)."""
         filters = {"label": f"{LABEL_DEPLOYMENT}={self._deployment}"}
         found = await host.service.api(
             lambda c: [dict(n.attrs) for n in c.networks.list(filters=filters)]
         )
-        networks = []
+        networks = {}
         for attrs in found:  # the listing describes each: no call per network
             labels = attrs.get("labels") or {}
             if labels.get(LABEL_ROLE) != "network" or not attrs.get("subnets"):
                 continue
             if self._host_of(labels[LABEL_CONTEXT]) is host:
-                networks.append(spec.network_of(str(attrs["name"]), attrs))
-        return [(n.name, n.proxy_address) for n in networks]
+                networks[labels[LABEL_CONTEXT]] = spec.network_of(str(attrs["name"]), attrs)
+        return networks
 
 
 def _link(link: Path, target: Path) -> None:

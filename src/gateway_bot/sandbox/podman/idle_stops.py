@@ -24,8 +24,21 @@ from gateway_bot.sandbox.base import HostUnreachable, KeptProcesses, SandboxUnav
 from gateway_bot.sandbox.podman import containers as spec
 from gateway_bot.sandbox.podman.host_set import HostSet
 from gateway_bot.sandbox.podman.hosts import PodmanHost
+from gateway_bot.sandbox.podman.strays import ProcessIdentity
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class KnownContainer:
+    """A context's container as podman last described it (its listing at start-up, an
+    inspect): running on ``image_id`` with the right init and user namespace, its init the
+    process ``init``. While that process runs the container does, unchanged (an image, an
+    init or a user namespace changes only with a new container, whose init is another
+    process): a task then skips asking podman (``container_lifecycle``)."""
+
+    image_id: str
+    init: ProcessIdentity
 
 
 @dataclass
@@ -39,6 +52,8 @@ class ContextState:
     """A task's processes may still run in the container: its after-exit step could not
     clear them (the host's service stopped answering), or its start failed after podman
     may have started it. The next task clears the container before its own exec."""
+    known: KnownContainer | None = None
+    """Set only for a container on this machine (its init is in this /proc)."""
 
 
 class IdleStops:

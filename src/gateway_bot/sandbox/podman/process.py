@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from gateway_bot.sandbox.child import ProcessStdin, kill_group, read_bounded
+from gateway_bot.sandbox.child import ProcessStdin, kill_group, read_bounded, spawn_fed
 
 AfterExit = Callable[[int, bool], Awaitable[str]]
 """Called once when the CLI has exited, with its exit code and whether it was killed;
@@ -26,6 +26,21 @@ returns a note for stderr (why a container went away) or ''."""
 
 EndOthers = Callable[[], Awaitable[None]]
 """Ends every process of the container but its init and this exec's own process."""
+
+
+async def start_cli_exec(
+    command: list[str],
+    env: dict[str, str],
+    stdin_data: bytes,
+    keep_stdin: bool,
+    after_exit: AfterExit,
+    end_others: EndOthers,
+) -> PodmanExecProcess:
+    """Run ``command`` (a ``podman --remote exec -i ...``) with the host CLI's ``env``.
+    The exec's own variables travel in an ``--env-file``: never in that environment (a
+    repo's container_env would configure the host's podman) nor in argv."""
+    process = await spawn_fed(command, env=env, stdin_data=stdin_data, keep_stdin=keep_stdin)
+    return PodmanExecProcess(process, after_exit, end_others)
 
 
 class PodmanExecProcess:

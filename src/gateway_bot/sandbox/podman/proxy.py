@@ -29,6 +29,7 @@ import shutil
 import ssl
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +38,10 @@ from podman.errors import NotFound, PodmanError
 from gateway_bot.sandbox import shared_lock
 from gateway_bot.sandbox.base import InjectedCredential, SandboxUnavailable
 from gateway_bot.sandbox.egress.rules import ASK, EgressRule, HeaderInjection, rules_to_json
+from gateway_bot.sandbox.podman import strays
 from gateway_bot.sandbox.podman.images import ImageBuilder
 from gateway_bot.sandbox.podman.service import PodmanService, api_error_text
+from gateway_bot.sandbox.podman.strays import ProcessIdentity
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +55,13 @@ LOGS = f"{_MOUNT}/logs"
 _CA_FILES = ("mitmproxy-ca.pem", "mitmproxy-ca-cert.pem", "mitmproxy-dhparam.pem")
 """What mitmproxy needs in its confdir to start without writing there."""
 _MAKE_CA = "from mitmproxy.certs import CertStore; CertStore.from_store('/ca', 'mitmproxy', 2048)"
+
+
+@dataclass(frozen=True)
+class _KnownProxy:
+    image_id: str
+    process: ProcessIdentity
+    networks: frozenset[str]
 
 
 class EgressProxy:
@@ -71,6 +81,7 @@ class EgressProxy:
         self.name = f"gwb-proxy-{deployment}"
         self._lock = asyncio.Lock()
         self._routes_lock = asyncio.Lock()
+        self._known: _KnownProxy | None = None
 
     @property
     def ca_certificate(self) -> Path:
@@ -94,6 +105,16 @@ class EgressProxy:
         does it."""
         async with self._lock:
             image = await self._images.proxy_image()
+            wanted = [network for network, _ in networks]
+            known = self._known
+            if (
+                known is not None
+                and known.image_id == image.id
+                and set(wanted) <= known.networks
+                and strays.still_running(known.process)  # the very process seen, running
+            ):
+                return
+            self._known = None
             info = await self._inspect()
             stopped = info is not None and not info["State"]["Running"]
             if info is not None and info.get("Image") != image.id and (may_recreate or stopped):
@@ -110,10 +131,22 @@ class EgressProxy:
             for network, address in networks:
                 if network not in attached:
                     await self.connect(network, address)
+            self._learn(info, attached | set(wanted))
+
+    def _learn(self, info: dict[str, Any], networks: set[str]) -> None:
+        """Remember the running proxy (only on this machine, whose /proc holds its process):
+        while that process runs, on the image and networks seen, ``ensure`` asks podman
+        nothing (every task calls it; a proxy that died, was restarted by podman or
+        replaced has another process or none, and is then inspected and repaired)."""
+        pid = (info.get("State") or {}).get("Pid")
+        identity = strays.init_identity(int(pid)) if pid and self._service.is_local else None
+        if identity is not None and info.get("Image"):
+            self._known = _KnownProxy(str(info["Image"]), identity, frozenset(networks))
 
     async def stop(self) -> None:
         """Stop (not remove) the proxy; the next ``ensure`` starts it again."""
         async with self._lock:
+            self._known = None
 
             def call(client: Any) -> None:
                 with contextlib.suppress(NotFound):
@@ -163,6 +196,8 @@ class EgressProxy:
         await self._service.api(call)
 
     async def disconnect(self, network: str) -> None:
+        self._known = None
+
         def call(client: Any) -> None:
             with contextlib.suppress(NotFound, PodmanError):
                 client.networks.get(network).disconnect(self.name, force=True)

@@ -12,10 +12,13 @@ of /proc for all running containers, never a podman call per container (50 inspe
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
 from gateway_bot.sandbox.base import IsKnown
+from gateway_bot.sandbox.podman import container_lifecycle
+from gateway_bot.sandbox.podman.containers import ContextNetwork
 from gateway_bot.sandbox.podman.egress_wiring import EgressWiring
 from gateway_bot.sandbox.podman.host_set import HostSet
 from gateway_bot.sandbox.podman.hosts import PodmanHost
@@ -32,7 +35,11 @@ async def reattach_host(
     contexts: dict[str, ContextState],
     foreign: set[str],
     egress: EgressWiring,
-) -> None:
+    userns_host_uid: int | None = None,
+) -> dict[str, ContextNetwork]:
+    """Each running container's listing entry is kept (``container_lifecycle.learn``), and
+    the networks of their contexts returned (by context id, from one listing): the first
+    task after the restart then asks podman nothing before its exec."""
     await host.service.ensure_running()
     placements = hosts.placements
     running: list[dict[str, Any]] = []
@@ -61,10 +68,18 @@ async def reattach_host(
         else:
             log.info("container %s is %s; its next task starts it", name, info["State"])
     if not running:
-        return
+        return {}
     # What the dead daemon's agents left running ends before any task runs again (``open``
     # returns after this): a re-run never meets its killed predecessor.
     await host.calls.kill_strays_in_all(running)
+    if host.service.is_local:  # 50 containers' inits read in /proc: off the event loop
+        known = await asyncio.to_thread(
+            lambda: [container_lifecycle.known_from(info, userns_host_uid) for info in running]
+        )
+        for info, learned in zip(running, known, strict=True):
+            contexts[info["Labels"][LABEL_CONTEXT]].known = learned
     for info in running:
         log.info("reattached to running container %s on %s", info["Names"][0], host.name)
-    await host.proxy.ensure(await egress.networks(host))
+    networks = await egress.networks(host)
+    await host.proxy.ensure([(n.name, n.proxy_address) for n in networks.values()])
+    return networks

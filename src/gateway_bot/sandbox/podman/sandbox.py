@@ -39,12 +39,12 @@ from gateway_bot.sandbox.base import (
     SandboxProcess,
     SandboxUnavailable,
 )
-from gateway_bot.sandbox.child import RUN_MARK, spawn_fed
+from gateway_bot.sandbox.child import RUN_MARK
 from gateway_bot.sandbox.egress.held import EgressAsk
 from gateway_bot.sandbox.host_files import HostContextFiles
-from gateway_bot.sandbox.podman import container_lifecycle
+from gateway_bot.sandbox.podman import container_lifecycle, strays
 from gateway_bot.sandbox.podman import containers as spec
-from gateway_bot.sandbox.podman.api_exec import exec_body, start_api_exec
+from gateway_bot.sandbox.podman.api_exec import ExecReleases, exec_body, start_api_exec
 from gateway_bot.sandbox.podman.container_lifecycle import ensure_container
 from gateway_bot.sandbox.podman.egress_wiring import EgressWiring
 from gateway_bot.sandbox.podman.exec_env import ExecEnvError, ExecEnvFiles
@@ -52,7 +52,7 @@ from gateway_bot.sandbox.podman.host_set import HostSet
 from gateway_bot.sandbox.podman.hosts import PodmanHost, make_hosts
 from gateway_bot.sandbox.podman.idle_stops import ContextState, IdleStops
 from gateway_bot.sandbox.podman.model_relay import ModelRelay, loopback_target
-from gateway_bot.sandbox.podman.process import AfterExit, EndOthers, PodmanExecProcess
+from gateway_bot.sandbox.podman.process import start_cli_exec
 from gateway_bot.sandbox.podman.reattach import reattach_host
 
 log = logging.getLogger(__name__)
@@ -93,6 +93,7 @@ class PodmanSandbox:
         self._idle = IdleStops(settings, self._hosts, self._contexts, self._foreign)
         self._housekeeping: asyncio.Task[None] | None = None
         self._relays: list[ModelRelay] = []
+        self._releases = ExecReleases()
 
     @property
     def kept_processes(self) -> KeptProcesses | None:
@@ -136,9 +137,11 @@ class PodmanSandbox:
         for host in self.hosts:
             await self._egress.start(host)
             try:
-                await reattach_host(
-                    host, self._hosts, is_known, self._contexts, self._foreign, self._egress
-                )
+                networks = await reattach_host(
+                    host, self._hosts, is_known, self._contexts, self._foreign, self._egress,
+                    self._settings.userns_host_uid,
+                )  # fmt: skip
+                self._networks.update(networks)  # not looked up again by their first tasks
             except HostUnreachable as exc:
                 log.warning("%s: its conversations wait until it answers", exc)
         self._housekeeping = asyncio.create_task(self._idle.housekeep())
@@ -150,6 +153,7 @@ class PodmanSandbox:
             self._housekeeping.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._housekeeping
+        self._releases.release_now()
         for relay in self._relays:
             await relay.close()
         self._relays.clear()
@@ -253,7 +257,9 @@ class PodmanSandbox:
             log.debug("%s: exec ran %.0f ms", name, (time.monotonic() - spawned) * 1000)
             if env_file is not None:
                 self._env_files.remove(env_file)
-            return await container_lifecycle.after_exit(host, context.id, state, code, killed)
+            return await container_lifecycle.after_exit(
+                host, context.id, state, code, killed, self._settings.userns_host_uid
+            )
 
         async def end_others() -> None:
             await host.calls.kill_strays(spec.container_name(context.id), keep_exec=run_mark)
@@ -261,19 +267,28 @@ class PodmanSandbox:
         try:
             if host.service.base_url.startswith("unix://"):
                 # The service on this machine runs the exec (``api_exec.py``: no CLI start-up).
-                process: SandboxProcess = await start_api_exec(
-                    host.service.socket,
-                    name,
-                    exec_body(argv, exec_env, spec.PATHS.workspace),
-                    stdin_data=stdin_data,
-                    keep_stdin=keep_stdin,
-                    after_exit=after_exit,
-                    end_others=end_others,
-                )
+                body = exec_body(argv, exec_env, spec.PATHS.workspace)
+                for attempt in (1, 2):
+                    try:
+                        process: SandboxProcess = await start_api_exec(
+                            host.service.socket, name, body, stdin_data=stdin_data,
+                            keep_stdin=keep_stdin, after_exit=after_exit, end_others=end_others,
+                            releases=self._releases,
+                        )  # fmt: skip
+                        break
+                    except SandboxUnavailable:
+                        if attempt == 2 or not await self._repair(host, context, state):
+                            raise
+                host.service.note_answer()
             else:
                 env_file = await asyncio.to_thread(self._env_files.write, exec_env)
-                process = await self._cli_exec(
-                    host, name, argv, env_file, stdin_data, keep_stdin, after_exit, end_others
+                # ``podman --remote exec -i`` for a host reached over ssh (no socket here to
+                # hijack); the variables travel in a 0600 file (``exec_env.py``).
+                command = [*await host.service.cli_prefix(), "exec", "-i"]
+                command += ["--workdir", spec.PATHS.workspace, "--env-file", str(env_file)]
+                command += [name, *argv]
+                process = await start_cli_exec(
+                    command, host.service.cli_env(), stdin_data, keep_stdin, after_exit, end_others
                 )
         except ExecEnvError as exc:
             state.busy = False
@@ -288,27 +303,21 @@ class PodmanSandbox:
         log.debug("%s: ready for the exec in %.0f ms", name, (spawned - began) * 1000)
         return process
 
-    async def _cli_exec(
-        self,
-        host: PodmanHost,
-        name: str,
-        argv: Sequence[str],
-        env_file: Path,
-        stdin_data: bytes,
-        keep_stdin: bool,
-        after_exit: AfterExit,
-        end_others: EndOthers,
-    ) -> PodmanExecProcess:
-        """``podman --remote exec -i`` for a host reached over ssh (its service is not a
-        socket here to hijack). The exec's variables travel in a 0600 file: never in the
-        host CLI's environment (a repo's container_env would configure the host's podman)
-        nor in argv."""
-        command = [*await host.service.cli_prefix(), "exec", "-i"]
-        command += ["--workdir", spec.PATHS.workspace, "--env-file", str(env_file), name, *argv]
-        process = await spawn_fed(
-            command, env=host.service.cli_env(), stdin_data=stdin_data, keep_stdin=keep_stdin
-        )
-        return PodmanExecProcess(process, after_exit, end_others)
+    async def _repair(
+        self, host: PodmanHost, context: ExecutionContext, state: ContextState
+    ) -> bool:
+        """After a failed exec: when the service stopped answering, or the container taken
+        for running without asking podman (``ContextState.known``) died since, prepare
+        again in full (the service started, the container started or recreated, whatever
+        the failed start left cleared) and say True, for one more try."""
+        known = state.known
+        if await host.service.answers() and (known is None or strays.still_running(known.init)):
+            return False
+        log.info("%s: its container or service went away before its exec", context.id)
+        state.known, state.unswept = None, True
+        async with state.lock:
+            await self._prepare(context, state)
+        return True
 
     def _host_of(self, context_id: str) -> PodmanHost | None:
         return self._hosts.host_of(context_id)

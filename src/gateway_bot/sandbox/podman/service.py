@@ -43,6 +43,10 @@ T = TypeVar("T")
 OnLine = Callable[[str], Awaitable[None]]
 
 SERVICE_IDLE_SECONDS = 600
+ANSWERED_RECENTLY_S = 5.0
+"""``ensure_running`` takes a service that answered this recently as running: far below its
+idle exit (``SERVICE_IDLE_SECONDS``); one that died meanwhile fails the next exec, which
+then asks again (``PodmanSandbox._repair_died``)."""
 _HOST_ENV = (
     "PATH",
     "HOME",
@@ -119,6 +123,8 @@ class PodmanService:
         self._start_lock = asyncio.Lock()
         self._started_argv: list[str] | None = None
         """The argv of the service this process started, if it did (``chat`` stops it)."""
+        self._answered_at = -ANSWERED_RECENTLY_S
+        """When it last answered (``note_answer``, a ping), on the monotonic clock."""
 
     # -- settings as podman wants them ---------------------------------------------------
 
@@ -198,7 +204,11 @@ class PodmanService:
 
     async def ensure_running(self) -> None:
         """Make sure the REST service answers; start it when nothing does. A configured
-        host's service is never started here: HostUnreachable when it does not answer."""
+        host's service is never started here: HostUnreachable when it does not answer.
+        Not asked again within ``ANSWERED_RECENTLY_S`` of its last answer (every task calls
+        this; a restart runs dozens at once)."""
+        if self.url is None and time.monotonic() - self._answered_at < ANSWERED_RECENTLY_S:
+            return  # (a configured host is always asked: one down makes its tasks wait)
         if await self._answers():
             return
         if self.url is not None:
@@ -209,16 +219,25 @@ class PodmanService:
             await self._start_service()
 
     async def answers(self) -> bool:
-        """Does the REST service answer now?"""
+        """Does the REST service answer now? (Always asked: a False also makes the next
+        ``ensure_running`` ask again.)"""
         return await self._answers()
 
+    def note_answer(self) -> None:
+        """The service just did what it was asked (an exec through it started)."""
+        self._answered_at = time.monotonic()
+
     async def _answers(self) -> bool:
+        self._answered_at = -ANSWERED_RECENTLY_S
         if self.base_url.startswith("unix://") and not self.socket.exists():
             return False
         try:
-            return bool(await self.api(lambda client: client.ping()))
+            answered = bool(await self.api(lambda client: client.ping()))
         except (PodmanError, OSError):
             return False
+        if answered:
+            self.note_answer()
+        return answered
 
     async def _start_service(self) -> None:
         self.socket.parent.mkdir(parents=True, exist_ok=True)

@@ -22,8 +22,46 @@ from __future__ import annotations
 
 import os
 from collections.abc import Collection
+from dataclasses import dataclass
 
 from gateway_bot.sandbox.child import RUN_MARK, is_zombie, kill_until_gone, parent_of
+
+
+@dataclass(frozen=True)
+class ProcessIdentity:
+    """One process for ever: its PID and its start time (clock ticks after boot, from
+    ``/proc/PID/stat``). A PID is reused once its process is gone; the pair never is."""
+
+    pid: int
+    started: int
+
+
+def init_identity(pid: int) -> ProcessIdentity | None:
+    """The identity of container init ``pid`` (checked as ``_init`` checks it), None when
+    it is gone or no init. Taken when podman names the init (its listing, an inspect):
+    ``still_running`` later tells, from /proc alone, that this very process still runs,
+    so its container does (a container runs exactly as long as its init)."""
+    if _init(pid) is None:
+        return None
+    return _identity(pid)
+
+
+def still_running(identity: ProcessIdentity) -> bool:
+    """Is the process ``identity`` names alive (not gone, not a zombie, not another
+    process with its PID)?"""
+    return _identity(identity.pid) == identity
+
+
+def _identity(pid: int) -> ProcessIdentity | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    # After the command: state is field 3 of stat (index 0 here), starttime field 22 (19).
+    if len(fields) < 20 or fields[0] in (b"Z", b"X", b"x"):
+        return None
+    return ProcessIdentity(pid, int(fields[19]))
 
 
 def kill_all_but_init(init_pid: int, keep_exec: str | None = None) -> int:
@@ -50,16 +88,17 @@ def kill_all_but_inits(init_pids: Collection[int]) -> int:
     """``kill_all_but_init`` for many containers at once, one pass over /proc a round
     instead of one per container: a restart takes over every running container, and 50
     scans of every process on the host were most of its take-over."""
-    owners: set[str] = set()
+    namespaces: set[str] = set()
+    cgroups: set[str] = set()
     for init_pid in init_pids:
         init = _init(init_pid)
         if init is None:
             continue  # that container is gone
         namespace, cgroup = init
-        owners.add(namespace)
+        namespaces.add(namespace)
         if cgroup is not None:
-            owners.add(cgroup)
-    if not owners:
+            cgroups.add(cgroup)
+    if not namespaces:
         return 0
     inits = set(init_pids)
 
@@ -69,11 +108,10 @@ def kill_all_but_inits(init_pids: Collection[int]) -> int:
             if pid in inits:
                 continue
             try:
-                if is_zombie(pid):
-                    continue
-                if os.readlink(f"/proc/{pid}/ns/pid") in owners or (
-                    _read(f"/proc/{pid}/cgroup") in owners
-                ):
+                if (
+                    os.readlink(f"/proc/{pid}/ns/pid") in namespaces
+                    or (cgroups and _read(f"/proc/{pid}/cgroup") in cgroups)
+                ) and not is_zombie(pid):
                     found.append(pid)
             except (OSError, IndexError):
                 continue
@@ -139,9 +177,11 @@ def _pids() -> list[int]:
 
 
 def _belongs(pid: int, cgroup: str | None, namespace: str) -> bool:
-    """A live process of the container (a zombie is dead already: nothing to kill)."""
+    """A live process of the container (a zombie is dead already: nothing to kill). The
+    namespace first: one readlink tells most of the host's processes apart, and only the
+    container's have their stat read (a sweep after every task scans all of /proc)."""
     try:
-        return not is_zombie(pid) and _inside(pid, cgroup, namespace)
+        return _inside(pid, cgroup, namespace) and not is_zombie(pid)
     except (OSError, IndexError):
         return False
 
