@@ -76,6 +76,8 @@ class World:
         self.sweep_interval_s = sweep_interval_s
         self._ids = itertools.count(1)
         self._opened = False
+        self.before_start: Callable[[GatewayService], None] | None = None
+        """Given the service before it starts (a replica's coordinator attaches there)."""
 
     async def start(self) -> GatewayService:
         if not self._opened:
@@ -98,6 +100,8 @@ class World:
         )
         if self.service.action_approvals is not None:
             self.agent.ask_action = self.service.action_approvals.ask
+        if self.before_start is not None:
+            self.before_start(self.service)
         await self.service.start()
         return self.service
 

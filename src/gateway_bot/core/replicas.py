@@ -14,8 +14,9 @@ What one replica does (``ha.enabled``; a single daemon has none of this and poll
   conversations with unfinished tasks while it has room (``execution.max_concurrent_tasks``
   conversations), recovers what a dead holder left (a stored reply delivered, an
   interrupted run re-run), queues their pending tasks oldest first, and releases the claim
-  once its queue there is empty. One claim per conversation keeps its tasks in order
-  whichever replica runs them, and never two at once;
+  once its queue there is empty (when that write fails, it keeps the claim and tries again
+  while the conversation is idle: forgetting it would leave it to nobody). One claim per
+  conversation keeps its tasks in order whichever replica runs them, and never two at once;
 * fires the scheduled runs of the channels whose listener it holds (the run's intake and
   notices belong with the listener; a run is claimed once in the database anyway);
 * lets a task waiting for an action approval see a decision another replica recorded (the
@@ -90,6 +91,14 @@ class Replicas:
         self._taking_up: set[str] = set()
         """Claimed conversations whose previous holder's leftovers are being finished: none
         of their tasks is queued here before that is done (their order)."""
+        self._hand_back_failed: set[str] = set()
+        """Held conversations whose hand-back (the unclaim's write) failed: the database
+        still names this replica their holder, so it keeps them (its pending tasks are
+        queued here) and the dispatch loop hands them back again while their lane is empty.
+        Forgetting them instead would strand them: nobody else may claim them."""
+        self._era = 0
+        """Goes up whenever this replica forgets all its claims (it left, or was declared
+        dead): a hand-back that fails after that keeps nothing."""
         self._wake = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         self._leased = frozenset(leased_channels)
@@ -155,11 +164,12 @@ class Replicas:
         self._wake.set()
 
     def drained(self, conversation_id: str) -> None:
+        self._hand_back_failed.discard(conversation_id)
         token = self._held.pop(conversation_id, None)
         if token is None:
             return
         self._service.spawn(
-            self._unclaim(conversation_id, token), name=f"unclaim-{conversation_id}"
+            self._unclaim(conversation_id, token, self._era), name=f"unclaim-{conversation_id}"
         )
 
     async def record_reply(self, conversation_id: str, task_id: str, reply: Reply) -> bool:
@@ -200,6 +210,8 @@ class Replicas:
         """After the service's shutdown: this replica's claims free at once, its row gone,
         so the others take over what it left without waiting for its heartbeat to expire."""
         self._held.clear()
+        self._hand_back_failed.clear()
+        self._era += 1
         try:
             await self._leases.leave(self.id)
         except Exception as exc:
@@ -222,6 +234,8 @@ class Replicas:
                     self.id,
                 )
                 self._held.clear()
+                self._hand_back_failed.clear()
+                self._era += 1
                 await self._leases.register(
                     self.id, socket.gethostname(), os.getpid(), self._clock(), self._lease_s
                 )
@@ -247,6 +261,7 @@ class Replicas:
                     now - replica.heartbeat_at,
                 )
         await self._queue_pending()
+        self._hand_back_idle()
         room = self._max_conversations - len(self._held)
         if room <= 0:
             return
@@ -256,6 +271,7 @@ class Replicas:
             if token is None:
                 continue  # another replica was quicker
             self._held[conversation_id] = token
+            self._hand_back_failed.discard(conversation_id)
             self._taking_up.add(conversation_id)
             self._service.spawn(self._take_up(conversation_id), name=f"take-up-{conversation_id}")
 
@@ -283,8 +299,37 @@ class Replicas:
             if self._scheduler.depth(conversation_id) == 0:
                 self.drained(conversation_id)
 
-    async def _unclaim(self, conversation_id: str, token: int) -> None:
-        await self._leases.unclaim(conversation_id, self.id, token)
+    def _hand_back_idle(self) -> None:
+        """Try again to hand back the conversations whose hand-back failed, once nothing of
+        theirs is queued or running here (a task queued meanwhile hands it back when done)."""
+        for conversation_id in sorted(self._hand_back_failed):
+            if conversation_id not in self._held:
+                self._hand_back_failed.discard(conversation_id)
+            elif (
+                conversation_id not in self._taking_up
+                and self._scheduler.depth(conversation_id) == 0
+            ):
+                self.drained(conversation_id)
+
+    async def _unclaim(self, conversation_id: str, token: int, era: int) -> None:
+        try:
+            await self._leases.unclaim(conversation_id, self.id, token)
+        except Exception as exc:
+            # The database may still name this replica the holder: keep the claim (its
+            # pending tasks run here) and hand it back on a later dispatch round. Unless it
+            # was claimed again meanwhile (the write did commit: that token is the live one)
+            # or this replica forgot its claims meanwhile (declared dead: it holds none).
+            if conversation_id not in self._held and era == self._era:
+                self._held[conversation_id] = token
+                self._hand_back_failed.add(conversation_id)
+            log.warning(
+                "replica %s: could not hand conversation %s back (%r); keeping it, trying "
+                "again when it is idle",
+                self.id,
+                conversation_id,
+                exc,
+            )
+            return
         self._wake.set()  # it may have work again already (another replica's intake)
 
 
