@@ -196,13 +196,18 @@ class EgressProxy:
         await self._service.api(call)
 
     async def disconnect(self, network: str) -> None:
-        self._known = None
+        """Under ``ensure``'s lock: an ``ensure`` running meanwhile inspected the proxy while
+        it was still on ``network``, and would remember it as served when done (a resumed
+        conversation's new network of that name was then never attached: its agent cut off
+        for as long as the proxy ran)."""
 
         def call(client: Any) -> None:
             with contextlib.suppress(NotFound, PodmanError):
                 client.networks.get(network).disconnect(self.name, force=True)
 
-        await self._service.api(call)
+        async with self._lock:
+            self._known = None
+            await self._service.api(call)
 
     async def set_route(
         self,
