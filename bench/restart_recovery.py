@@ -112,7 +112,7 @@ def _startup_log(log: Path, started_at: float) -> dict[str, Any]:
     took, the first line to the last task done, and the stray sweeps
     (``ended N stray process(es)``: N = 100 means the sweep ran its 100 rounds, every round
     killing a process started again, as a container's init once did: since 2026-11-26 init
-    is catatonit, ``containers.INIT_COMMAND``, which starts none)."""
+    is gateway-bot's init, ``containers.INIT_COMMAND``, which starts none)."""
     stamp = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
     times: list[tuple[float, str]] = []
     for line in log.read_text(errors="replace").splitlines():

@@ -66,7 +66,7 @@ async def ensure_container(
             "its image changed" if info["Image"] != image.id
             else "it stopped during its last task" if state.broken
             else "its init is not the host's read-only one"
-            if info.get("Path") != spec.INIT_IN_CONTAINER
+            if not spec.made_with_init(info)
             else "its user namespace setting changed"
             if not spec.userns_matches(info, settings.userns_host_uid)
             else None

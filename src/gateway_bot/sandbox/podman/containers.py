@@ -40,9 +40,12 @@ CA_IN_CONTAINER = "/usr/local/share/ca-certificates/gateway-bot-proxy.crt"
 SYSTEM_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 
 INIT_IN_CONTAINER = "/run/gateway-bot-init"
-INIT_COMMAND = [INIT_IN_CONTAINER, "-P"]
-"""PID 1: catatonit in pause mode, mounted read-only from the host. It starts nothing,
-reaps orphans and exits on SIGTERM. Nothing of the image runs as init or as a child of it:
+INIT_COMMAND = [INIT_IN_CONTAINER]
+"""PID 1: gateway-bot's own init (``init.c``), mounted read-only from the host. It starts
+nothing, reaps orphans, exits on SIGTERM and is not dumpable: the agent, root in there with
+init's own capabilities, took over podman's catatonit with ptrace and kept a program of its
+own running as PID 1, which no sweep ends. A container whose init has other arguments
+(catatonit's ``-P``) is recreated. Nothing of the image runs as init or as a child of it:
 the agent is root in there and can replace any file of the image, and a child of init is
 one a stray sweep would have to spare (it used to be a shell loop starting the image's
 ``sleep``, which the agent replaced to keep a program of its own alive through every
@@ -68,10 +71,18 @@ def userns_matches(info: dict[str, Any], userns_host_uid: int | None) -> bool:
     return list(mappings.get("UidMap") or []) == wanted
 
 
+def made_with_init(info: dict[str, Any]) -> bool:
+    """Was an existing container made with ``INIT_COMMAND`` as its PID 1? podman's inspect
+    gives the command as ``Path`` and ``Args``: the rest of it, or all of it when it has no
+    arguments (podman 4.3)."""
+    args = list(info.get("Args") or [])
+    return info.get("Path") == INIT_IN_CONTAINER and args in (INIT_COMMAND[1:], INIT_COMMAND)
+
+
 def init_as_created(pid: int, userns_host_uid: int | None) -> bool:
     """Does the running process ``pid`` (a container's init) show, in the host's /proc,
     what ``ensure_container`` checks in an inspect: ``INIT_COMMAND`` as its argv (the
-    host's read-only catatonit, not an image's program) and the user namespace the
+    host's read-only init, not an image's program) and the user namespace the
     settings ask for. False when it cannot be read."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as cmdline:

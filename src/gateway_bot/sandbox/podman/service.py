@@ -35,9 +35,10 @@ from gateway_bot.sandbox.base import HostUnreachable, SandboxUnavailable
 
 log = logging.getLogger(__name__)
 
-INIT_ON_HOST = Path("/usr/libexec/podman/catatonit")
-"""podman's own init (``podman run --init`` uses it): a static binary, mounted read-only as
-every agent container's PID 1 (``containers.INIT_COMMAND``)."""
+INIT_ON_HOST = Path("/usr/local/libexec/gateway-bot/init")
+"""The project's own init (``init.c``, built static by scripts/setup.sh), mounted read-only
+as every agent container's PID 1 (``containers.INIT_COMMAND``). Not podman's catatonit:
+that one is dumpable, and the agent could take it over (``init.c`` says how)."""
 
 T = TypeVar("T")
 OnLine = Callable[[str], Awaitable[None]]
@@ -182,8 +183,8 @@ class PodmanService:
             )
         if self.is_local and not await asyncio.to_thread(INIT_ON_HOST.is_file):
             raise SandboxUnavailable(
-                f"{INIT_ON_HOST} is missing: podman's init (catatonit) is every agent "
-                "container's PID 1. Install it (apt-get install catatonit)."
+                f"{INIT_ON_HOST} is missing: gateway-bot's init is every agent container's "
+                "PID 1. Build it with scripts/setup.sh (as root; it needs gcc and libc6-dev)."
             )
         if await self._answers():
             # Its service answers; the CLI (every exec goes through it) must run too, which

@@ -14,8 +14,9 @@ container; nothing the agent starts can get a parent there) and by carrying that
 run mark in its environment. Its children are not spared.
 
 Nothing else is spared, init's children included: init (``containers.INIT_COMMAND``) is
-the host's read-only catatonit, which starts none. And a PID podman gave as an init is
-checked to still be one (``_init``) before anything is swept on its word.
+the host's read-only, non-dumpable init (``init.c``), which starts none. And a PID podman
+gave as an init is checked to still be one (``_init``) before anything is swept on its
+word.
 """
 
 from __future__ import annotations
