@@ -343,10 +343,12 @@ class PodmanApiExecProcess:
             note = await self._after_exit(code, self._killed or code == LOST_STREAM_EXIT)
         finally:
             await self._session.close()
+            # Not awaited: the reply need not wait for podman's cleanup of the session. Also
+            # when the after-exit step failed: the session is over either way, and one never
+            # counted as ended would hold every later release back for the full wait.
+            self._releases.ended(self.exec_id)
         if note:
             self._notes.append(note)
-        # Not awaited: the reply need not wait for podman's cleanup of the session.
-        self._releases.ended(self.exec_id)
         return code
 
     async def _exit_code(self) -> int:

@@ -45,6 +45,15 @@ class HostSet:
         placed = self.placements.get(context_id)
         return next((h for h in self.hosts if h.name == placed), None)
 
+    async def located(self, context_id: str) -> PodmanHost | None:
+        """``host_of``, after reading the placements again when this process knows none:
+        another replica may have placed the context since (a take-over, a collection)."""
+        host = self.host_of(context_id)
+        if host is None and self.several:
+            await self.placements.reload()
+            host = self.host_of(context_id)
+        return host
+
     async def running(self, host: PodmanHost, foreign: Collection[str] = ()) -> list[str]:
         """Context ids whose container runs on ``host``."""
         return [
@@ -57,7 +66,7 @@ class HostSet:
         """The context's host: where it was placed, or, for a new one, the reachable host
         with the most free capacity (running containers and starting ones, ``busy``,
         counted). Raises HostUnreachable when no host answers."""
-        host = self.host_of(context_id)
+        host = await self.located(context_id)
         if host is not None:
             return host
         placed = self.placements.get(context_id)

@@ -8,7 +8,11 @@ service at ``sandbox.podman.socket``, which the daemon starts when nothing answe
 A context is placed once, on the reachable host with the most free capacity, and stays there
 for its life: its container, network and proxy route are there. The placement is this
 sandbox's own file of record, ``<state>/sandbox/placement.json`` (context id -> host name;
-one writer, replaced atomically), so a restart finds every container on its own host. A
+replaced atomically), so a restart finds every container on its own host. Replicas on one
+``state_dir`` share it: each change is made to the file as read under its lock
+(``placement.json.lock``), never from one replica's copy, which lacked the others'
+placements (a replica placing one context dropped the contexts another had placed, and one
+taking over such a context placed it again, on another host, away from its container). A
 host that does not answer keeps its contexts: their tasks wait (``HostUnreachable``), they
 are never recreated elsewhere.
 """
@@ -24,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gateway_bot.config.sandbox import SandboxSettings
+from gateway_bot.sandbox import shared_lock
 from gateway_bot.sandbox.podman.container_calls import ContainerCalls
 from gateway_bot.sandbox.podman.images import ImageBuilder
 from gateway_bot.sandbox.podman.proxy import EgressProxy
@@ -88,12 +93,19 @@ def _host(
 
 
 class Placements:
-    """Context id -> host name, kept in one JSON file this sandbox alone writes."""
+    """Context id -> host name, kept in one JSON file; the replicas sharing a ``state_dir``
+    write it in turn (``shared_lock``), each change made to what the file holds."""
 
     def __init__(self, path: Path) -> None:
         self._path = path
+        self._lock_path = path.with_name(path.name + ".lock")
         self._placed: dict[str, str] = {}
         self._lock = asyncio.Lock()
+
+    async def reload(self) -> None:
+        """Read the file again (another replica may have placed or dropped contexts)."""
+        async with self._lock, shared_lock.held(self._lock_path):
+            await asyncio.to_thread(self.load)
 
     def load(self) -> None:
         try:
@@ -114,12 +126,14 @@ class Placements:
         return sorted(c for c, h in self._placed.items() if h == host)
 
     async def set(self, context_id: str, host: str) -> None:
-        async with self._lock:
+        async with self._lock, shared_lock.held(self._lock_path):
+            await asyncio.to_thread(self.load)
             self._placed[context_id] = host
             await asyncio.to_thread(self._write, dict(self._placed))
 
     async def drop(self, context_id: str) -> None:
-        async with self._lock:
+        async with self._lock, shared_lock.held(self._lock_path):
+            await asyncio.to_thread(self.load)
             if self._placed.pop(context_id, None) is not None:
                 await asyncio.to_thread(self._write, dict(self._placed))
 

@@ -368,7 +368,7 @@ class PodmanSandbox:
         collection is tried again later), nothing at all for a context never placed."""
         if context_id in self._foreign:
             return
-        host = self._host_of(context_id)
+        host = await self._hosts.located(context_id)
         if host is None:
             self._contexts.pop(context_id, None)
             return
