@@ -3,9 +3,11 @@ cap on running containers, and garbage collection of long-idle conversations."""
 
 from __future__ import annotations
 
+import os
 import signal
 
 from gateway_bot.sandbox.podman.images import DEFAULT_CONTAINERFILE
+from gateway_bot.sandbox.podman.service import INIT_ON_HOST
 from tests.fake_anthropic import FakeAnthropic
 from tests.sandbox_fixtures import SandboxSetup, commit_file, podman, wait_until
 from tests.test_warm_sessions import with_warm_sessions
@@ -32,7 +34,12 @@ def test_a_changed_containerfile_recreates_the_container_with_its_workspace_and_
         timeout=120,
     )
 
-    marker = "RUN echo rebuilt > /etc/gateway-test-marker\n"
+    # The repo's image also names a program of its own as ENTRYPOINT, and a stop signal
+    # init ignores: neither is taken (the entrypoint ran as PID 1, spared by every sweep).
+    marker = (
+        "RUN echo rebuilt > /etc/gateway-test-marker\n"
+        'ENTRYPOINT ["/bin/sleep", "infinity"]\nSTOPSIGNAL SIGUSR1\n'
+    )
     commit_file(sandbox.repo, ".gateway/Containerfile", DEFAULT_CONTAINERFILE.read_text() + marker)
     chat.send("after the image changed")
     # Builds a layer: seconds, well under the test's 300 s.
@@ -42,6 +49,11 @@ def test_a_changed_containerfile_recreates_the_container_with_its_workspace_and_
     assert after["image"] != before["image"], "on a new image"
     assert sandbox.exec(after["name"], "cat /etc/gateway-test-marker").stdout == "rebuilt\n"
     assert sandbox.exec(after["name"], "cat /workspace/notes.txt").stdout == "kept across images"
+    init_pid = podman("inspect", "--format", "{{.State.Pid}}", after["name"]).stdout.strip()
+    init_file, ours = os.stat(f"/proc/{init_pid}/exe"), os.stat(INIT_ON_HOST)
+    assert (init_file.st_dev, init_file.st_ino) == (ours.st_dev, ours.st_ino), "PID 1 is init"
+    stop_signal = podman("inspect", "--format", "{{.Config.StopSignal}}", after["name"])
+    assert stop_signal.stdout.strip() in ("15", "SIGTERM"), stop_signal.stdout
     chat.close_input()
     assert chat.wait() == 0
     history = " ".join(fake_api.user_texts(fake_api.requests[-1]))

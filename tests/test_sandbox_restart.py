@@ -58,7 +58,7 @@ def test_a_labelled_container_the_state_does_not_know_is_reported_and_left_alone
         "run", "-d", "--name", stranger, *podman_run_flags(),
         "--label", f"gateway-bot.deployment={sandbox.deployment}",
         "--label", "gateway-bot.role=agent", "--label", "gateway-bot.context=feedf00d",
-        current_image("localhost/gateway-bot/agent"), "sleep", "infinity",
+        "--entrypoint", "sleep", current_image("localhost/gateway-bot/agent"), "infinity",
     )  # fmt: skip
     daemon = gateway("run", "--config", str(sandbox.config()))
     daemon.send("hello next to a stranger")

@@ -23,8 +23,8 @@ from tests.sandbox_fixtures import current_image, podman, podman_run_flags, wait
 
 
 def _init_flags(tmp: Path) -> list[str]:
-    """The command and read-only mounts of PID 1 as the sandbox creates its containers
-    (``containers.create_spec``), as ``podman run`` arguments after the image."""
+    """The entrypoint, command and read-only mounts of PID 1 as the sandbox creates its
+    containers (``containers.create_spec``), as ``podman run`` arguments."""
     context = ExecutionContext(
         id="c0ffee", workspace=tmp, home=tmp, inbox=tmp, outbox=tmp, storage=tmp
     )
@@ -39,7 +39,8 @@ def _init_flags(tmp: Path) -> list[str]:
         for m in created["mounts"]
         if m.get("read_only")
     ]
-    return [*mounts, "IMAGE", *created["command"]]
+    entrypoint = f"--entrypoint={json.dumps(created['entrypoint'])}"
+    return [*mounts, entrypoint, "IMAGE", *created["command"]]
 
 
 def _run_flags(tmp: Path, image: str) -> list[str]:

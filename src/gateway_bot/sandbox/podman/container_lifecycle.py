@@ -110,9 +110,16 @@ def known_from(info: dict[str, Any], userns_host_uid: int | None) -> KnownContai
     inspected = info.get("State")
     if isinstance(inspected, dict):  # an inspect
         pid, image_id = inspected.get("Pid"), info.get("Image")
+        made_so = spec.made_with_init(info)
     else:  # a listing's entry
         pid, image_id = info.get("Pid"), info.get("ImageID")
-    if not pid or not image_id:
+        # The listing has no entrypoint: a container made with init as its entrypoint has
+        # no command; one with a command is older (and the inspect's path decides).
+        made_so = not info.get("Command")
+    # podman's record of the command first: /proc/PID/cmdline is init's own memory, which
+    # a process that is not this init (an image's ENTRYPOINT, a catatonit taken over
+    # before the upgrade) can rewrite to read as INIT_COMMAND.
+    if not pid or not image_id or not made_so:
         return None
     identity = strays.init_identity(int(pid))
     if identity is None or not spec.init_as_created(identity.pid, userns_host_uid):

@@ -14,6 +14,7 @@ import ipaddress
 import json
 import logging
 import os
+import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -206,7 +207,13 @@ def create_spec(
     return {
         "image": image,
         "name": container_name(context.id),
-        "command": INIT_COMMAND,
+        # As the entrypoint, not the command: podman puts the command after an image's
+        # ENTRYPOINT, and a repo's Containerfile may set one, which then ran as PID 1 (with
+        # this init as its argument), spared by every sweep. Nor the image's stop signal:
+        # init ends on SIGTERM only.
+        "entrypoint": INIT_COMMAND,
+        "command": [],
+        "stop_signal": int(signal.SIGTERM),  # podman's API takes the number
         "labels": labels(deployment, context.id),
         "hostname": container_name(context.id),
         "working_dir": PATHS.workspace,

@@ -1,6 +1,8 @@
 /* PID 1 of every agent container (containers.INIT_COMMAND), mounted read-only from the
  * host: it starts nothing, reaps orphans and exits on SIGTERM or SIGINT, as catatonit -P
- * did, and it is not dumpable.
+ * did, and it is not dumpable. Every signal glibc lets a program block is blocked and taken
+ * with sigwait (glibc keeps its two internal ones, 32 and 33, at their default action,
+ * which the kernel drops for a PID namespace's init when they come from inside it).
  *
  * Why its own: the agent is root in its container, as catatonit was, with the same
  * capabilities, so it could ptrace PID 1 (or write /proc/1/mem) and make init run a
