@@ -28,5 +28,14 @@ heavy=(tests/test_faults_*.py tests/test_sandbox_hosts.py tests/test_bad_input_c
 workers=$(( $(nproc) + 1 ))
 if [ "$workers" -lt 3 ]; then workers=3; fi
 if [ "$workers" -gt 6 ]; then workers=6; fi
+# A run cut short (or a container storage a test mounted) can leave a mount in the temp dir:
+# pytest cannot remove a mount point and stops before the first test. Unmount what is left,
+# deepest first, and if the directory still cannot go, take a new one.
+basetemp=/tmp/gateway-bot-tests
+if [ -e "$basetemp" ]; then
+  awk -v base="$basetemp/" 'index($5, base) == 1 { print $5 }' /proc/self/mountinfo \
+    | sort -r | while read -r mounted; do umount -l "$mounted" || true; done
+  rm -rf "$basetemp" 2>/dev/null || basetemp=$(mktemp -d /tmp/gateway-bot-tests.XXXXXX)
+fi
 exec uv run --frozen pytest -n "${GATEWAY_BOT_TEST_WORKERS:-$workers}" --dist loadfile \
-  --basetemp=/tmp/gateway-bot-tests "${heavy[@]}" tests
+  --basetemp="$basetemp" "${heavy[@]}" tests

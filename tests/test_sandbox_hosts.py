@@ -18,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -98,11 +99,28 @@ class PodmanHost:
         # conmon's exit commands (``podman --root THIS container cleanup``) would mount this
         # storage again after the umount, and a mount left in the temp dir fails the next
         # pytest run's clean-up of it: they end first.
-        exit_commands = f"--root {self.directory / 'root'}"
-        subprocess.run(["pkill", "-KILL", "-f", "--", exit_commands], check=False)
-        for mounted in ("root/overlay", "root/overlay-containers"):
-            subprocess.run(["umount", "-l", str(self.directory / mounted)], capture_output=True)
+        # conmon (``--exit-command-arg ROOT``) starts one of those when its container ends,
+        # so they go too, and the unmounting repeats until nothing under this host is mounted.
+        root = str(self.directory / "root")
+        for _ in range(20):
+            for pattern in (f"--root {root}", f"--exit-command-arg {root}"):
+                subprocess.run(["pkill", "-KILL", "-f", "--", pattern], check=False)
+            mounted = _mounts_under(self.directory)
+            if not mounted:
+                break
+            for mount_point in mounted:
+                subprocess.run(["umount", "-l", mount_point], capture_output=True)
+            time.sleep(0.25)
         shutil.rmtree(self.short, ignore_errors=True)
+        assert not _mounts_under(self.directory), "a mount of this host's storage is left"
+
+
+def _mounts_under(directory: Path) -> list[str]:
+    """Mount points below ``directory``, deepest first (mountinfo's fifth field)."""
+    prefix = f"{directory}/"
+    with open("/proc/self/mountinfo", encoding="utf-8") as mountinfo:
+        points = [line.split()[4] for line in mountinfo]
+    return sorted((point for point in points if point.startswith(prefix)), reverse=True)
 
 
 @pytest.fixture
