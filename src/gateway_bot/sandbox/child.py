@@ -20,7 +20,7 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from pathlib import Path
 
 STDERR_LIMIT = 64 * 1024
@@ -128,6 +128,45 @@ def kill_group(process: asyncio.subprocess.Process) -> None:
         return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
+
+
+REAP_WAIT_S = 10.0
+"""How long ``reaped`` waits for a killed process's pipes to close."""
+
+
+@contextlib.asynccontextmanager
+async def reaped(process: asyncio.subprocess.Process) -> AsyncIterator[None]:
+    """For the block that awaits ``process`` (its ``communicate()``, its output): when the
+    block raises (the awaiting task cancelled by /stop, shutdown or a task timeout;
+    ``asyncio.timeout``; any error), the process is killed if it still runs, with its whole
+    group when it leads one, and waited for before the exception goes on. Without it a
+    cancelled ``communicate()`` leaves its child running, a git fetch and its ssh or
+    remote helper for as long as they like, holding the mirror's lock files.
+
+    Start the process with ``start_new_session=True`` when it may have children of its own
+    (git runs hooks, helpers and shell aliases): killing only the process orphans them, and
+    asyncio's ``wait()`` lasts until the last holder of its pipes is gone. A holder that left
+    the group (``setsid``) is not waited for past ``REAP_WAIT_S``: the process itself is
+    reaped by asyncio's child watcher all the same."""
+    try:
+        yield
+    except BaseException:
+        if process.returncode is None:
+            _kill_tree(process)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(REAP_WAIT_S):
+                    await process.wait()
+        raise
+
+
+def _kill_tree(process: asyncio.subprocess.Process) -> None:
+    """SIGKILL the process, and its group when it leads one (not reaped yet: its pid and
+    group id are still its own)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if os.getpgid(process.pid) == process.pid:
+            os.killpg(process.pid, signal.SIGKILL)
+        else:
+            process.kill()
 
 
 RUN_MARK = "GATEWAY_BOT_RUN"

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gateway_bot.sandbox.base import ExecutionContext
+from gateway_bot.sandbox.child import reaped
 from gateway_bot.sandbox.context_files import (
     DiffBase,
     FileRefused,
@@ -334,8 +335,10 @@ async def remove_trees(paths: Sequence[Path]) -> None:
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
     )  # fmt: skip
-    _, stderr = await process.communicate()
+    async with reaped(process):
+        _, stderr = await process.communicate()
     if process.returncode != 0:
         problem = stderr.decode(errors="replace")[-300:]
         raise OSError(f"removing {', '.join(map(str, paths))} failed: {problem}")
@@ -343,7 +346,8 @@ async def remove_trees(paths: Sequence[Path]) -> None:
 
 async def run_git(*args: str, error: type[Exception] = WorkspaceSetupFailed) -> str:
     """git on the daemon's own repositories (the mirror, a clone not yet handed over);
-    a failure raises ``error`` with git's own message."""
+    a failure raises ``error`` with git's own message. Cancelled (/stop, shutdown, a task
+    timeout), git is killed with what it started (ssh, a remote helper: its own session)."""
     env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true"}
     process = await asyncio.create_subprocess_exec(
         "git",
@@ -352,8 +356,10 @@ async def run_git(*args: str, error: type[Exception] = WorkspaceSetupFailed) -> 
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         env=env,
+        start_new_session=True,
     )
-    stdout, stderr = await process.communicate()
+    async with reaped(process):
+        stdout, stderr = await process.communicate()
     if process.returncode != 0:
         message = stderr.decode("utf-8", "replace").strip() or f"exit {process.returncode}"
         raise error(f"git {args[0] if args[0] != '-C' else args[2]} failed: {message}")

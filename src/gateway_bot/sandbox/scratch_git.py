@@ -14,6 +14,8 @@ import os
 import shutil
 from pathlib import Path
 
+from gateway_bot.sandbox.child import reaped
+
 MAX_OUTPUT_BYTES = 32 * 1024 * 1024
 
 _FORCED = (
@@ -65,14 +67,10 @@ class ScratchGit:
             stderr=asyncio.subprocess.PIPE,
             env={**_fixed_env(repository or Path("/nonexistent")), **(env or {})},
             cwd=str(repository.parent) if repository is not None else "/",
+            start_new_session=True,
         )
-        try:
+        async with reaped(process):
             stdout, stderr = await _communicate_capped(process, stdin)
-        finally:
-            if process.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    process.kill()
-                await process.wait()
         if process.returncode != 0:
             last = stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or ["failed"]
             raise ScratchGitError(f"git {args[0]}: {last[0]}")

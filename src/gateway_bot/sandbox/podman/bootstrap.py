@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 from gateway_bot.sandbox.base import SandboxUnavailable
+from gateway_bot.sandbox.child import reaped
 from gateway_bot.sandbox.podman.images import LOCAL_BASE
 from gateway_bot.sandbox.podman.service import OnLine, PodmanService
 
@@ -72,12 +73,15 @@ async def _run(argv: list[str], on_line: OnLine) -> None:
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True,
     )
     assert process.stdout is not None
     tail: list[str] = []
-    async for raw in process.stdout:
-        line = raw.decode("utf-8", "replace").rstrip()
-        tail = [*tail[-4:], line]
-        await on_line(line)
-    if await process.wait() != 0:
+    async with reaped(process):
+        async for raw in process.stdout:
+            line = raw.decode("utf-8", "replace").rstrip()
+            tail = [*tail[-4:], line]
+            await on_line(line)
+        code = await process.wait()
+    if code != 0:
         raise SandboxUnavailable(f"{argv[0]} failed: {' / '.join(tail)}")

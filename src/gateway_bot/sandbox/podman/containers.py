@@ -24,6 +24,7 @@ from podman.errors import NotFound
 
 from gateway_bot.config.sandbox import LimitSettings
 from gateway_bot.sandbox.base import ExecutionContext, SandboxPaths
+from gateway_bot.sandbox.child import reaped
 from gateway_bot.sandbox.podman.proxy import (
     LABEL_CONTEXT,
     LABEL_DEPLOYMENT,
@@ -113,8 +114,10 @@ async def hand_over(directories: Sequence[Path], uid: int) -> None:
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
     )  # fmt: skip
-    _, stderr = await process.communicate()
+    async with reaped(process):
+        _, stderr = await process.communicate()
     if process.returncode != 0:
         log.warning("chown of %s: %s", ", ".join(stale), stderr.decode(errors="replace")[-500:])
 

@@ -32,6 +32,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 
 from gateway_bot.config.sandbox import PodmanSettings
 from gateway_bot.sandbox.base import HostUnreachable, SandboxUnavailable
+from gateway_bot.sandbox.child import reaped
 
 log = logging.getLogger(__name__)
 
@@ -347,18 +348,12 @@ class PodmanService:
             stderr=asyncio.subprocess.STDOUT if on_line else asyncio.subprocess.PIPE,
             env=self.cli_env(env),
         )
-        try:
-            async with asyncio.timeout(timeout_s):
-                if on_line is None:
-                    out, err = await process.communicate()
-                else:
-                    out, err = await _follow(process, on_line), b""
-                    await process.wait()
-        except BaseException:
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
-            await process.wait()
-            raise
+        async with reaped(process), asyncio.timeout(timeout_s):
+            if on_line is None:
+                out, err = await process.communicate()
+            else:
+                out, err = await _follow(process, on_line), b""
+                await process.wait()
         result = CliResult(
             process.returncode or 0,
             out.decode("utf-8", "replace"),
