@@ -22,6 +22,8 @@ keeps them on this machine, and read or written only through ``Sandbox.files`` (
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -30,8 +32,10 @@ from pathlib import Path
 from gateway_bot.core.schedule_request_file import REQUEST_FILE
 from gateway_bot.sandbox import shared_lock
 from gateway_bot.sandbox.base import ExecutionContext
-from gateway_bot.sandbox.context_files import ContextFiles, GitOrigin
+from gateway_bot.sandbox.context_files import ContextFiles, GitOrigin, WorkspaceSetupFailed
 from gateway_bot.sandbox.host_files import remove_trees, run_git
+
+log = logging.getLogger(__name__)
 
 MIRROR_LOCK = "git-mirror.lock"
 """Beside the mirror in the state directory: held while the mirror is cloned or fetched."""
@@ -113,16 +117,49 @@ class Workspaces:
             self._fetched = begun
 
     async def _fetch_mirror(self) -> None:
-        if (self._mirror / "HEAD").exists():
-            await _git("-C", str(self._mirror), "remote", "update", "--prune")
+        if not (self._mirror / "HEAD").exists():
+            await self._clone_mirror()
             return
+        try:
+            await _git(self._in_mirror, "remote", "update", "--prune")
+        except GitError as exc:
+            await self._clone_mirror_again("its fetch", exc)
+
+    async def _clone_mirror_again(self, what: str, failure: Exception) -> None:
+        """A mirror that fails its fetch (or a workspace's clone) is taken as broken and
+        cloned anew, once: a fetch killed mid-way leaves ref lock files behind, a lost
+        ``objects/`` or ``refs/`` or a garbled config makes it no repository at all, and
+        every later task failed the same way. Where origin is what failed (unreachable),
+        the clone fails too and the mirror stays as it was. The caller holds both locks."""
+        log.warning(
+            "the git mirror %s looks broken (%s failed: %s): cloning it again",
+            self._mirror, what, failure,
+        )  # fmt: skip
+        try:
+            await self._clone_mirror()
+        except GitError as exc:
+            raise GitError(f"{failure}; cloning the mirror anew failed too: {exc}") from exc
+        log.info("the git mirror %s was cloned again", self._mirror)
+
+    async def _clone_mirror(self) -> None:
+        """Clone origin beside the mirror and only then put it in the mirror's place (under
+        the locks anything left beside it is debris of a crash mid-clone or mid-swap)."""
         partial = self._mirror.with_name("git-mirror.partial")
-        # Under the lock anything here is debris (a crash mid-clone; a mirror without
-        # HEAD, which only that race left): only a whole clone is ever renamed in.
-        for debris in (partial, self._mirror):
+        replaced = self._mirror.with_name("git-mirror.replaced")
+        for debris in (partial, replaced):
             await asyncio.to_thread(shutil.rmtree, debris, ignore_errors=True)
         await _git("clone", "--mirror", "--quiet", self._repo_url, str(partial))
+        if await asyncio.to_thread(os.path.lexists, self._mirror):
+            await asyncio.to_thread(self._mirror.rename, replaced)
         await asyncio.to_thread(partial.rename, self._mirror)
+        await asyncio.to_thread(shutil.rmtree, replaced, ignore_errors=True)
+
+    @property
+    def _in_mirror(self) -> str:
+        """git's option for the mirror: ``--git-dir``, not ``-C``, so that a mirror broken
+        into no repository at all fails, instead of git finding one in a parent directory
+        (a state_dir inside a checkout) and fetching or reading that one."""
+        return f"--git-dir={self._mirror}"
 
     def execution_context(self, conversation_id: str) -> ExecutionContext:
         """The conversation's execution context, its directories where a sandbox keeping
@@ -141,11 +178,21 @@ class Workspaces:
 
     async def prepare(self, conversation_id: str, files: ContextFiles) -> ConversationDirs:
         """Make the conversation's own directory, and have the sandbox make the context's
-        and clone the workspace from the mirror (once; never rebased). Raises
-        WorkspaceSetupFailed."""
+        and clone the workspace from the mirror (once; never rebased). A clone that fails
+        is tried once more on a mirror cloned anew (unless another task's repair replaced
+        it meanwhile). Raises WorkspaceSetupFailed, or GitError when the mirror's new clone
+        failed."""
         dirs = self.dirs(conversation_id)
         await asyncio.to_thread(dirs.root.mkdir, parents=True, exist_ok=True)
-        await files.ensure_workspace(GitOrigin(self._mirror, self._repo_url, self._branch))
+        origin = GitOrigin(self._mirror, self._repo_url, self._branch)
+        cloned_from = await asyncio.to_thread(_identity, self._mirror)
+        try:
+            await files.ensure_workspace(origin)
+        except WorkspaceSetupFailed as exc:
+            async with self._mirror_lock, shared_lock.held(self._state_dir / MIRROR_LOCK):
+                if await asyncio.to_thread(_identity, self._mirror) == cloned_from:
+                    await self._clone_mirror_again("a workspace's clone from it", exc)
+            await files.ensure_workspace(origin)
         return dirs
 
     async def take_outbox(
@@ -199,10 +246,10 @@ class Workspaces:
         try:
             name = self._branch
             if name is None:
-                found = await _git("-C", str(self._mirror), "symbolic-ref", "--short", "HEAD")
+                found = await _git(self._in_mirror, "symbolic-ref", "--short", "HEAD")
                 name = found.strip()
             commit = await _git(
-                "-C", str(self._mirror), "rev-parse", "--verify", f"refs/heads/{name}^{{commit}}"
+                self._in_mirror, "rev-parse", "--verify", f"refs/heads/{name}^{{commit}}"
             )
         except GitError:
             return None
@@ -212,7 +259,7 @@ class Workspaces:
         """A file's text on the default branch of the mirror, or None when it is absent."""
         ref = self._branch or "HEAD"
         try:
-            return await _git("-C", str(self._mirror), "show", f"{ref}:{path}")
+            return await _git(self._in_mirror, "show", f"{ref}:{path}")
         except GitError as exc:
             if "does not exist" in str(exc) or "exists on disk, but not in" in str(exc):
                 return None
@@ -221,3 +268,12 @@ class Workspaces:
 
 async def _git(*args: str) -> str:
     return await run_git(*args, error=GitError)
+
+
+def _identity(directory: Path) -> tuple[int, int] | None:
+    """Which directory is at this path (a mirror cloned anew is another one), None if none."""
+    try:
+        found = os.stat(directory)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino

@@ -362,5 +362,13 @@ async def run_git(*args: str, error: type[Exception] = WorkspaceSetupFailed) -> 
         stdout, stderr = await process.communicate()
     if process.returncode != 0:
         message = stderr.decode("utf-8", "replace").strip() or f"exit {process.returncode}"
-        raise error(f"git {args[0] if args[0] != '-C' else args[2]} failed: {message}")
+        raise error(f"git {_command_name(args)} failed: {message}")
     return stdout.decode("utf-8", "replace")
+
+
+def _command_name(args: Sequence[str]) -> str:
+    """git's command among its arguments (after ``-C DIR``, ``-c KEY=VALUE``, ``--git-dir=``)."""
+    rest = list(args)
+    while rest and rest[0].startswith("-"):
+        rest = rest[2:] if rest[0] in ("-C", "-c") else rest[1:]
+    return rest[0] if rest else "command"
