@@ -38,6 +38,8 @@ TRACED = {
     "gateway_bot.state.context_lines": ["SqliteContextLines"],
     "slack_sdk.web.async_client": ["AsyncWebClient"],
     "gateway_bot.state.sqlite_store": ["SqliteStore"],
+    "gateway_bot.state.conversations_store": ["SqlConversations"],
+    "gateway_bot.state.task_views": ["SqlTaskViews"],
     "nio.client.async_client": ["AsyncClient"],
 }
 SLACK = [
