@@ -31,6 +31,8 @@ TRACED = {
     "gateway_bot.channels.matrix.encrypted_intake": ["EncryptedIntake"],
     "gateway_bot.core.service": ["GatewayService"],
     "gateway_bot.core.scheduler": ["Scheduler"],
+    "gateway_bot.core.queue_notices": ["QueueNotices"],
+    "gateway_bot.core.host_waits": ["HostWaits"],
     "gateway_bot.core.routing": ["Router"],
     "gateway_bot.core.approvals": ["Gatekeeper"],
     "gateway_bot.core.conversation_mail": ["ConversationMailer"],
