@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 class SqlStore(SqlConversations, SqlTaskViews):
     """Opening and migrating, and the tasks from intake to their reply; a conversation's
-    rows (``state/conversations_store``) and the read-only views' queries
+    rows (``state/conversations_store``) and the listings and counts that only read
     (``state/task_views``) are inherited."""
 
     def __init__(self, target: StateTarget, database: Database | None = None) -> None:

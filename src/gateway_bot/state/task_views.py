@@ -1,10 +1,11 @@
-"""The read-only views' queries over the core's tables, a part of ``SqlStore``
-(``state/sqlite_store.py``): the newest tasks (status, dashboard), the approvals waiting for
-an owner, and the task counts the metrics show.
+"""The listings and counts over the core's tables, a part of ``SqlStore``
+(``state/sqlite_store.py``): the newest tasks matching filters (status, dashboard, the
+executor's budget check), the approvals waiting for an owner, and the task counts the
+metrics show.
 
 Apart from the tasks' intake and lifecycle (sqlite_store.py had grown past 400 lines): these
-only read, for people and gauges, and nothing the daemon decides depends on them.
-``SqlStore`` inherits them, so callers still see one store (the ``Store`` protocol).
+only read, and change no task. ``SqlStore`` inherits them, so callers still see one store
+(the ``Store`` protocol).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from gateway_bot.state.rows import task_from_row as _task_from_row
 
 
 class SqlTaskViews:
-    """Listings and counts for the read-only views; needs only the store's ``Database``."""
+    """Listings and counts that only read; needs only the store's ``Database``."""
 
     _database: Database
 
