@@ -31,6 +31,8 @@ TRACED = {
     "gateway_bot.channels.matrix.encrypted_intake": ["EncryptedIntake"],
     "gateway_bot.core.service": ["GatewayService"],
     "gateway_bot.core.scheduler": ["Scheduler"],
+    "gateway_bot.core.queue_notices": ["QueueNotices"],
+    "gateway_bot.core.host_waits": ["HostWaits"],
     "gateway_bot.core.routing": ["Router"],
     "gateway_bot.core.approvals": ["Gatekeeper"],
     "gateway_bot.core.conversation_mail": ["ConversationMailer"],
@@ -38,6 +40,8 @@ TRACED = {
     "gateway_bot.state.context_lines": ["SqliteContextLines"],
     "slack_sdk.web.async_client": ["AsyncWebClient"],
     "gateway_bot.state.sqlite_store": ["SqliteStore"],
+    "gateway_bot.state.conversations_store": ["SqlConversations"],
+    "gateway_bot.state.task_views": ["SqlTaskViews"],
     "nio.client.async_client": ["AsyncClient"],
 }
 SLACK = [

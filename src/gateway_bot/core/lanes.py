@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from gateway_bot.agents.base import OnEvent
@@ -17,6 +18,9 @@ from gateway_bot.core.executor import TaskResult
 from gateway_bot.core.progress import ProgressReporter
 from gateway_bot.domain.messages import InboundMessage, Reply
 from gateway_bot.domain.records import ConversationRecord
+
+STOPPED_TEXT = "Stopped. The task was cancelled with /stop."
+"""The answer to a task /stop ended: its run cancelled, or its wait for its host."""
 
 
 class Executes(Protocol):
@@ -53,6 +57,16 @@ class ConversationClaims(Protocol):
     async def record_reply(self, conversation_id: str, task_id: str, reply: Reply) -> bool:
         """Store the reply only if the claim is still this replica's (fenced)."""
         ...
+
+
+def fenced_record(
+    claims: ConversationClaims | None, conversation_id: str, task_id: str, reply: Reply
+) -> Callable[[], Awaitable[bool]] | None:
+    """How a task's reply is stored (``ReplyDelivery.store_and_send``'s ``record``): by
+    the claims, fenced, on a replica of several; None (the store's own) otherwise."""
+    if claims is None:
+        return None
+    return lambda: claims.record_reply(conversation_id, task_id, reply)
 
 
 class RunningTask:

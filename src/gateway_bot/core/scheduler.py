@@ -20,6 +20,8 @@ as UNDELIVERED (``ReplyDelivery``) instead of raising; anything else that fails 
 and left where the store has it, for the next start.
 
 ``GatewayService`` keeps intake and routing; this module only runs what was routed here.
+What people hear before the reply goes out through ``core/queue_notices``; a task whose
+sandbox host is unreachable waits in ``core/host_waits``.
 """
 
 from __future__ import annotations
@@ -31,21 +33,24 @@ from collections.abc import Awaitable, Callable, Mapping
 import structlog
 
 from gateway_bot.agents.base import ToolUseEvent
-from gateway_bot.core.channel import (
-    Acknowledges,
-    ChannelAdapter,
-    PreparesAcknowledgement,
-    ProgressDisplay,
-    attachment_downloads,
-)
+from gateway_bot.core.channel import ChannelAdapter, ProgressDisplay, attachment_downloads
 from gateway_bot.core.delivery import ReplyDelivery
 from gateway_bot.core.disk_holds import DiskHolds
 from gateway_bot.core.executor import TaskResult
 from gateway_bot.core.fault_points import reached
+from gateway_bot.core.host_waits import HostWaits
 from gateway_bot.core.jobs import Jobs
-from gateway_bot.core.lanes import ConversationClaims, ConversationLane, Executes, RunningTask
+from gateway_bot.core.lanes import (
+    STOPPED_TEXT,
+    ConversationClaims,
+    ConversationLane,
+    Executes,
+    RunningTask,
+    fenced_record,
+)
 from gateway_bot.core.progress import ProgressReporter
-from gateway_bot.core.retries import DEFAULT_POLICY, RetryPolicy, call_channel
+from gateway_bot.core.queue_notices import QueueNotices
+from gateway_bot.core.retries import DEFAULT_POLICY, RetryPolicy
 from gateway_bot.core.schedule_request_file import RequestFile
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState
 from gateway_bot.domain.messages import InboundMessage, Reply
@@ -55,11 +60,8 @@ from gateway_bot.state.store import Store
 
 log = logging.getLogger(__name__)
 
-STOPPED_TEXT = "Stopped. The task was cancelled with /stop."
 ACK_WAIT_S = 10.0
 """How long a task waits for its acknowledgement to go out before running without it."""
-HOST_RETRY_S = 5.0
-"""How often a task whose sandbox host is unreachable tries again."""
 
 
 OnScheduleRequest = Callable[[str, InboundMessage, RequestFile], Awaitable[None]]
@@ -83,17 +85,15 @@ class Scheduler:
         the acknowledgement then ends with."""
         self._store = store
         self._adapters = adapters
-        self._conversation_link = conversation_link
         self._executor = executor
         self._replies = replies
         self._jobs = jobs
         self._slots = asyncio.Semaphore(max_concurrent)
         self._max_pending = max_pending
-        self._policy = policy
         self._lanes: dict[str, ConversationLane] = {}
         self._running: dict[str, RunningTask] = {}
-        self._told_waiting: dict[str, str] = {}
-        """Tasks whose sender was told they wait for their host (told once): the host."""
+        self._notices = QueueNotices(adapters, jobs, policy, conversation_link)
+        self._host_waits = HostWaits(store, replies, self._notices, self._running)
         self._disk = DiskHolds(store.flush)
         """Per task taken in before its message was on disk: the flush its notices wait
         for (``hold_notices``); gone once the flush is done."""
@@ -136,7 +136,8 @@ class Scheduler:
         conversation already has ``max_pending`` waiting. The acknowledgement (or refusal) is a
         job of its own, retried, and never decides whether the task runs."""
         if self._disk.held(task.id):
-            await self._prepare_acknowledgement(task.id, message, conversation_id)
+            if not self.is_full(conversation_id):
+                await self._notices.prepare_acknowledgement(task.id, message)
             # (its lane, its notices and a kill's recovery start from here)
             await self._disk.on_disk(task.id)
         ahead = self.depth(conversation_id)
@@ -144,7 +145,6 @@ class Scheduler:
             task.id, TaskState.PENDING, conversation_id=conversation_id, parsed=message, known=task
         )
         reached("routed")
-        adapter, context = self._adapters[message.channel], message.channel_context
         if self.is_full(conversation_id):
             text = (
                 f"This conversation already has {ahead - 1} messages waiting; this one was "
@@ -153,52 +153,10 @@ class Scheduler:
             await self._store.transition(
                 task.id, TaskState.COMPLETED, reason=CompletionReason.REJECTED, error=text
             )
-            self._tell(
-                f"{message.channel}: refusing task {task.id}",
-                lambda: adapter.send_rejection(context, text),
-            )
+            self._notices.refuse(task.id, message, text)
             return
-        ack = f"Queued behind {ahead} task(s)." if ahead else "Working on it…"
-        link = self._conversation_link(conversation_id) if self._conversation_link else None
-        if link:
-            ack = f"{ack} {link}"
-        send: Callable[[], Awaitable[None]]
-        if isinstance(adapter, ProgressDisplay):
-            display = adapter
-            send = lambda: display.send_acknowledgement(context, task.id, ack)  # noqa: E731
-        elif isinstance(adapter, Acknowledges):
-            notice = adapter
-            send = lambda: notice.acknowledge(context, task.id, ack)  # noqa: E731
-        else:
-            self.enqueue(conversation_id, task.id)
-            return
-        acknowledged = self._tell(f"{message.channel}: acknowledging task {task.id}", send)
+        acknowledged = self._notices.acknowledge(task.id, message, conversation_id, ahead)
         self.enqueue(conversation_id, task.id, after=acknowledged)
-
-    async def _prepare_acknowledgement(
-        self, task_id: str, message: InboundMessage, conversation_id: str
-    ) -> None:
-        """While the flush runs: the channel's own record for the acknowledgement to come
-        (``PreparesAcknowledgement``). Only a help: if it fails, the send writes it."""
-        adapter = self._adapters[message.channel]
-        if not isinstance(adapter, PreparesAcknowledgement) or self.is_full(conversation_id):
-            return
-        try:
-            await adapter.prepare_acknowledgement(message.channel_context, task_id)
-        except Exception as exc:
-            log.warning("task %s: preparing the acknowledgement failed (%r)", task_id, exc)
-
-    def _tell(self, what: str, send: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
-        """A best-effort send in a job of its own: retried by the policy, then given up
-        (logged). People may miss a notice; a task waits for it at most ``ACK_WAIT_S``."""
-
-        async def attempt() -> None:
-            try:
-                await call_channel(what, send, self._policy)
-            except Exception as exc:
-                log.warning("%s: given up (%s)", what, exc)
-
-        return self._jobs.spawn(attempt(), name=what)
 
     def enqueue(
         self, conversation_id: str, task_id: str, *, after: asyncio.Task[None] | None = None
@@ -261,7 +219,9 @@ class Scheduler:
                         reached("acknowledged")
                     async with self._slots:
                         waits = await self._execute(lane, task_id)
-                    if waits and await self._stopped_while_host_away(lane, task_id):
+                    if waits and await self._host_waits.stopped_during_pause(
+                        lane, task_id, self.claims
+                    ):
                         waits = False  # answered "Stopped.": it leaves the lane
                 except Exception:
                     log.exception(
@@ -270,7 +230,7 @@ class Scheduler:
                 finally:
                     if not waits:
                         queue.popleft()
-                        self._told_waiting.pop(task_id, None)
+                        self._host_waits.forget(task_id)
         finally:
             lane.drainer = None
             if self.claims is not None and not queue:
@@ -284,63 +244,6 @@ class Scheduler:
             task_id=task_id, conversation_id=lane.conversation_id
         ):
             return await self._run_task(lane, task_id)
-
-    async def _stopped_while_host_away(self, lane: ConversationLane, task_id: str) -> bool:
-        """Pause before the next try of a task whose host is down (it stays first in its
-        lane, outside the global slots). The pause stands in for the run in /status and
-        /stop (the dashboard offers its button for executing tasks only): a stop ends the
-        task with the answer a stopped run gets, instead of leaving its sender waiting for
-        a host that may never come back."""
-        task = await self._store.get_task(task_id)
-        message = task.parsed
-        assert message is not None
-        pause = asyncio.ensure_future(asyncio.sleep(HOST_RETRY_S))
-        waiting = RunningTask(task_id, message.body, pause)
-        waiting.host_down = self._told_waiting.get(task_id, "?")
-        lane.running = self._running[lane.conversation_id] = waiting
-        try:
-            await asyncio.wait([pause])  # a stop cancels the pause, not this wait
-        finally:
-            pause.cancel()
-            lane.running = None
-            self._running.pop(lane.conversation_id, None)
-        if not waiting.stop_requested:
-            return False
-        log.info("task %s: stopped while waiting for its host", task_id)
-        await self._store.transition(task_id, TaskState.EXECUTING)
-        record = None
-        if self.claims is not None:
-            claims, cid = self.claims, lane.conversation_id
-            stopped = Reply(text=STOPPED_TEXT, stopped=True)
-            record = lambda: claims.record_reply(cid, task_id, stopped)  # noqa: E731
-        await self._replies.store_and_send(
-            task_id,
-            message,
-            Reply(text=STOPPED_TEXT, stopped=True),
-            CompletionReason.CANCELLED,
-            None,
-            record,
-        )
-        return True
-
-    async def _wait_for_host(
-        self, task_id: str, adapter: ChannelAdapter, message: InboundMessage, exc: HostUnreachable
-    ) -> None:
-        """The conversation's container lives on a host that does not answer: the task is
-        kept (PENDING, first in its lane, re-run after a restart too) and its sender told
-        once; it is never run elsewhere."""
-        await self._store.transition(task_id, TaskState.PENDING)
-        log.warning("task %s waits: %s", task_id, exc)
-        if task_id in self._told_waiting:
-            return
-        self._told_waiting[task_id] = exc.host
-        text = (
-            f"The agent's host {exc.host} is unreachable; your message is kept and will run "
-            "when the host is back (/stop drops it)."
-        )
-        context = message.channel_context
-        self._tell(f"{message.channel}: task {task_id} waits for its host",
-                   lambda: adapter.send_rejection(context, text))  # fmt: skip
 
     async def _run_task(self, lane: ConversationLane, task_id: str) -> bool:
         if self.claims is not None and not self.claims.holds(lane.conversation_id):
@@ -373,7 +276,7 @@ class Scheduler:
                 raise  # the daemon is shutting down: the task stays EXECUTING, re-run later
             result = TaskResult(Reply(text=STOPPED_TEXT, stopped=True), CompletionReason.CANCELLED)
         except HostUnreachable as exc:
-            await self._wait_for_host(task_id, adapter, message, exc)
+            await self._host_waits.wait(task_id, adapter, message, exc)
             return True  # (``finally`` below closes the reporter and clears the lane)
         except SandboxUnavailable as exc:
             log.warning("task %s: the sandbox could not run it: %s", task_id, exc)
@@ -390,10 +293,7 @@ class Scheduler:
             await reporter.close()
             lane.running = None
             self._running.pop(lane.conversation_id, None)
-        record = None
-        if self.claims is not None:
-            claims, reply, cid = self.claims, result.reply, lane.conversation_id
-            record = lambda: claims.record_reply(cid, task_id, reply)  # noqa: E731
+        record = fenced_record(self.claims, lane.conversation_id, task_id, result.reply)
         await self._replies.store_and_send(
             task_id, message, result.reply, result.reason, reporter.finished(result.reply), record
         )

@@ -26,21 +26,25 @@ from typing import Any
 
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState, check_transition
 from gateway_bot.domain.messages import InboundMessage, RawMessage, Reply, Usage
-from gateway_bot.domain.records import ApprovalRecord, ConversationRecord, TaskRecord
+from gateway_bot.domain.records import TaskRecord
 from gateway_bot.state.approvals import SqliteApprovals
-from gateway_bot.state.approvals import _approval as _approval_from_row
 from gateway_bot.state.context_lines import SqliteContextLines
+from gateway_bot.state.conversations_store import SqlConversations
 from gateway_bot.state.database import Database, SchemaTooNew, StateTarget
 from gateway_bot.state.migrations import MIGRATIONS, OWNER
-from gateway_bot.state.rows import conversation_from_row as _conversation_from_row
 from gateway_bot.state.rows import task_from_row as _task_from_row
 from gateway_bot.state.rows import without_payload as _without_payload
 from gateway_bot.state.store import TransitionListener
+from gateway_bot.state.task_views import SqlTaskViews
 
 log = logging.getLogger(__name__)
 
 
-class SqlStore:
+class SqlStore(SqlConversations, SqlTaskViews):
+    """Opening and migrating, and the tasks from intake to their reply; a conversation's
+    rows (``state/conversations_store``) and the listings and counts that only read
+    (``state/task_views``) are inherited."""
+
     def __init__(self, target: StateTarget, database: Database | None = None) -> None:
         """``target``: a SQLite file's path or a ``postgresql://`` URL. ``database``: the
         one the channels' stores share (the daemon passes it); this store opens and closes
@@ -261,45 +265,6 @@ class SqlStore:
             )  # fmt: skip
         return self._published(dataclasses.replace(current, **changed), current.state)
 
-    async def list_tasks(
-        self,
-        *,
-        states: Iterable[TaskState] | None = None,
-        conversation_id: str | None = None,
-        limit: int = 100,
-    ) -> list[TaskRecord]:
-        where: list[str] = []
-        values: list[Any] = []
-        if states is not None:
-            names = [s.value for s in states]
-            where.append(f"state IN ({','.join('?' * len(names))})")
-            values += names
-        if conversation_id is not None:
-            where.append("conversation_id = ?")
-            values.append(conversation_id)
-        clause = f"WHERE {' AND '.join(where)}" if where else ""
-        rows = await self._database.fetch_all(
-            f"SELECT * FROM (SELECT rowid AS n, * FROM tasks {clause}"
-            " ORDER BY created_at DESC, rowid DESC LIMIT ?) AS newest ORDER BY created_at, n",
-            [*values, limit],
-        )
-        return [_task_from_row(row) for row in rows]
-
-    async def pending_approvals(self) -> list[ApprovalRecord]:
-        rows = await self._database.fetch_all(
-            "SELECT * FROM approvals WHERE state = 'pending' ORDER BY created_at, rowid"
-        )
-        return [_approval_from_row(row) for row in rows]
-
-    async def count_tasks(self) -> dict[tuple[TaskState, CompletionReason | None], int]:
-        rows = await self._database.fetch_all(
-            "SELECT state, completion_reason, COUNT(*) FROM tasks GROUP BY state, completion_reason"
-        )
-        return {
-            (TaskState(state), CompletionReason(reason) if reason else None): int(count)
-            for state, reason, count in rows
-        }
-
     async def save_parsed(self, task_id: str, parsed: InboundMessage) -> None:
         await self._database.write(
             "UPDATE tasks SET parsed_json = ? WHERE id = ?",
@@ -330,100 +295,6 @@ class SqlStore:
             (usage.cost_usd, usage.num_turns, task_id),
             durable=False,
         )
-
-    # -- conversations -----------------------------------------------------------------
-
-    async def active_conversation(self, channel: str, key: str) -> ConversationRecord | None:
-        row = await self._database.fetch_one(
-            "SELECT * FROM conversations WHERE channel = ? AND channel_key = ? AND active = 1",
-            (channel, key),
-        )
-        return _conversation_from_row(row) if row else None
-
-    async def list_conversations(
-        self, *, active: bool | None = None, channel: str | None = None, limit: int = 100
-    ) -> list[ConversationRecord]:
-        where: list[str] = []
-        values: list[Any] = []
-        if active is not None:
-            where.append("active = ?")
-            values.append(int(active))
-        if channel is not None:
-            where.append("channel = ?")
-            values.append(channel)
-        clause = f"WHERE {' AND '.join(where)}" if where else ""
-        rows = await self._database.fetch_all(
-            f"SELECT * FROM conversations {clause} ORDER BY updated_at DESC, rowid DESC LIMIT ?",
-            [*values, limit],
-        )
-        return [_conversation_from_row(row) for row in rows]
-
-    async def get_conversation(self, conversation_id: str) -> ConversationRecord:
-        row = await self._database.fetch_one(
-            "SELECT * FROM conversations WHERE id = ?", (conversation_id,)
-        )
-        if row is None:
-            raise KeyError(f"no conversation {conversation_id}")
-        return _conversation_from_row(row)
-
-    async def create_conversation(
-        self, channel: str, key: str, model: str | None
-    ) -> ConversationRecord:
-        conversation_id = secrets.token_hex(4)
-        now = time.time()
-        # Routing makes it; the task's durable reply record flushes it (or recovery
-        # re-routes the task and makes it again).
-        async with self._database.transaction(durable=False) as db:
-            await db.execute(
-                "UPDATE conversations SET active = 0, updated_at = ?"
-                " WHERE channel = ? AND channel_key = ? AND active = 1",
-                (now, channel, key),
-            )
-            await db.execute(
-                "INSERT INTO conversations (id, channel, channel_key, model, active,"
-                " created_at, updated_at) VALUES (?, ?, ?, ?, 1, ?, ?)",
-                (conversation_id, channel, key, model, now, now),
-            )
-        return ConversationRecord(
-            id=conversation_id, channel=channel, channel_key=key, model=model,
-            agent_session_id=None, last_reply=None, next_model=None, active=True,
-            created_at=now, updated_at=now, agent_backend=None, next_agent=None,
-        )  # fmt: skip
-
-    async def update_conversation(
-        self,
-        conversation_id: str,
-        *,
-        model: str | None = None,
-        agent_session_id: str | None = None,
-        clear_session: bool = False,
-        last_reply: str | None = None,
-        next_model: str | None = None,
-        agent_backend: str | None = None,
-        next_agent: str | None = None,
-    ) -> ConversationRecord:
-        sets = ["updated_at = ?"]
-        values: list[Any] = [time.time()]
-        for column, value in (
-            ("model", model),
-            ("agent_session_id", agent_session_id),
-            ("last_reply", last_reply),
-            ("next_model", next_model),
-            ("agent_backend", agent_backend),
-            ("next_agent", next_agent),
-        ):
-            if value is not None:
-                sets.append(f"{column} = ?")
-                values.append(value)
-        if clear_session:
-            sets.append("agent_session_id = NULL")
-        # Written by a task's run or a command, whose durable reply record follows.
-        await self._database.write(
-            f"UPDATE conversations SET {', '.join(sets)} WHERE id = ?",
-            [*values, conversation_id],
-            durable=False,
-        )
-        return await self.get_conversation(conversation_id)
 
 
 SqliteStore = SqlStore
