@@ -20,7 +20,7 @@ import pytest
 from aiohttp import ClientSession
 from aiohttp.test_utils import TestServer
 
-from gateway_bot.config.server import DashboardSettings
+from gateway_bot.config.dashboard import DashboardSettings
 from gateway_bot.core.application import Application, DaemonLiveState
 from gateway_bot.core.feed import ChangeFeed
 from gateway_bot.dashboard.metrics import TaskDurations, metrics_readable

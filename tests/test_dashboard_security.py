@@ -20,7 +20,8 @@ from aiohttp import ClientResponse, ClientSession, CookieJar
 from aiohttp.test_utils import TestServer
 
 from gateway_bot.agents.claude_stream import parse_stream_line
-from gateway_bot.config.server import DashboardSettings, build_server_config
+from gateway_bot.config.dashboard import DashboardSettings
+from gateway_bot.config.server import build_server_config
 from gateway_bot.config.yaml_tags import ConfigError
 from gateway_bot.core.application import Application, DaemonLiveState
 from gateway_bot.core.feed import ChangeFeed

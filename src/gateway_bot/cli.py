@@ -20,16 +20,13 @@ import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
 from gateway_bot.service_unit import DEFAULT_NAME
 from gateway_bot.state_command import add_state_commands
 
 if TYPE_CHECKING:
-    from gateway_bot.agents.backend import AgentBackend
     from gateway_bot.config.server import ServerConfig
     from gateway_bot.daemon import Daemon
-    from gateway_bot.sandbox.base import Sandbox
 
 EXIT_CONFIG = 2
 
@@ -107,9 +104,13 @@ def main(argv: list[str] | None = None) -> int:
     from gateway_bot.config.server import build_server_config
 
     if args.command == "check":
-        return _check(args.config, canary=args.sandbox)
+        from gateway_bot.check_command import run_check
+
+        return run_check(args.config, canary=args.sandbox)
     if args.command == "image":
-        return _image(args)
+        from gateway_bot.image_command import run_image
+
+        return run_image(args)
     if args.command == "install-service":
         return _install_service(args)
     if args.command == "matrix":
@@ -255,116 +256,6 @@ async def _stop_sandbox(daemon: Daemon) -> None:
         await daemon.sandbox.stop_all()
     except failures as exc:
         print(f"warning: could not stop the sandbox's containers: {exc}", file=sys.stderr)
-
-
-def _check(path: Path, *, canary: bool = False) -> int:
-    from gateway_bot.agent_setup import (
-        agent_backend,
-        agent_command,
-        agent_environment,
-        agent_program,
-        check_agent_setup,
-        describe_backends,
-    )
-    from gateway_bot.cli_config import load_config
-    from gateway_bot.cli_preflight import local_repo_problem, state_dir_problem
-    from gateway_bot.matrix_commands import describe_e2ee
-    from gateway_bot.sandbox.base import SandboxUnavailable
-    from gateway_bot.sandbox.factory import create_sandbox
-
-    config = load_config(path)
-    if config is None:
-        return EXIT_CONFIG
-    if (unusable := state_dir_problem(config.state_dir, create=False)) is not None:
-        print(f"{path}: {unusable}", file=sys.stderr)
-        return EXIT_CONFIG
-    channels = [name for name, value in config.channels if value is not None]
-    agent_env = agent_environment(config, path.parent)
-    problem = check_agent_setup(config, agent_env)
-    print(
-        f"{path}: OK (state {config.state_dir}, repo {config.repo.url}, "
-        f"channels: {', '.join(channels) or 'none'})"
-    )
-    print(f"agent: {agent_program(config) or agent_command(config)[0] + ' (not found)'}")
-    for line in describe_backends(config):
-        print(line)
-    if problem is not None:
-        print(f"warning: {problem.message}")
-    if (missing_repo := local_repo_problem(config.repo.url)) is not None:
-        print(f"note: {missing_repo}")
-    if not channels:
-        print(
-            "note: no channel is enabled: `run` would refuse to start (add one under "
-            "channels:, e.g. console: {})."
-        )
-    sandbox = create_sandbox(config.sandbox, config.state_dir)
-    try:
-        asyncio.run(sandbox.check())
-        route = asyncio.run(
-            _model_route(sandbox, config.sandbox.kind, agent_backend(config), agent_env)
-        )
-    except SandboxUnavailable as exc:
-        print(f"error: the sandbox ({config.sandbox.kind}) cannot run: {exc}")
-        return EXIT_CONFIG
-    print(f"sandbox: {config.sandbox.kind} works")
-    print(route)
-    for line in describe_e2ee(config):
-        print(line)
-    if canary:
-        from gateway_bot.check_sandbox import check_sandbox
-
-        return check_sandbox(config, path)
-    return 0
-
-
-async def _model_route(
-    sandbox: Sandbox, kind: str, backend: AgentBackend, agent_env: dict[str, str]
-) -> str:
-    """How the agent will reach its model API: one line for ``check``."""
-    from gateway_bot.agent_setup import model_api_on_loopback
-
-    url = backend.model_api_url(agent_env)
-    if kind == "none":
-        return f"model API {url} reached directly by the agent on this host (no sandbox)"
-    local = model_api_on_loopback(backend, agent_env)
-    if local is None or urlsplit(local).scheme != "http":
-        return f"model API {url} reached by the sandbox via the egress proxy"
-    relay = urlsplit(await sandbox.reach_host_loopback(local, start=False)).netloc
-    return (
-        f"model API {url} reached by the sandbox through a relay at {relay}, via the egress proxy"
-    )
-
-
-def _image(args: argparse.Namespace) -> int:
-    """``image build`` / ``image bootstrap``: progress on stdout, exit 2 on failure."""
-    from gateway_bot.agent_setup import agent_image_files
-    from gateway_bot.cli_config import built_in_config, load_config
-    from gateway_bot.sandbox.base import SandboxUnavailable
-    from gateway_bot.sandbox.podman import commands as image_commands
-    from gateway_bot.sandbox.podman.service import PodmanCommandError
-
-    config = load_config(args.config) if args.config else built_in_config()
-    if config is None:
-        return EXIT_CONFIG
-    try:
-        if args.image_command == "bootstrap":
-            asyncio.run(
-                image_commands.bootstrap(config.sandbox, config.state_dir, force=args.force)
-            )
-        else:
-            files = agent_image_files(config)
-            asyncio.run(
-                image_commands.build_images(
-                    config.sandbox, config.state_dir, files, args.containerfile
-                )
-            )
-    except (SandboxUnavailable, PodmanCommandError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    except OSError as exc:  # a --containerfile (or the config's) that cannot be read
-        print(f"error: cannot read {exc.filename}: {exc.strerror}", file=sys.stderr)
-        return EXIT_CONFIG
-    return 0
 
 
 def _install_service(args: argparse.Namespace) -> int:

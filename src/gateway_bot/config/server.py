@@ -8,7 +8,6 @@ config. Every validation problem is reported with its key path and a hint, all a
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import subprocess
 from pathlib import Path
@@ -31,8 +30,9 @@ from pydantic_settings import (
 )
 
 from gateway_bot.config.access import AccessSettings, known_zone
-from gateway_bot.config.action_rules import ActionApprovalSettings
+from gateway_bot.config.agent import AgentSettings
 from gateway_bot.config.channels import ChannelsSettings
+from gateway_bot.config.dashboard import DashboardSettings
 from gateway_bot.config.ha import HaSettings
 from gateway_bot.config.sandbox import SandboxSettings
 from gateway_bot.config.section import Section
@@ -44,71 +44,6 @@ class RepoSettings(Section):
     url: str = Field(description="The git repository conversations work on (URL or local path).")
     default_branch: str | None = Field(
         default=None, description="Branch new workspaces start from; the remote HEAD if unset."
-    )
-
-
-BackendName = Literal["claude-code", "claude_code", "gemini-cli", "codex"]
-"""The agent CLIs of ``agents/registry.py`` (claude_code: the older spelling)."""
-
-
-class BackendSettings(Section):
-    """One agent CLI's own settings (``agent.backends.NAME``)."""
-
-    command: list[str] | None = Field(
-        default=None, min_length=1, description="Its argv; unset: the backend's own."
-    )
-    model: str | None = Field(
-        default=None, description="Its model when nothing else names one (/model, repo)."
-    )
-
-
-class AgentSettings(Section):
-    backend: BackendName = Field(
-        default="claude-code",
-        description="The agent CLI (agents/registry.py); claude_code is the older spelling.",
-    )
-    enabled: list[BackendName] = Field(
-        default_factory=list,
-        description="Further agent CLIs a repo (.gateway/config.yaml agent:) or a "
-        "conversation (/agent NAME) may choose; `backend` is always enabled.",
-    )
-    backends: dict[BackendName, BackendSettings] = Field(
-        default_factory=dict,
-        description="Per agent CLI: its command and default model (agent.command and "
-        "agent.model are the default backend's).",
-    )
-    command: list[str] | None = Field(
-        default=None, min_length=1, description="The agent's argv; unset: the backend's own."
-    )
-    model: str | None = None
-    timeout_seconds: PositiveFloat = 1800.0
-    env: dict[str, str] = Field(
-        default_factory=dict,
-        description="Extra environment for the agent (model endpoint, API key...).",
-    )
-    stall_seconds: PositiveFloat = Field(
-        default=600.0,
-        description="A run that says nothing this long (once started; longer while a tool "
-        "call with its own longer time limit runs) is stopped as stuck, and the user told "
-        "its last step. timeout_seconds stays the ceiling.",
-    )
-    max_warm_sessions: int = Field(
-        default=4,
-        ge=0,
-        description="Agent processes kept between turns (one per active conversation, later "
-        "turns skip the CLI's start-up); the least recently used is ended first. What the "
-        "agent left running in the background still ends after each turn. 0: none (every "
-        "turn starts the CLI afresh).",
-    )
-    budget_usd: PositiveFloat | None = Field(
-        default=None,
-        description="Per conversation: ask (a card, as action approvals do) before the turn "
-        "that would likely take its spend past this many dollars.",
-    )
-    approvals: ActionApprovalSettings | None = Field(
-        default=None,
-        description="Action approvals (README, Action approvals): set (even to {}) to have "
-        "the agent's tool calls checked; the default rules ask before `git push`.",
     )
 
 
@@ -156,77 +91,6 @@ class StateSettings(Section):
         if url is not None and not url.startswith(("postgresql://", "postgres://")):
             raise ValueError("must be a postgresql:// URL (unset: SQLite in state_dir)")
         return url
-
-
-class DashboardSettings(Section):
-    """The web dashboard ``gateway-bot run`` serves (``gateway_bot/dashboard``). Never open:
-    a login with ``token`` is always required. Off loopback it must be TLS or behind a proxy
-    the operator says terminates TLS, so the token and the session cookie never cross a
-    network in the clear."""
-
-    enabled: bool = True
-    host: str = Field(default="127.0.0.1", min_length=1)
-    port: int = Field(default=8950, ge=0, le=65535, description="0: any free port (logged).")
-    token: str = Field(
-        min_length=16, repr=False, description="The login token (use !env; 16+ characters)."
-    )
-    behind_proxy: bool = Field(
-        default=False,
-        description="A reverse proxy terminates TLS in front: allows a non-loopback host "
-        "and marks the session cookie Secure.",
-    )
-    tls_certificate: Path | None = None
-    tls_key: Path | None = None
-    operator: dict[str, str] = Field(
-        default_factory=dict,
-        description="Per channel, the owner identity a dashboard approval decision is "
-        "recorded as (must be in access.owners or access.admins of that channel).",
-    )
-    session_hours: PositiveFloat = Field(
-        default=12.0, description="How long a login lasts before the token is asked again."
-    )
-    metrics_token: str | None = Field(
-        default=None,
-        min_length=16,
-        repr=False,
-        description="A bearer token that reads /metrics without a login (use !env; 16+ "
-        "characters). Without it only loopback scrapers (and logged-in browsers) read it.",
-    )
-    public_url: str | None = Field(
-        default=None,
-        pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$",
-        description="The dashboard's address as people reach it (e.g. "
-        "https://bot.example.org/dash): acknowledgements in chat then link to the "
-        "conversation's page there.",
-    )
-
-    def conversation_url(self, conversation_id: str) -> str | None:
-        """The conversation's page at ``public_url``; None without one."""
-        if self.public_url is None:
-            return None
-        return f"{self.public_url.rstrip('/')}/conversations/{conversation_id}"
-
-    @model_validator(mode="after")
-    def _exposed_only_safely(self) -> DashboardSettings:
-        if (self.tls_certificate is None) != (self.tls_key is None):
-            raise ValueError("set both tls_certificate and tls_key, or neither")
-        tls = self.tls_certificate is not None
-        if self.enabled and not _loopback_host(self.host) and not tls and not self.behind_proxy:
-            raise ValueError(
-                f"host {self.host!r} is not loopback and the dashboard would serve its login "
-                "in clear text: set tls_certificate and tls_key, or behind_proxy: true when a "
-                "TLS-terminating proxy is in front, or keep host 127.0.0.1"
-            )
-        return self
-
-
-def _loopback_host(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class LoggingSettings(Section):

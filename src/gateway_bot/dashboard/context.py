@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gateway_bot.config.server import DashboardSettings
+from gateway_bot.config.dashboard import DashboardSettings
 from gateway_bot.core.application import Application
 from gateway_bot.core.feed import ChangeFeed, Subscription
 from gateway_bot.dashboard.sessions import Session, SessionSigner

@@ -30,7 +30,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram,
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gateway_bot.config.server import DashboardSettings
+from gateway_bot.config.dashboard import DashboardSettings
 from gateway_bot.core.application import Application
 from gateway_bot.dashboard.context import APPLICATION
 from gateway_bot.domain.lifecycle import TaskState

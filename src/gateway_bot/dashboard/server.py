@@ -26,7 +26,7 @@ import aiohttp_jinja2
 import jinja2
 from aiohttp import web
 
-from gateway_bot.config.server import DashboardSettings
+from gateway_bot.config.dashboard import DashboardSettings
 from gateway_bot.core.application import Application
 from gateway_bot.core.feed import ChangeFeed, Subscription
 from gateway_bot.dashboard import live, metrics, pages
