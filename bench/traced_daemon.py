@@ -42,6 +42,7 @@ TRACED = {
 }
 SLACK = [
     "gateway_bot.channels.slack.adapter",
+    "gateway_bot.channels.slack.posts",
     "gateway_bot.channels.slack.socket_mode",
     "gateway_bot.channels.slack.listener",
     "gateway_bot.channels.slack.webapi",
