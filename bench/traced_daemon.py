@@ -25,6 +25,7 @@ TRACED = {
     "gateway_bot.channels.matrix.api": ["MatrixApi"],
     "gateway_bot.channels.matrix.listener": ["MatrixListener"],
     "gateway_bot.channels.matrix.adapter": ["MatrixAdapter"],
+    "gateway_bot.channels.matrix.inbound": ["InboundParser"],
     "gateway_bot.channels.matrix.session": ["MatrixSession"],
     "gateway_bot.channels.matrix.crypto": ["E2ee"],
     "gateway_bot.channels.matrix.store": ["MatrixStateStore"],
@@ -46,6 +47,7 @@ TRACED = {
 }
 SLACK = [
     "gateway_bot.channels.slack.adapter",
+    "gateway_bot.channels.slack.posts",
     "gateway_bot.channels.slack.socket_mode",
     "gateway_bot.channels.slack.listener",
     "gateway_bot.channels.slack.webapi",

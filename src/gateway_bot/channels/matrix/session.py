@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from nio import EncryptionError
 from nio.crypto import ENCRYPTION_ENABLED
@@ -41,6 +42,8 @@ from gateway_bot.state.database import Database
 log = logging.getLogger(__name__)
 
 _CLIENT = "/_matrix/client/v3"
+
+T = TypeVar("T")
 
 JsonDict = dict[str, Any]
 
@@ -83,6 +86,13 @@ class MatrixSession:
         which encrypted sends need)."""
         await self._ready.wait()
         await self._synced.wait()
+
+    async def when_ready(self, call: Callable[[], Awaitable[T]]) -> T:
+        """Wait for the login, then make one attempt. Retrying is the core's (one policy,
+        ``core/retries.py``, outside its intake lock): a MatrixError says whether it is
+        ``transient``. Sends carry transaction ids, so the core's retry never posts twice."""
+        await self.ready()
+        return await call()
 
     def mark_synced(self) -> None:
         self._synced.set()

@@ -7,7 +7,8 @@ One module per step of a message's path:
 - ``adapter``: authenticates (``access``) and parses what was stored, answers in the
   thread: acknowledgement edited into progress, reply in mrkdwn (``render``), files
   (``files``), approval cards;
-- ``records``: what was already posted, so restarts never post twice.
+- ``posts``: each post for a task made exactly once (``records``: what was already
+  posted, so restarts never post twice).
 """
 
 from gateway_bot.channels.slack.adapter import SlackAdapter

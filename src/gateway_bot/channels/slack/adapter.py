@@ -8,9 +8,7 @@ into a summary of the steps; the reply is posted as new messages (Slack notifies
 new messages, not of edits), converted to mrkdwn and split below Slack's limits.
 
 Exactly once: Slack has no idempotency key, so every post for a task goes through
-``_post_once``: a local record (``records.py``) before and after the call, and messages
-carry ``metadata`` with the task id, so a post the daemon died inside can be found in the
-thread (conversations.replies) instead of being posted again.
+``posts.py`` (a record before and after the call, the task id in the message's metadata).
 """
 
 from __future__ import annotations
@@ -32,11 +30,10 @@ from gateway_bot.channels.slack.access import (
 )
 from gateway_bot.channels.slack.files import SlackFiles
 from gateway_bot.channels.slack.listener import CHANNEL, SlackListener
+from gateway_bot.channels.slack.posts import SlackPosts
 from gateway_bot.channels.slack.records import SlackRecords
-from gateway_bot.channels.slack.webapi import next_cursor
 from gateway_bot.config.channels import SlackChannelSettings
 from gateway_bot.core.channel import AuthenticationError
-from gateway_bot.core.fault_points import reached
 from gateway_bot.core.inbox_files import InboxWriter
 from gateway_bot.domain.messages import (
     Attachment,
@@ -53,13 +50,6 @@ from gateway_bot.state.database import Database
 
 log = logging.getLogger(__name__)
 
-PREPARED_KEPT = 1000
-"""Prepared acknowledgements remembered at most (one not posted is forgotten, oldest first:
-its post then looks in Slack first, as after a restart)."""
-
-METADATA_EVENT = "gateway_bot_post"
-"""Message metadata event type marking the bot's posts with their task id and part."""
-
 
 class SlackAdapter:
     name = CHANNEL
@@ -74,9 +64,7 @@ class SlackAdapter:
             self._client, self._records, settings.bot_token, settings.max_file_bytes
         )
         self._listener = SlackListener(settings, self._client, self._records)
-        self._prepared: dict[str, None] = {}
-        """Tasks whose acknowledgement intent this process wrote and has not posted yet
-        (``prepare_acknowledgement``): their post looks nothing up first."""
+        self._posts = SlackPosts(self._client, self._records)
         self.progress_interval_s = settings.progress_interval_seconds
 
     @property
@@ -213,13 +201,10 @@ class SlackAdapter:
         """The acknowledgement's post intent, written while the message's flush runs; the
         post then needs no write of its own first. Unused (the conversation was full), it
         stays an unconfirmed intent, which posts nothing."""
-        if await self._records.intend_post(task_id, "ack", 0, str(context["channel"])):
-            self._prepared[task_id] = None
-            if len(self._prepared) > PREPARED_KEPT:
-                del self._prepared[next(iter(self._prepared))]
+        await self._posts.prepare_acknowledgement(task_id, str(context["channel"]))
 
     async def send_acknowledgement(self, context: JsonDict, task_id: str, text: str) -> None:
-        await self._post_once(
+        await self._posts.post_once(
             task_id, "ack", 0, context, render.notice(":hourglass_flowing_sand:", text)
         )
         await self._records.join_thread(
@@ -233,13 +218,13 @@ class SlackAdapter:
         text = render.progress_from(progress)
         record = await self._records.post(progress.task_id, "ack", 0)
         if record is None or record.ts is None:
-            await self._post_once(progress.task_id, "ack", 0, context, text)
+            await self._posts.post_once(progress.task_id, "ack", 0, context, text)
             return
         await self._client.chat_update(channel=record.channel, ts=record.ts, text=text)
 
     async def send_reply(self, context: JsonDict, task_id: str, reply: Reply) -> None:
         for part, text in enumerate(render.render_reply(reply)):
-            await self._post_once(task_id, "reply", part, context, text)
+            await self._posts.post_once(task_id, "reply", part, context, text)
         problems = await self._files.upload(context, reply.files)
         if problems:
             await self._say(context, ":paperclip: " + " ".join(problems))
@@ -312,76 +297,6 @@ class SlackAdapter:
             unfurl_links=False,
             unfurl_media=False,
         )
-
-    async def _post_once(
-        self, task_id: str, kind: str, part: int, context: JsonDict, text: str
-    ) -> str:
-        """Post (task, kind, part) unless it already was; return its ts ("" for a post
-        whose record retention removed meanwhile). The intent is written first (or was,
-        during the flush: ``prepare_acknowledgement``) and read back only when it was there
-        already (issue 19: no write or one, not a read and a write, before a first post)."""
-        channel = str(context["channel"])
-        thread = context.get("thread_ts") or None
-        prepared = kind == "ack" and part == 0 and task_id in self._prepared
-        if prepared:  # (forgotten before the call: a retry after it looks in Slack first)
-            del self._prepared[task_id]
-        if prepared or await self._records.intend_post(task_id, kind, part, channel):
-            reached("slack_post_intended")
-        else:
-            record = await self._records.post(task_id, kind, part)
-            if record is None:  # confirmed long ago, pruned between the two statements
-                return ""
-            if record.ts is not None:
-                return record.ts
-            found = await self._find_post(channel, thread, task_id, kind, part, record.intended_at)
-            if found is not None:
-                log.info("task %s: %s %d was already posted (%s)", task_id, kind, part, found)
-                await self._records.confirm_post(task_id, kind, part, found)
-                return found
-        response = await self._client.chat_postMessage(
-            channel=channel,
-            thread_ts=thread,
-            text=text,
-            unfurl_links=False,
-            unfurl_media=False,
-            metadata={
-                "event_type": METADATA_EVENT,
-                "event_payload": {"task_id": task_id, "kind": kind, "part": part},
-            },
-        )
-        ts = str(response["ts"])
-        reached("slack_posted")
-        await self._records.confirm_post(task_id, kind, part, ts)
-        return ts
-
-    async def _find_post(
-        self, channel: str, thread: str | None, task_id: str, kind: str, part: int, since: float
-    ) -> str | None:
-        """The ts of our post for (task, kind, part) in the thread, by its metadata."""
-        wanted = {"task_id": task_id, "kind": kind, "part": part}
-        cursor: str | None = None
-        while True:
-            arguments: dict[str, Any] = {
-                "channel": channel,
-                "oldest": f"{since - 5:.6f}",
-                "include_all_metadata": True,
-                "limit": 200,
-                "cursor": cursor,
-            }
-            if thread:
-                response = await self._client.conversations_replies(ts=thread, **arguments)
-            else:
-                response = await self._client.conversations_history(**arguments)
-            for message in response.get("messages") or []:
-                metadata = message.get("metadata") or {}
-                if (
-                    metadata.get("event_type") == METADATA_EVENT
-                    and metadata.get("event_payload") == wanted
-                ):
-                    return str(message["ts"])
-            cursor = next_cursor(response)
-            if not cursor:
-                return None
 
 
 def _attachments(event: dict[str, Any]) -> tuple[Attachment, ...]:
