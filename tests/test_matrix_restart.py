@@ -42,6 +42,13 @@ async def test_restart_answers_each_message_once_and_never_history(
     fake_api.hold("SECOND")
     second = await alice.say(room, "SECOND message")
     assert fake_api.wait_for_held(60), "the agent never started on SECOND"
+    # Killed once SECOND's acknowledgement is out (a loaded machine may start the agent
+    # before it shows): the restart must keep that one, not send another.
+    await alice.wait_for(
+        room,
+        lambda e: bot_text(bot.user_id, r"^Working on it…$")(e)
+        and relation_of(e).get("m.in_reply_to", {}).get("event_id") == second,
+    )
     first.kill()
     for word in WORDS[2:]:
         await alice.say(room, f"{word} message")
