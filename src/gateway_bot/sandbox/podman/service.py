@@ -8,8 +8,7 @@ service runs tasks through ``api_exec.py``), ``podman build`` shows progress whi
 runs (podman-py returns the log only at the end), and ``podman import`` has no podman-py call.
 
 The service is podman's own ``podman system service``; when nothing answers on the socket,
-the daemon starts one in its own session so it outlives the daemon (containers never depend
-on it: conmon supervises them) and exits by itself after ten idle minutes.
+the daemon starts one (``service_process.py``), which outlives the daemon.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ import contextlib
 import logging
 import os
 import shutil
-import signal
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,6 +31,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 from gateway_bot.config.sandbox import PodmanSettings
 from gateway_bot.sandbox.base import HostUnreachable, SandboxUnavailable
 from gateway_bot.sandbox.child import reaped
+from gateway_bot.sandbox.podman.service_process import ServiceProcess
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +43,10 @@ that one is dumpable, and the agent could take it over (``init.c`` says how)."""
 T = TypeVar("T")
 OnLine = Callable[[str], Awaitable[None]]
 
-SERVICE_IDLE_SECONDS = 600
 ANSWERED_RECENTLY_S = 5.0
 """``ensure_running`` takes a service that answered this recently as running: far below its
-idle exit (``SERVICE_IDLE_SECONDS``); one that died meanwhile fails the next exec, which
-then asks again (``PodmanSandbox._repair_died``)."""
+idle exit (``service_process.SERVICE_IDLE_SECONDS``); one that died meanwhile fails the
+next exec, which then asks again (``PodmanSandbox._repair_died``)."""
 _HOST_ENV = (
     "PATH",
     "HOME",
@@ -121,10 +119,9 @@ class PodmanService:
         self.runtime = None if auto_elsewhere else resolve_runtime(settings.runtime)
         """'auto' is judged on this machine; another one's service keeps its own default."""
         self.ulimits = dict(settings.ulimits)
-        self._log_dir = log_dir
+        self._process = ServiceProcess(self.executable, self.runtime, self.socket, log_dir)
+        """The local service's process, when nothing answers on the socket (``url`` unset)."""
         self._start_lock = asyncio.Lock()
-        self._started_argv: list[str] | None = None
-        """The argv of the service this process started, if it did (``chat`` stops it)."""
         self._answered_at = -ANSWERED_RECENTLY_S
         """When it last answered (``note_answer``, a ping), on the monotonic clock."""
 
@@ -218,7 +215,7 @@ class PodmanService:
         async with self._start_lock:
             if await self._answers():
                 return
-            await self._start_service()
+            await self._process.start(self.cli_env(), self._answers)
 
     async def answers(self) -> bool:
         """Does the REST service answer now? (Always asked: a False also makes the next
@@ -241,64 +238,10 @@ class PodmanService:
             self.note_answer()
         return answered
 
-    async def _start_service(self) -> None:
-        self.socket.parent.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(FileNotFoundError):
-            self.socket.unlink()  # stale: nothing answered on it
-        self._log_dir.mkdir(parents=True, exist_ok=True)
-        log_path = self._log_dir / "podman-service.log"
-        argv = [self.executable]
-        if self.runtime:
-            argv.append(f"--runtime={self.runtime}")
-        argv += ["system", "service", f"--time={SERVICE_IDLE_SECONDS}", f"unix://{self.socket}"]
-        log.info("starting the podman service: %s", " ".join(argv))
-        # setsid --fork: the service is not our child, so neither our exit (asyncio kills
-        # running children it still holds) nor a kill -9 of the daemon touches it.
-        with log_path.open("ab") as log_file:
-            launcher = await asyncio.create_subprocess_exec(
-                "setsid",
-                "--fork",
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=log_file,
-                stderr=log_file,
-                env=self.cli_env(),
-                # Not the daemon's directory: the service outlives it, and once that
-                # directory is gone every container start fails (conmon, netavark: "No such
-                # file or directory"), for every daemon that uses the service after.
-                cwd="/",
-            )
-            await launcher.wait()
-        self._started_argv = argv
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if await self._answers():
-                return
-            await asyncio.sleep(0.1)
-        tail = log_path.read_text(errors="replace").strip().splitlines()[-3:]
-        raise SandboxUnavailable(
-            f"the podman service did not answer on {self.socket}: {' / '.join(tail) or 'no output'}"
-        )
-
     async def stop_if_started_here(self) -> None:
-        """End the service this process started (``chat`` leaves nothing running); a service
-        that already answered is someone else's and stays. Found by its exact argv, which
-        names our socket: ``setsid --fork`` leaves no child of ours to hold on to."""
-        if self._started_argv is None:
-            return
-        argv, self._started_argv = self._started_argv, None
-        pids = await asyncio.to_thread(_pids_running, argv)
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        while pids and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
-            pids = await asyncio.to_thread(_pids_running, argv)
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        log.info("stopped the podman service this process started (%s)", self.socket)
+        """End the service this process started (``ServiceProcess.stop_if_started_here``):
+        ``chat`` leaves nothing running."""
+        await self._process.stop_if_started_here()
 
     # -- calls ----------------------------------------------------------------------------
 
@@ -374,24 +317,6 @@ async def _follow(process: asyncio.subprocess.Process, on_line: OnLine) -> bytes
         collected.append(raw)
         await on_line(raw.decode("utf-8", "replace").rstrip("\n"))
     return b"".join(collected[-50:])
-
-
-def _pids_running(argv: Sequence[str]) -> list[int]:
-    """Live processes whose command line is exactly ``argv`` (zombies excluded)."""
-    wanted = b"\0".join(arg.encode() for arg in argv) + b"\0"
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if (entry / "cmdline").read_bytes() != wanted:
-                continue
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if state != "Z":
-            found.append(int(entry.name))
-    return found
 
 
 def _info(client: Any) -> dict[str, Any]:
