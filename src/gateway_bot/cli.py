@@ -341,7 +341,7 @@ def _image(args: argparse.Namespace) -> int:
     from gateway_bot.cli_config import built_in_config, load_config
     from gateway_bot.sandbox.base import SandboxUnavailable
     from gateway_bot.sandbox.podman import commands as image_commands
-    from gateway_bot.sandbox.podman.service import PodmanCommandError
+    from gateway_bot.sandbox.podman.cli_call import PodmanCommandError
 
     config = load_config(args.config) if args.config else built_in_config()
     if config is None:

@@ -19,8 +19,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -30,7 +29,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 
 from gateway_bot.config.sandbox import PodmanSettings
 from gateway_bot.sandbox.base import HostUnreachable, SandboxUnavailable
-from gateway_bot.sandbox.child import reaped
+from gateway_bot.sandbox.podman.cli_call import CliResult, OnLine, PodmanCommandError, run_cli
 from gateway_bot.sandbox.podman.service_process import ServiceProcess
 
 log = logging.getLogger(__name__)
@@ -41,7 +40,6 @@ as every agent container's PID 1 (``containers.INIT_COMMAND``). Not podman's cat
 that one is dumpable, and the agent could take it over (``init.c`` says how)."""
 
 T = TypeVar("T")
-OnLine = Callable[[str], Awaitable[None]]
 
 ANSWERED_RECENTLY_S = 5.0
 """``ensure_running`` takes a service that answered this recently as running: far below its
@@ -59,17 +57,6 @@ _HOST_ENV = (
     "CONTAINERS_REGISTRIES_CONF",
 )
 """What the podman CLI needs from the daemon's environment; nothing else is passed."""
-
-
-class PodmanCommandError(Exception):
-    """A podman CLI command failed; the message has its argv and podman's last words."""
-
-
-@dataclass(frozen=True)
-class CliResult:
-    returncode: int
-    stdout: str
-    stderr: str
 
 
 def default_socket() -> Path:
@@ -281,50 +268,17 @@ class PodmanService:
         check: bool = True,
         env: Mapping[str, str] | None = None,
     ) -> CliResult:
-        """Run ``podman ARGS``; with ``on_line`` every output line is passed on as it comes
-        (build progress). Raises PodmanCommandError on a non-zero exit when ``check``."""
-        process = await asyncio.create_subprocess_exec(
-            *await self.cli_prefix(),
-            *args,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT if on_line else asyncio.subprocess.PIPE,
-            env=self.cli_env(env),
+        """Run ``podman ARGS`` on this host (``cli_call.run_cli``); with ``on_line`` every
+        output line is passed on as it comes (build progress). Raises PodmanCommandError on
+        a non-zero exit when ``check``."""
+        prefix = await self.cli_prefix()
+        return await run_cli(
+            prefix, args, self.cli_env(env), on_line=on_line, timeout_s=timeout_s, check=check
         )
-        async with reaped(process), asyncio.timeout(timeout_s):
-            if on_line is None:
-                out, err = await process.communicate()
-            else:
-                out, err = await _follow(process, on_line), b""
-                await process.wait()
-        result = CliResult(
-            process.returncode or 0,
-            out.decode("utf-8", "replace"),
-            (err or b"").decode("utf-8", "replace"),
-        )
-        if check and result.returncode != 0:
-            detail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
-            raise PodmanCommandError(
-                f"`podman {' '.join(_short(args))}` failed (exit {result.returncode}): {detail[0]}"
-            )
-        return result
-
-
-async def _follow(process: asyncio.subprocess.Process, on_line: OnLine) -> bytes:
-    assert process.stdout is not None
-    collected: list[bytes] = []
-    async for raw in process.stdout:
-        collected.append(raw)
-        await on_line(raw.decode("utf-8", "replace").rstrip("\n"))
-    return b"".join(collected[-50:])
 
 
 def _info(client: Any) -> dict[str, Any]:
     return dict(client.info())
-
-
-def _short(args: Sequence[str]) -> list[str]:
-    return [arg if len(arg) < 80 else arg[:77] + "..." for arg in args[:8]]
 
 
 def api_error_text(exc: BaseException) -> str:
