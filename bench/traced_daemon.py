@@ -4,9 +4,9 @@ acknowledgement's time goes (``python -m bench --trace``), not for the measured 
     python -m bench.traced_daemon TRACE_FILE run --config CONFIG
 
 Wraps the async methods of the Matrix and Slack channels' API, listener, adapter and state
-store, the core's service, scheduler and SQLite store; each call appends one JSON line
-(name, start, end on the monotonic clock, the asyncio task's name) to TRACE_FILE. No product
-code changes: the classes are patched before the CLI starts.
+store, the core's service (its intake and recovery), scheduler and SQLite store; each call
+appends one JSON line (name, start, end on the monotonic clock, the asyncio task's name) to
+TRACE_FILE. No product code changes: the classes are patched before the CLI starts.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ TRACED = {
     "gateway_bot.channels.matrix.store": ["MatrixStateStore"],
     "gateway_bot.channels.matrix.encrypted_intake": ["EncryptedIntake"],
     "gateway_bot.core.service": ["GatewayService"],
+    "gateway_bot.core.intake": ["Intake"],
+    "gateway_bot.core.recovery": ["Recovery"],
     "gateway_bot.core.scheduler": ["Scheduler"],
     "gateway_bot.core.queue_notices": ["QueueNotices"],
     "gateway_bot.core.host_waits": ["HostWaits"],
@@ -56,6 +58,7 @@ SLACK = [
 SANDBOX = {
     "gateway_bot.sandbox.podman.sandbox": ["PodmanSandbox"],
     "gateway_bot.sandbox.podman.service": ["PodmanService"],
+    "gateway_bot.sandbox.podman.service_process": ["ServiceProcess"],
     "gateway_bot.sandbox.podman.container_calls": ["ContainerCalls"],
     "gateway_bot.sandbox.podman.proxy": ["EgressProxy"],
     "gateway_bot.sandbox.podman.egress_wiring": ["EgressWiring"],

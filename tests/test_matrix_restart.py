@@ -46,8 +46,10 @@ async def test_restart_answers_each_message_once_and_never_history(
     # before it shows): the restart must keep that one, not send another.
     await alice.wait_for(
         room,
-        lambda e: bot_text(bot.user_id, r"^Working on it…$")(e)
-        and relation_of(e).get("m.in_reply_to", {}).get("event_id") == second,
+        lambda e: (
+            bot_text(bot.user_id, r"^Working on it…$")(e)
+            and relation_of(e).get("m.in_reply_to", {}).get("event_id") == second
+        ),
     )
     first.kill()
     for word in WORDS[2:]:

@@ -19,7 +19,7 @@ from gateway_bot.cli import EXIT_CONFIG
 from gateway_bot.cli_config import built_in_config, load_config
 from gateway_bot.sandbox.base import SandboxUnavailable
 from gateway_bot.sandbox.podman import commands as image_commands
-from gateway_bot.sandbox.podman.service import PodmanCommandError
+from gateway_bot.sandbox.podman.cli_call import PodmanCommandError
 
 
 def run_image(args: argparse.Namespace) -> int:

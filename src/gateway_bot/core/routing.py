@@ -2,9 +2,9 @@
 command at once, apply a card decision, admit an invitation, drop what strangers said, or
 queue an engaging message in its conversation (``core/scheduler.py``).
 
-Split from ``core/service.py``, which keeps the intake around it (the store commit, the
-per-channel order and retries, recovery, the replicas' hooks): this module decides what a
-message IS and where it goes, and is called under the channel's intake lock.
+Split from ``core/service.py``; the intake around it (the store commit, the per-channel
+order and retries) is ``core/intake.py``: this module decides what a message IS and where
+it goes, and is called under the channel's intake lock.
 """
 
 from __future__ import annotations

@@ -8,18 +8,15 @@ once overall) -> the reply is stored, then sent, then the task completes
 (``core/delivery.py``). At start-up the recovery sweep picks up every task a crash left
 behind, so each accepted message is answered exactly once.
 
-Intake (authentication and routing) is serialised per channel so that messages reach their
-conversation in arrival order, but nothing slow happens under that lock: channel calls
-that fail for a transport reason are retried with the lock released between attempts, and
-every send (acknowledgements, command answers, refusals) is a job of its own. A message
-whose channel stays unreachable is taken up again by the periodic sweep, which also sends
-parked replies again and posts approval cards that never went out.
+Intake (the store commit, then authentication and routing in arrival order per channel) is
+``core/intake.py``. A message whose channel stays unreachable is taken up again by the
+periodic sweep here, which also sends parked replies again and posts approval cards that
+never went out.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
@@ -33,15 +30,11 @@ from gateway_bot.core.channel import ChannelAdapter
 from gateway_bot.core.chat_commands import ChatCommands
 from gateway_bot.core.conversation_mail import ConversationMailer
 from gateway_bot.core.delivery import ReplyDelivery
-from gateway_bot.core.fault_points import reached
+from gateway_bot.core.intake import Intake
 from gateway_bot.core.jobs import Jobs
 from gateway_bot.core.lanes import Executes
-from gateway_bot.core.retries import (
-    DEFAULT_POLICY,
-    RetryPolicy,
-    is_transient,
-    retrying,
-)
+from gateway_bot.core.recovery import Recovery
+from gateway_bot.core.retries import DEFAULT_POLICY, RetryPolicy
 from gateway_bot.core.routing import Router
 from gateway_bot.core.schedule_commands import ScheduleCommands
 from gateway_bot.core.schedule_proposals import ScheduleProposals
@@ -106,7 +99,6 @@ class GatewayService:
         self._store = store
         self._adapters = dict(adapters)
         self._access = access
-        self._policy = retry_policy
         self._sweep_interval_s = sweep_interval_s
         self._jobs = Jobs()
         self._gate = Gatekeeper(
@@ -128,6 +120,10 @@ class GatewayService:
             policy=retry_policy,
             conversation_link=conversation_link,
         )
+        self._intake = Intake(
+            store, self._adapters, self._scheduler, self._jobs, retry_policy, self._route
+        )
+        self._recovery = Recovery(store, self._intake, self._scheduler, self._replies, self._jobs)
         self.schedules: ScheduleRunner | None = None
         schedule_commands = None
         proposals: ScheduleProposals | None = None
@@ -135,7 +131,7 @@ class GatewayService:
             self.schedules = ScheduleRunner(
                 schedules,
                 self._adapters,
-                self._submit_scheduled,
+                self._intake.submit_scheduled,
                 access.schedules,
                 store,
                 clock=schedule_clock,
@@ -172,10 +168,6 @@ class GatewayService:
             )
             self.action_approvals.on_waiting = self._scheduler.set_waiting
             self._commands.action_approvals = self.action_approvals
-        self._intake_locks: dict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
-        self._taking_in: set[str] = set()
-        """Tasks with an intake job now (waiting for the lock, parsing or backing off)."""
-        self._accepting = False
         self.replicas: ReplicaDuties | None = None
         """Set (before ``start``) for a replica of several; None: a single daemon."""
         self._router = Router(
@@ -218,7 +210,7 @@ class GatewayService:
             await self._gate.expire()
             await self._gate.resend_unsent_cards()
         self._sweeper = asyncio.create_task(self._sweep_periodically())
-        self._accepting = True
+        self._intake.accepting = True
         if self.schedules is not None:
             await self.schedules.start()
         for adapter in self._adapters.values():
@@ -242,32 +234,18 @@ class GatewayService:
             await self._replies.redeliver()
         for task in await self._store.tasks_in_states([TaskState.QUEUED]):
             if self.replicas is None or self.replicas.leads(task.channel):
-                self._take_in(task.id)
+                self._intake.take_in(task.id)
 
     async def take_in_channel(self, channel: str) -> None:
         """A replica that just took a channel's listener lease takes up the messages the
         previous holder stored but had not routed (queued, or held mid-authentication)."""
-        for task in await self._store.tasks_in_states([TaskState.QUEUED, TaskState.AUTHENTICATING]):
-            if task.channel != channel:
-                continue
-            if task.state is TaskState.AUTHENTICATING and task.id not in self._taking_in:
-                task = await self._store.transition(task.id, TaskState.QUEUED)
-            self._take_in(task.id)
+        await self._intake.take_in_channel(channel)
 
     async def recover_conversation(self, conversation_id: str) -> None:
         """A replica that just claimed a conversation finishes what the previous holder
         left, oldest first: a stored reply is delivered, an interrupted run goes back to
         pending. The caller then queues the pending tasks (``core/replicas.py``)."""
-        for task in await self._store.conversation_tasks(
-            conversation_id, [TaskState.EXECUTING, TaskState.PENDING]
-        ):
-            if task.state is TaskState.EXECUTING:
-                if task.reply is not None:
-                    log.info("take-over: delivering the stored reply of task %s", task.id)
-                    await self._replies.finish(task)
-                    continue
-                log.info("take-over: task %s was interrupted mid-run; running it again", task.id)
-                await self._store.transition(task.id, TaskState.PENDING)
+        await self._recovery.conversation(conversation_id)
 
     def spawn(self, job: Coroutine[Any, Any, None], name: str) -> None:
         """Background work of the replicas' coordinator, closed with the service's jobs."""
@@ -277,7 +255,7 @@ class GatewayService:
         self._jobs.spawn(job, name=name)
 
     async def stop_listening(self) -> None:
-        self._accepting = False
+        self._intake.accepting = False
         if self._sweeper is not None:
             self._sweeper.cancel()
         if self.schedules is not None:
@@ -307,96 +285,17 @@ class GatewayService:
     # -- intake ------------------------------------------------------------------------
 
     async def submit(self, raw: RawMessage) -> bool:
-        """Durably accept a message. Returns True once it is safe to ack at the source.
-
-        Taking it in starts once it is committed, while its flush runs (issue 19); what a
-        person sees of it (acknowledgement, refusal) waits for the flush
-        (``Scheduler.hold_notices``), as the ack at the source waits for this return."""
-        if raw.channel not in self._adapters:
-            raise ValueError(f"message from unknown channel {raw.channel!r}")
-        reached("received")
-        on_disk: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-        def committed(task_id: str, is_new: bool) -> None:
-            if is_new and self._accepting:
-                self._scheduler.hold_notices(task_id, on_disk)
-                self._take_in(task_id, raw.channel)
-
-        try:
-            task_id, is_new = await self._store.accept_inbound(raw, committed)
-        except BaseException:
-            on_disk.set_exception(RuntimeError("the message did not reach the disk"))
-            on_disk.add_done_callback(lambda done: done.exception())
-            raise
-        on_disk.set_result(None)
-        reached("stored")
-        if not is_new:
-            log.info(
-                "duplicate delivery of %s/%s (task %s) ignored",
-                raw.channel,
-                raw.message_id,
-                task_id,
-            )
-        return True
-
-    async def _submit_scheduled(self, raw: RawMessage) -> str:
-        """A schedule's run enters intake like a message (same dedup by message id)."""
-        task_id, is_new = await self._store.accept_inbound(raw)
-        if is_new and self._accepting:
-            self._take_in(task_id)
-        return task_id
+        """Durably accept a message (``Intake.submit``): a channel listener's callback.
+        Returns True once it is safe to ack at the source."""
+        return await self._intake.submit(raw)
 
     async def recover(self) -> None:
-        """The start-up sweep: every task not completed is finished or re-run."""
-        for task in await self._store.tasks_in_states(
-            [TaskState.QUEUED, TaskState.AUTHENTICATING, TaskState.EXECUTING, TaskState.PENDING]
-        ):
-            if task.state is TaskState.AUTHENTICATING:
-                task = await self._store.transition(task.id, TaskState.QUEUED)
-            if task.state is TaskState.QUEUED:
-                self._take_in(task.id)
-                continue
-            if task.state is TaskState.EXECUTING:
-                if task.reply is not None:
-                    log.info("recovery: delivering the stored reply of task %s", task.id)
-                    self._jobs.spawn(self._replies.finish(task), name=f"finish-{task.id}")
-                    continue
-                log.info("recovery: task %s was interrupted mid-run; running it again", task.id)
-                task = await self._store.transition(task.id, TaskState.PENDING)
-            assert task.conversation_id is not None
-            self._scheduler.enqueue(task.conversation_id, task.id)
-        await self._replies.redeliver()
+        """The start-up sweep (``core/recovery.py``): every task not completed is finished
+        or re-run."""
+        await self._recovery.at_start()
 
-    def _take_in(self, task_id: str, channel: str | None = None) -> None:
-        """``channel``: the task's, when known (one read fewer before routing)."""
-        if task_id in self._taking_in or self._jobs.closed:
-            return
-        self._taking_in.add(task_id)
-        job = self._jobs.spawn(self._authenticate(task_id, channel), name=f"intake-{task_id}")
-        job.add_done_callback(lambda _: self._taking_in.discard(task_id))
-
-    async def _authenticate(self, task_id: str, channel: str | None = None) -> None:
-        """Authenticate and route one message. Serialised per channel, so messages reach
-        their conversation (and commands take effect) in the order they arrived. A transport
-        failure is retried with the lock released between attempts: one unreachable room
-        never holds up the others. Routing is idempotent by task state, so an attempt that
-        failed half-way is safe to repeat."""
-        if channel is None:
-            channel = (await self._store.get_task(task_id)).channel
-        lock = self._intake_locks[channel]
-        try:
-            async for attempt in retrying(f"{channel}: taking in task {task_id}", self._policy):
-                with attempt:
-                    async with lock:
-                        await self._authenticate_in_order(task_id)
-        except Exception as exc:
-            if not is_transient(exc):
-                raise
-            log.warning("task %s: %s stays unreachable; the sweep tries again", task_id, channel)
-            if (await self._store.get_task(task_id)).state is TaskState.AUTHENTICATING:
-                await self._store.transition(task_id, TaskState.QUEUED)
-
-    async def _authenticate_in_order(self, task_id: str) -> None:
+    async def _route(self, task_id: str) -> None:
+        """Intake's routing step (the router is made last: it needs the optional parts)."""
         await self._router.route(task_id)
 
     async def _release_held(self, task_id: str) -> None:

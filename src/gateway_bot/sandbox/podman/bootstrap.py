@@ -17,8 +17,9 @@ from pathlib import Path
 
 from gateway_bot.sandbox.base import SandboxUnavailable
 from gateway_bot.sandbox.child import reaped
+from gateway_bot.sandbox.podman.cli_call import OnLine
 from gateway_bot.sandbox.podman.images import LOCAL_BASE
-from gateway_bot.sandbox.podman.service import OnLine, PodmanService
+from gateway_bot.sandbox.podman.service import PodmanService
 
 SUITE = "bookworm"
 FALLBACK_MIRROR = "http://deb.debian.org/debian"

@@ -15,8 +15,9 @@ from podman.errors import NotFound, PodmanError
 
 from gateway_bot.sandbox.base import SandboxUnavailable
 from gateway_bot.sandbox.podman import strays
+from gateway_bot.sandbox.podman.cli_call import PodmanCommandError
 from gateway_bot.sandbox.podman.proxy import LABEL_DEPLOYMENT, LABEL_ROLE
-from gateway_bot.sandbox.podman.service import PodmanCommandError, PodmanService, api_error_text
+from gateway_bot.sandbox.podman.service import PodmanService, api_error_text
 
 log = logging.getLogger(__name__)
 

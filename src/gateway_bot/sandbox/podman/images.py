@@ -35,11 +35,12 @@ from podman.errors import APIError, ImageNotFound
 
 from gateway_bot.config.sandbox import ImageSettings
 from gateway_bot.sandbox.base import REPO_CONTAINERFILE_PATH, SandboxUnavailable
+from gateway_bot.sandbox.podman.cli_call import OnLine
 from gateway_bot.sandbox.podman.repo_containerfile import (
     RepoContainerfileRefused,
     check_repo_containerfile,
 )
-from gateway_bot.sandbox.podman.service import OnLine, PodmanService
+from gateway_bot.sandbox.podman.service import PodmanService
 
 log = logging.getLogger(__name__)
 

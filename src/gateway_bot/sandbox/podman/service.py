@@ -8,8 +8,7 @@ service runs tasks through ``api_exec.py``), ``podman build`` shows progress whi
 runs (podman-py returns the log only at the end), and ``podman import`` has no podman-py call.
 
 The service is podman's own ``podman system service``; when nothing answers on the socket,
-the daemon starts one in its own session so it outlives the daemon (containers never depend
-on it: conmon supervises them) and exits by itself after ten idle minutes.
+the daemon starts one (``service_process.py``), which outlives the daemon.
 """
 
 from __future__ import annotations
@@ -19,10 +18,8 @@ import contextlib
 import logging
 import os
 import shutil
-import signal
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -32,7 +29,8 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 
 from gateway_bot.config.sandbox import PodmanSettings
 from gateway_bot.sandbox.base import HostUnreachable, SandboxUnavailable
-from gateway_bot.sandbox.child import reaped
+from gateway_bot.sandbox.podman.cli_call import CliResult, OnLine, PodmanCommandError, run_cli
+from gateway_bot.sandbox.podman.service_process import ServiceProcess
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +40,11 @@ as every agent container's PID 1 (``containers.INIT_COMMAND``). Not podman's cat
 that one is dumpable, and the agent could take it over (``init.c`` says how)."""
 
 T = TypeVar("T")
-OnLine = Callable[[str], Awaitable[None]]
 
-SERVICE_IDLE_SECONDS = 600
 ANSWERED_RECENTLY_S = 5.0
 """``ensure_running`` takes a service that answered this recently as running: far below its
-idle exit (``SERVICE_IDLE_SECONDS``); one that died meanwhile fails the next exec, which
-then asks again (``PodmanSandbox._repair_died``)."""
+idle exit (``service_process.SERVICE_IDLE_SECONDS``); one that died meanwhile fails the
+next exec, which then asks again (``PodmanSandbox._repair_died``)."""
 _HOST_ENV = (
     "PATH",
     "HOME",
@@ -61,17 +57,6 @@ _HOST_ENV = (
     "CONTAINERS_REGISTRIES_CONF",
 )
 """What the podman CLI needs from the daemon's environment; nothing else is passed."""
-
-
-class PodmanCommandError(Exception):
-    """A podman CLI command failed; the message has its argv and podman's last words."""
-
-
-@dataclass(frozen=True)
-class CliResult:
-    returncode: int
-    stdout: str
-    stderr: str
 
 
 def default_socket() -> Path:
@@ -121,10 +106,9 @@ class PodmanService:
         self.runtime = None if auto_elsewhere else resolve_runtime(settings.runtime)
         """'auto' is judged on this machine; another one's service keeps its own default."""
         self.ulimits = dict(settings.ulimits)
-        self._log_dir = log_dir
+        self._process = ServiceProcess(self.executable, self.runtime, self.socket, log_dir)
+        """The local service's process, when nothing answers on the socket (``url`` unset)."""
         self._start_lock = asyncio.Lock()
-        self._started_argv: list[str] | None = None
-        """The argv of the service this process started, if it did (``chat`` stops it)."""
         self._answered_at = -ANSWERED_RECENTLY_S
         """When it last answered (``note_answer``, a ping), on the monotonic clock."""
 
@@ -218,7 +202,7 @@ class PodmanService:
         async with self._start_lock:
             if await self._answers():
                 return
-            await self._start_service()
+            await self._process.start(self.cli_env(), self._answers)
 
     async def answers(self) -> bool:
         """Does the REST service answer now? (Always asked: a False also makes the next
@@ -241,64 +225,10 @@ class PodmanService:
             self.note_answer()
         return answered
 
-    async def _start_service(self) -> None:
-        self.socket.parent.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(FileNotFoundError):
-            self.socket.unlink()  # stale: nothing answered on it
-        self._log_dir.mkdir(parents=True, exist_ok=True)
-        log_path = self._log_dir / "podman-service.log"
-        argv = [self.executable]
-        if self.runtime:
-            argv.append(f"--runtime={self.runtime}")
-        argv += ["system", "service", f"--time={SERVICE_IDLE_SECONDS}", f"unix://{self.socket}"]
-        log.info("starting the podman service: %s", " ".join(argv))
-        # setsid --fork: the service is not our child, so neither our exit (asyncio kills
-        # running children it still holds) nor a kill -9 of the daemon touches it.
-        with log_path.open("ab") as log_file:
-            launcher = await asyncio.create_subprocess_exec(
-                "setsid",
-                "--fork",
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=log_file,
-                stderr=log_file,
-                env=self.cli_env(),
-                # Not the daemon's directory: the service outlives it, and once that
-                # directory is gone every container start fails (conmon, netavark: "No such
-                # file or directory"), for every daemon that uses the service after.
-                cwd="/",
-            )
-            await launcher.wait()
-        self._started_argv = argv
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if await self._answers():
-                return
-            await asyncio.sleep(0.1)
-        tail = log_path.read_text(errors="replace").strip().splitlines()[-3:]
-        raise SandboxUnavailable(
-            f"the podman service did not answer on {self.socket}: {' / '.join(tail) or 'no output'}"
-        )
-
     async def stop_if_started_here(self) -> None:
-        """End the service this process started (``chat`` leaves nothing running); a service
-        that already answered is someone else's and stays. Found by its exact argv, which
-        names our socket: ``setsid --fork`` leaves no child of ours to hold on to."""
-        if self._started_argv is None:
-            return
-        argv, self._started_argv = self._started_argv, None
-        pids = await asyncio.to_thread(_pids_running, argv)
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        while pids and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
-            pids = await asyncio.to_thread(_pids_running, argv)
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        log.info("stopped the podman service this process started (%s)", self.socket)
+        """End the service this process started (``ServiceProcess.stop_if_started_here``):
+        ``chat`` leaves nothing running."""
+        await self._process.stop_if_started_here()
 
     # -- calls ----------------------------------------------------------------------------
 
@@ -338,68 +268,17 @@ class PodmanService:
         check: bool = True,
         env: Mapping[str, str] | None = None,
     ) -> CliResult:
-        """Run ``podman ARGS``; with ``on_line`` every output line is passed on as it comes
-        (build progress). Raises PodmanCommandError on a non-zero exit when ``check``."""
-        process = await asyncio.create_subprocess_exec(
-            *await self.cli_prefix(),
-            *args,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT if on_line else asyncio.subprocess.PIPE,
-            env=self.cli_env(env),
+        """Run ``podman ARGS`` on this host (``cli_call.run_cli``); with ``on_line`` every
+        output line is passed on as it comes (build progress). Raises PodmanCommandError on
+        a non-zero exit when ``check``."""
+        prefix = await self.cli_prefix()
+        return await run_cli(
+            prefix, args, self.cli_env(env), on_line=on_line, timeout_s=timeout_s, check=check
         )
-        async with reaped(process), asyncio.timeout(timeout_s):
-            if on_line is None:
-                out, err = await process.communicate()
-            else:
-                out, err = await _follow(process, on_line), b""
-                await process.wait()
-        result = CliResult(
-            process.returncode or 0,
-            out.decode("utf-8", "replace"),
-            (err or b"").decode("utf-8", "replace"),
-        )
-        if check and result.returncode != 0:
-            detail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
-            raise PodmanCommandError(
-                f"`podman {' '.join(_short(args))}` failed (exit {result.returncode}): {detail[0]}"
-            )
-        return result
-
-
-async def _follow(process: asyncio.subprocess.Process, on_line: OnLine) -> bytes:
-    assert process.stdout is not None
-    collected: list[bytes] = []
-    async for raw in process.stdout:
-        collected.append(raw)
-        await on_line(raw.decode("utf-8", "replace").rstrip("\n"))
-    return b"".join(collected[-50:])
-
-
-def _pids_running(argv: Sequence[str]) -> list[int]:
-    """Live processes whose command line is exactly ``argv`` (zombies excluded)."""
-    wanted = b"\0".join(arg.encode() for arg in argv) + b"\0"
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if (entry / "cmdline").read_bytes() != wanted:
-                continue
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if state != "Z":
-            found.append(int(entry.name))
-    return found
 
 
 def _info(client: Any) -> dict[str, Any]:
     return dict(client.info())
-
-
-def _short(args: Sequence[str]) -> list[str]:
-    return [arg if len(arg) < 80 else arg[:77] + "..." for arg in args[:8]]
 
 
 def api_error_text(exc: BaseException) -> str:
