@@ -25,6 +25,7 @@ import asyncio
 import logging
 import os
 import shutil
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,20 +118,49 @@ class Workspaces:
             self._fetched = begun
 
     async def _fetch_mirror(self) -> None:
-        if not (self._mirror / "HEAD").exists():
+        have_mirror = (self._mirror / "HEAD").exists()
+        if not have_mirror and not await asyncio.to_thread(self._put_back_replaced):
             await self._clone_mirror()
             return
+        failure = await self._fetch()
+        if failure is None:
+            return
+        if cleared := await asyncio.to_thread(_clear_stale_locks, self._mirror):
+            # Under the locks no git of the daemon's runs on the mirror: these were left by
+            # one killed mid-fetch, and a fetch that must move those refs refuses.
+            log.warning("the git mirror's fetch failed; removed stale locks %s", cleared)
+            if (failure := await self._fetch()) is None:
+                return
+        if await self._mirror_reads():
+            raise failure  # a sound mirror: origin (or what it serves) is what failed
+        await self._clone_mirror_again("its fetch", failure)
+
+    async def _fetch(self) -> GitError | None:
+        """The mirror's fetch: how it failed, None when it went well."""
         try:
             await _git(self._in_mirror, "remote", "update", "--prune")
         except GitError as exc:
-            await self._clone_mirror_again("its fetch", exc)
+            return exc
+        return None
+
+    async def _mirror_reads(self) -> bool:
+        """Whether the mirror is a repository whose HEAD's tree can be read: a garbled
+        config, lost ``objects/`` or ``refs/`` fail it. Only a mirror failing it is cloned
+        anew: a fetch failing for origin's sake (unreachable, a ref name this file system
+        cannot hold) or a workspace clone failing for the repo's own content (a file name
+        too long to check out, a configured branch that does not exist) would otherwise
+        make every task download the whole repo again, holding the lock every task and
+        every replica waits on."""
+        try:
+            await _git(self._in_mirror, "rev-parse", "--verify", "--quiet", "HEAD^{tree}")
+        except GitError:
+            return False
+        return True
 
     async def _clone_mirror_again(self, what: str, failure: Exception) -> None:
-        """A mirror that fails its fetch (or a workspace's clone) is taken as broken and
-        cloned anew, once: a fetch killed mid-way leaves ref lock files behind, a lost
-        ``objects/`` or ``refs/`` or a garbled config makes it no repository at all, and
-        every later task failed the same way. Where origin is what failed (unreachable),
-        the clone fails too and the mirror stays as it was. The caller holds both locks."""
+        """A mirror that is no readable repository any more is cloned anew, once (every
+        later task failed the same way). Where origin is also unreachable, the clone fails
+        and the mirror stays as it was. The caller holds both locks."""
         log.warning(
             "the git mirror %s looks broken (%s failed: %s): cloning it again",
             self._mirror, what, failure,
@@ -143,16 +173,36 @@ class Workspaces:
 
     async def _clone_mirror(self) -> None:
         """Clone origin beside the mirror and only then put it in the mirror's place (under
-        the locks anything left beside it is debris of a crash mid-clone or mid-swap)."""
+        the locks anything left beside it is debris of a crash mid-clone or mid-swap). The
+        swap is one call on one thread: a task cancelled while it runs cannot leave the
+        mirror renamed away and the new one beside it."""
         partial = self._mirror.with_name("git-mirror.partial")
         replaced = self._mirror.with_name("git-mirror.replaced")
         for debris in (partial, replaced):
-            await asyncio.to_thread(shutil.rmtree, debris, ignore_errors=True)
-        await _git("clone", "--mirror", "--quiet", self._repo_url, str(partial))
-        if await asyncio.to_thread(os.path.lexists, self._mirror):
-            await asyncio.to_thread(self._mirror.rename, replaced)
-        await asyncio.to_thread(partial.rename, self._mirror)
-        await asyncio.to_thread(shutil.rmtree, replaced, ignore_errors=True)
+            await asyncio.to_thread(_remove_debris, debris)
+        try:
+            await _git("clone", "--mirror", "--quiet", "--", self._repo_url, str(partial))
+        except BaseException:
+            await asyncio.shield(asyncio.to_thread(_remove_debris, partial))
+            raise
+        await asyncio.to_thread(self._swap_in, partial, replaced)
+
+    def _swap_in(self, partial: Path, replaced: Path) -> None:
+        if os.path.lexists(self._mirror):
+            self._mirror.rename(replaced)
+        partial.rename(self._mirror)
+        _remove_debris(replaced)
+
+    def _put_back_replaced(self) -> bool:
+        """A daemon killed mid-swap leaves the old mirror at ``git-mirror.replaced`` and none
+        in its place: put it back (a fetch repairs it if it was the broken one) rather than
+        depend on origin being reachable right now. Whether it did."""
+        replaced = self._mirror.with_name("git-mirror.replaced")
+        if os.path.lexists(self._mirror) or not (replaced / "HEAD").is_file():
+            return False
+        replaced.rename(self._mirror)
+        log.warning("the git mirror %s was put back from %s", self._mirror, replaced.name)
+        return True
 
     @property
     def _in_mirror(self) -> str:
@@ -179,9 +229,9 @@ class Workspaces:
     async def prepare(self, conversation_id: str, files: ContextFiles) -> ConversationDirs:
         """Make the conversation's own directory, and have the sandbox make the context's
         and clone the workspace from the mirror (once; never rebased). A clone that fails
-        is tried once more on a mirror cloned anew (unless another task's repair replaced
-        it meanwhile). Raises WorkspaceSetupFailed, or GitError when the mirror's new clone
-        failed."""
+        is tried once more on a mirror cloned anew when the mirror no longer reads (or on
+        the one another task's repair put in place meanwhile). Raises WorkspaceSetupFailed,
+        or GitError when the mirror's new clone failed."""
         dirs = self.dirs(conversation_id)
         await asyncio.to_thread(dirs.root.mkdir, parents=True, exist_ok=True)
         origin = GitOrigin(self._mirror, self._repo_url, self._branch)
@@ -191,6 +241,8 @@ class Workspaces:
         except WorkspaceSetupFailed as exc:
             async with self._mirror_lock, shared_lock.held(self._state_dir / MIRROR_LOCK):
                 if await asyncio.to_thread(_identity, self._mirror) == cloned_from:
+                    if await self._mirror_reads():
+                        raise  # the mirror is sound: the workspace's own failure
                     await self._clone_mirror_again("a workspace's clone from it", exc)
             await files.ensure_workspace(origin)
         return dirs
@@ -277,3 +329,32 @@ def _identity(directory: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return found.st_dev, found.st_ino
+
+
+def _clear_stale_locks(mirror: Path) -> list[str]:
+    """Remove the lock files a git killed mid-fetch leaves in the mirror (its top level and
+    ``refs/``, never following a link); the caller holds the mirror's locks. Their names."""
+    found = [mirror / name for name in ("HEAD.lock", "config.lock", "packed-refs.lock")]
+    for directory, _, names in os.walk(mirror / "refs"):
+        found += [Path(directory, name) for name in names if name.endswith(".lock")]
+    cleared = []
+    for lock in found:
+        try:
+            lock.unlink()
+        except FileNotFoundError:
+            continue
+        cleared.append(str(lock.relative_to(mirror)))
+    return cleared
+
+
+def _remove_debris(path: Path) -> None:
+    """Remove what a crash left at ``path`` without following a link there (a link is
+    removed, not its target)."""
+    try:
+        found = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(found.st_mode):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
