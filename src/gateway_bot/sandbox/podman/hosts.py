@@ -20,10 +20,11 @@ are never recreated elsewhere.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,8 +105,16 @@ class Placements:
 
     async def reload(self) -> None:
         """Read the file again (another replica may have placed or dropped contexts)."""
+        async with self._as_the_file_holds():
+            pass
+
+    @contextlib.asynccontextmanager
+    async def _as_the_file_holds(self) -> AsyncIterator[None]:
+        """This replica's turn at the file (after its other changes' and other replicas'),
+        with what the file holds loaded: a change is made to that, not to an old copy."""
         async with self._lock, shared_lock.held(self._lock_path):
             await asyncio.to_thread(self.load)
+            yield
 
     def load(self) -> None:
         try:
@@ -126,14 +135,12 @@ class Placements:
         return sorted(c for c, h in self._placed.items() if h == host)
 
     async def set(self, context_id: str, host: str) -> None:
-        async with self._lock, shared_lock.held(self._lock_path):
-            await asyncio.to_thread(self.load)
+        async with self._as_the_file_holds():
             self._placed[context_id] = host
             await asyncio.to_thread(self._write, dict(self._placed))
 
     async def drop(self, context_id: str) -> None:
-        async with self._lock, shared_lock.held(self._lock_path):
-            await asyncio.to_thread(self.load)
+        async with self._as_the_file_holds():
             if self._placed.pop(context_id, None) is not None:
                 await asyncio.to_thread(self._write, dict(self._placed))
 
