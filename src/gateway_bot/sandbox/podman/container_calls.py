@@ -11,13 +11,13 @@ import logging
 import re
 from typing import Any
 
-from podman.errors import NotFound, PodmanError
+from podman.errors import NotFound
 
 from gateway_bot.sandbox.base import SandboxUnavailable
 from gateway_bot.sandbox.podman import strays
 from gateway_bot.sandbox.podman.cli_call import PodmanCommandError
 from gateway_bot.sandbox.podman.proxy import LABEL_DEPLOYMENT, LABEL_ROLE
-from gateway_bot.sandbox.podman.service import PodmanService, api_error_text
+from gateway_bot.sandbox.podman.service import API_ERRORS, PodmanService, api_error_text
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class ContainerCalls:
 
         try:
             stats = await self._service.api(call)
-        except PodmanError as exc:
+        except API_ERRORS as exc:
             log.debug("no stats for %s: %s", name, exc)
             return None
         samples = stats.get("Stats") if isinstance(stats, dict) else None
@@ -65,10 +65,16 @@ class ContainerCalls:
     async def remove(self, name: str) -> None:
         await self._service.remove_container(name)
 
+    async def start(self, name: str) -> None:
+        try:
+            await self._service.start_container(name)
+        except API_ERRORS as exc:
+            raise SandboxUnavailable(f"podman could not start {name}: {with_hint(exc)}") from exc
+
     async def call(self, call: Any, what: str) -> None:
         try:
             await self._service.api(call)
-        except PodmanError as exc:
+        except API_ERRORS as exc:
             raise SandboxUnavailable(f"podman could not {what}: {with_hint(exc)}") from exc
 
     async def kill_strays(

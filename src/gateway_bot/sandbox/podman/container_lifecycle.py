@@ -88,7 +88,7 @@ async def ensure_container(
         await host.calls.call(lambda c: spec.create_container(c, create, uid), f"create {name}")
         log.info("created container %s on %s (host %s)", name, image.tag, host.name)
     if info is None or not info["State"]["Running"]:
-        await host.calls.call(lambda c: c.containers.get(name).start(), f"start {name}")
+        await host.calls.start(name)
         await host.calls.exec_quietly(name, spec.TRUST_CA)
         return True  # its init is learned after the task (``after_exit``'s inspect)
     learn(host, state, info, settings.userns_host_uid)

@@ -40,7 +40,7 @@ from gateway_bot.sandbox.base import InjectedCredential, SandboxUnavailable
 from gateway_bot.sandbox.egress.rules import ASK, EgressRule, HeaderInjection, rules_to_json
 from gateway_bot.sandbox.podman import strays
 from gateway_bot.sandbox.podman.images import ImageBuilder
-from gateway_bot.sandbox.podman.service import PodmanService, api_error_text
+from gateway_bot.sandbox.podman.service import API_ERRORS, PodmanService, api_error_text
 from gateway_bot.sandbox.podman.strays import ProcessIdentity
 
 log = logging.getLogger(__name__)
@@ -322,7 +322,7 @@ class EgressProxy:
 
         try:
             await self._service.api(call)
-        except PodmanError as exc:
+        except API_ERRORS as exc:
             raise SandboxUnavailable(
                 f"could not create the egress proxy: {api_error_text(exc)}"
             ) from exc
@@ -368,8 +368,8 @@ class EgressProxy:
         ready = self.directory / "logs" / "ready"
         ready.unlink(missing_ok=True)
         try:
-            await self._service.api(lambda c: c.containers.get(self.name).start())
-        except PodmanError as exc:
+            await self._service.start_container(self.name)
+        except API_ERRORS as exc:
             raise SandboxUnavailable(
                 f"the egress proxy did not start: {api_error_text(exc)}"
             ) from exc

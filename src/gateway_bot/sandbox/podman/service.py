@@ -260,6 +260,20 @@ class PodmanService:
             with attempt:
                 await self.api(remove)
 
+    async def start_container(self, name: str) -> None:
+        """Start the container (running already is fine). Netavark, setting up the
+        container's networks, now and then fails with "No such file or directory" on a busy
+        host (seen in CI: four starts within minutes, each test passing when run again): a
+        server error is tried again, a few times, a second apart, before it is the task's."""
+        async for attempt in AsyncRetrying(
+            stop=stop_after_attempt(4),
+            wait=wait_fixed(1.0),
+            retry=retry_if_exception(_server_error),
+            reraise=True,
+        ):
+            with attempt:
+                await self.api(lambda client: client.containers.get(name).start())
+
     async def cli(
         self,
         *args: str,
@@ -275,6 +289,16 @@ class PodmanService:
         return await run_cli(
             prefix, args, self.cli_env(env), on_line=on_line, timeout_s=timeout_s, check=check
         )
+
+
+API_ERRORS: tuple[type[Exception], ...] = (PodmanError, APIError)
+"""What a podman-py call raises when the service refuses: its APIError (NotFound, the
+500s) is no PodmanError, so ``except PodmanError`` alone let a refusal through as an
+"Internal error" instead of the sandbox's own message."""
+
+
+def _server_error(exc: BaseException) -> bool:
+    return isinstance(exc, APIError) and exc.is_server_error()
 
 
 def _info(client: Any) -> dict[str, Any]:
