@@ -13,7 +13,6 @@ the homeserver instead of posted twice.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
 import html
@@ -38,6 +37,7 @@ from gateway_bot.channels.matrix.render import (
     without_mentions,
 )
 from gateway_bot.channels.matrix.session import MatrixSession
+from gateway_bot.channels.matrix.typing_notices import RoomTyping
 from gateway_bot.config.channels import MatrixChannelSettings
 from gateway_bot.core.inbox_files import InboxWriter
 from gateway_bot.domain.messages import (
@@ -56,7 +56,6 @@ log = logging.getLogger(__name__)
 
 CHANNEL = "matrix"
 _TYPING_MS = 30_000
-_TYPING_REFRESH_S = 20.0
 
 
 class MatrixAdapter:
@@ -74,8 +73,7 @@ class MatrixAdapter:
         self._listener = MatrixListener(self._session, CHANNEL)
         self._inbound = InboundParser(settings, self._session, self._listener.members, CHANNEL)
         self._max_file_bytes = int(settings.max_file_mb * 1_000_000)
-        self._typing: dict[str, set[str]] = {}
-        self._typing_refresher: asyncio.Task[None] | None = None
+        self._typing = RoomTyping(self._set_typing)
 
     @property
     def listener(self) -> MatrixListener:
@@ -116,7 +114,7 @@ class MatrixAdapter:
         placed = in_conversation(content, context.get("thread_root"), context.get("event_id"))
         event_id = await self._send(room_id, placed, f"gwb-{task_id}-ack")
         await self._session.store.save_progress_message(task_id, room_id, event_id)
-        await self._start_typing(room_id, task_id)
+        self._typing.start(room_id, task_id)
 
     async def send_progress(self, context: JsonDict, progress: Progress) -> None:
         """Edit the acknowledgement; after a restart without one, post a new display. The
@@ -134,12 +132,12 @@ class MatrixAdapter:
             await self._session.store.save_progress_message(task_id, room_id, ack)
         else:
             await self._send(room_id, edit_of(ack, content), f"gwb-{task_id}-{uuid.uuid4().hex}")
-        await self._start_typing(room_id, task_id)
+        self._typing.start(room_id, task_id)
 
     async def send_reply(self, context: JsonDict, task_id: str, reply: Reply) -> None:
         room_id = str(context["room_id"])
         thread_root, reply_to = context.get("thread_root"), context.get("event_id")
-        await self._stop_typing(room_id, task_id)
+        await self._typing.stop(room_id, task_id)
         for part, content in enumerate(reply_contents(reply, self._settings.max_message_bytes)):
             placed = in_conversation(content, thread_root, reply_to)
             await self._send(room_id, placed, f"gwb-{task_id}-reply-{part}")
@@ -227,31 +225,6 @@ class MatrixAdapter:
         )
 
     # -- typing --------------------------------------------------------------------------
-
-    async def _start_typing(self, room_id: str, task_id: str) -> None:
-        tasks = self._typing.setdefault(room_id, set())
-        first = not tasks
-        tasks.add(task_id)
-        if first:
-            await self._set_typing(room_id, True)
-        if self._typing_refresher is None or self._typing_refresher.done():
-            self._typing_refresher = asyncio.create_task(self._refresh_typing())
-
-    async def _stop_typing(self, room_id: str, task_id: str) -> None:
-        tasks = self._typing.get(room_id)
-        if tasks is None:
-            return
-        tasks.discard(task_id)
-        if not tasks:
-            del self._typing[room_id]
-            await self._set_typing(room_id, False)
-
-    async def _refresh_typing(self) -> None:
-        """Typing notices expire: renew them while any task in the room runs."""
-        while self._typing:
-            await asyncio.sleep(_TYPING_REFRESH_S)
-            for room_id in list(self._typing):
-                await self._set_typing(room_id, True)
 
     async def _set_typing(self, room_id: str, typing: bool) -> None:
         with contextlib.suppress(MatrixError):

@@ -231,6 +231,15 @@ class MatrixApi:
         )
         return cast(JsonDict, answer.raw), cast(SyncResponse, answer)
 
+    async def upload_filter(self, user_id: str, filter_json: str) -> str:
+        """Store a sync filter on the homeserver; its id is what the syncs then name."""
+        path = f"{_CLIENT}/user/{_segment(user_id)}/filter"
+        answer = await self.call("POST", path, body=json.loads(filter_json))
+        filter_id = answer.get("filter_id")
+        if not isinstance(filter_id, str) or not filter_id:
+            raise MatrixError(200, "M_BAD_JSON", f"no filter_id in {answer!r:.200}")
+        return filter_id
+
     async def join(self, room_id: str) -> None:
         await self.call("POST", f"{_CLIENT}/join/{_segment(room_id)}", body={})
 

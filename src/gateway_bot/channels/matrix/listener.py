@@ -65,6 +65,12 @@ _STATE_TYPES = ["m.room.member", "m.room.encryption"]
 """nio needs every member (whose devices get room keys) and the encryption state."""
 _GAP_PAGES = 20
 _MAX_BACKOFF_S = 60.0
+ANSWERS_WAIT_S = 0.5
+"""How long the next poll waits for the answers (acknowledgement, refusal, card) to a
+batch's messages: they normally go out within tens of ms; a message that gets none (a
+duplicate, a reaction from someone else) must not hold the room's next message up longer."""
+ECHO_GRACE_S = 0.1
+"""Then this long again, while people's clients fetch those answers (sends.py)."""
 
 ENCRYPTED_NOTICE = (
     "I cannot read end-to-end encrypted rooms here (encryption is turned off in my "
@@ -98,6 +104,8 @@ class MatrixListener:
         self._next_batch: str | None = None
         self._joined: set[str] = set()
         self._filter = sync_filter(session.settings.sync_timeline_limit)
+        self._filter_id: str | None = None
+        self._handed_on = False  # the batch being handled handed a message to the core
         self._full_state = True
         self.members = RoomMembers()
         """Who is joined where, as the syncs say (``members.py``): the adapter's
@@ -157,17 +165,24 @@ class MatrixListener:
                     self._next_batch = position.next_batch
                     self._joined = set(position.joined_rooms)
                 full_state = self._full_state
+                if self._filter_id is None:
+                    self._filter_id = await self._stored_filter()
                 response = await self._poll()
                 if response is None:
                     return
                 self._session.mark_synced()
                 await self._session.e2ee.chores()
                 await self._session.cross_sign()
+                sent_before = self._session.sends.mark()
                 await self._handle_batch(response, full_state)
                 # Only once the batch was handled: a retry after a failure above asks for
                 # the full state again, or every room's membership would stay unknown.
                 self._full_state = False
                 await self._encrypted.retry_kept()
+                if self._handed_on:
+                    self._handed_on = False  # poll once their answers are out (sends.py)
+                    if await self._session.sends.settled_since(sent_before, ANSWERS_WAIT_S):
+                        await asyncio.sleep(ECHO_GRACE_S)
             except LoginRefused as exc:
                 self.members.lost()
                 log.error("matrix: %s", exc)
@@ -204,13 +219,29 @@ class MatrixListener:
             await asyncio.wait_for(self._stopping.wait(), backoff)
         return min(backoff * 2, _MAX_BACKOFF_S)
 
+    async def _stored_filter(self) -> str:
+        """The filter's id on the homeserver: a sync naming an inline filter has the
+        homeserver parse and validate it on every poll (Synapse: a JSON schema check, part
+        of the sync work that competed with people's clients being woken, issue 19). A
+        homeserver that refuses to store it gets the filter inline, as before; one that
+        cannot be reached is a failed sync (retried)."""
+        try:
+            return await self._session.api.upload_filter(self._session.user_id, self._filter)
+        except MatrixError as exc:
+            if exc.status in (0, 401, 429) or exc.status >= 500:
+                raise  # unreachable, logged out or busy: the sync's own handling
+            log.warning("matrix: the homeserver did not store the sync filter (%s)", exc)
+            return self._filter
+
     async def _poll(self) -> JsonDict | None:
         """One /sync long poll, abandoned (None) when the listener is stopped."""
         timeout_ms = int(self._session.settings.sync_timeout_seconds * 1000)
         if self._next_batch is None:
             timeout_ms = 0  # the first sync returns at once anyway
         poll = asyncio.create_task(
-            self._session.api.sync(self._next_batch, timeout_ms, self._filter, self._full_state)
+            self._session.api.sync(
+                self._next_batch, timeout_ms, self._filter_id or self._filter, self._full_state
+            )
         )
         stop = asyncio.create_task(self._stopping.wait())
         await asyncio.wait({poll, stop}, return_when=asyncio.FIRST_COMPLETED)
@@ -346,6 +377,7 @@ class MatrixListener:
         assert self._submit is not None
         if not await self._submit(raw):
             raise RuntimeError(f"the core did not store {raw.message_id}; will retry")
+        self._handed_on = True
 
     async def _say_encrypted(self, room_id: str, event: JsonDict) -> None:
         sender = str(event.get("sender", ""))

@@ -34,6 +34,7 @@ from gateway_bot.channels.matrix.crypto import (
     pickle_key,
     store_file,
 )
+from gateway_bot.channels.matrix.sends import SendsInFlight
 from gateway_bot.channels.matrix.store import MatrixStateStore
 from gateway_bot.channels.matrix.undecrypted import UndecryptedStore
 from gateway_bot.config.channels import MatrixChannelSettings
@@ -70,6 +71,7 @@ class MatrixSession:
         self.store = MatrixStateStore(database, legacy_path=state_dir / "matrix" / "matrix.db")
         self.undecrypted = UndecryptedStore(database)
         self.user_id = settings.user_id
+        self.sends = SendsInFlight()
         self.device_id: str | None = None
         self.display_name: str | None = None
         self._ready = asyncio.Event()
@@ -209,9 +211,10 @@ class MatrixSession:
             if await self.api.state_event(room_id, "m.room.encryption"):
                 raise MatrixError(0, "M_ROOM_UNKNOWN", f"{room_id} is not synced yet")
             encrypted = False
-        if encrypted:
-            return await self.e2ee.send(room_id, event_type, content, txn_id)
-        return await self.api.send_raw(room_id, event_type, content, txn_id)
+        async with self.sends.sending():
+            if encrypted:
+                return await self.e2ee.send(room_id, event_type, content, txn_id)
+            return await self.api.send_raw(room_id, event_type, content, txn_id)
 
     async def read_event(self, room_id: str, event_id: str) -> JsonDict:
         """One event as JSON, decrypted when it is encrypted, with its bundled latest edit
