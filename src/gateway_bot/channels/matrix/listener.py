@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 import uuid
@@ -46,6 +45,7 @@ from gateway_bot.channels.matrix.events import (
 from gateway_bot.channels.matrix.members import RoomMembers
 from gateway_bot.channels.matrix.render import in_conversation, notice_content
 from gateway_bot.channels.matrix.session import LoginRefused, MatrixSession
+from gateway_bot.channels.matrix.sync_filter import stored_filter, sync_filter
 from gateway_bot.core.channel import Submit
 from gateway_bot.core.fault_points import reached
 from gateway_bot.domain.messages import ChannelHealth, ChannelStatus, RawMessage
@@ -54,15 +54,6 @@ log = logging.getLogger(__name__)
 
 JsonDict = dict[str, Any]
 
-_TIMELINE_TYPES = [
-    "m.room.message",
-    "m.room.encrypted",
-    "m.reaction",
-    "m.room.member",
-    "m.room.encryption",
-]
-_STATE_TYPES = ["m.room.member", "m.room.encryption"]
-"""nio needs every member (whose devices get room keys) and the encryption state."""
 _GAP_PAGES = 20
 _MAX_BACKOFF_S = 60.0
 ANSWERS_WAIT_S = 0.5
@@ -78,19 +69,6 @@ ENCRYPTED_NOTICE = (
     "encryption (encryption cannot be turned off once it is on: create a new room with "
     "encryption disabled and invite me there), or ask my operator to enable it."
 )
-
-
-def sync_filter(timeline_limit: int) -> str:
-    """Only what the bot acts on (messages, reactions, encrypted events, memberships) and
-    what encryption needs (members, the room's encryption state)."""
-    nothing: JsonDict = {"types": []}
-    room = {
-        "timeline": {"limit": timeline_limit, "types": _TIMELINE_TYPES},
-        "state": {"types": _STATE_TYPES, "lazy_load_members": False},
-        "ephemeral": nothing,
-        "account_data": nothing,
-    }
-    return json.dumps({"room": room, "presence": nothing, "account_data": nothing})
 
 
 class MatrixListener:
@@ -166,7 +144,9 @@ class MatrixListener:
                     self._joined = set(position.joined_rooms)
                 full_state = self._full_state
                 if self._filter_id is None:
-                    self._filter_id = await self._stored_filter()
+                    self._filter_id = await stored_filter(
+                        self._session.api, self._session.user_id, self._filter
+                    )
                 response = await self._poll()
                 if response is None:
                     return
@@ -218,20 +198,6 @@ class MatrixListener:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stopping.wait(), backoff)
         return min(backoff * 2, _MAX_BACKOFF_S)
-
-    async def _stored_filter(self) -> str:
-        """The filter's id on the homeserver: a sync naming an inline filter has the
-        homeserver parse and validate it on every poll (Synapse: a JSON schema check, part
-        of the sync work that competed with people's clients being woken, issue 19). A
-        homeserver that refuses to store it gets the filter inline, as before; one that
-        cannot be reached is a failed sync (retried)."""
-        try:
-            return await self._session.api.upload_filter(self._session.user_id, self._filter)
-        except MatrixError as exc:
-            if exc.status in (0, 401, 429) or exc.status >= 500:
-                raise  # unreachable, logged out or busy: the sync's own handling
-            log.warning("matrix: the homeserver did not store the sync filter (%s)", exc)
-            return self._filter
 
     async def _poll(self) -> JsonDict | None:
         """One /sync long poll, abandoned (None) when the listener is stopped."""
