@@ -5,9 +5,13 @@ wrong, when their repo cannot be cloned, and what the console's own commands ans
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from gateway_bot.cli import main
 from tests.conftest import write_config
 from tests.fake_anthropic import FakeAnthropic
 
@@ -39,3 +43,49 @@ def test_a_key_the_model_api_refuses_is_one_clear_line_not_minutes_of_silence(
     chat.finish()
     assert "Traceback" not in chat.stderr
     assert not re.search(r"^agent>", "\n".join(chat.lines), re.MULTILINE)
+
+
+def test_chat_in_a_repo_with_no_commit_yet_says_so_at_start(gateway: Any, tmp_path: Path) -> None:
+    # A newcomer's fresh project: `git init`, then the README's chat command from there. It
+    # started, and the first message failed with "git show failed: fatal: invalid object
+    # name 'HEAD'."
+    project = tmp_path / "project"
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    chat = gateway(
+        "chat",
+        cwd=project,
+        env={"XDG_STATE_HOME": str(tmp_path / "state-home"), "ANTHROPIC_API_KEY": "sk-x"},
+    )
+    assert chat.wait() == 2
+    assert chat.stderr.strip().splitlines() == [
+        f"repo.url {project} has no commits yet: commit something first (each conversation "
+        "works on a clone of it), e.g. `git commit --allow-empty -m start`."
+    ]
+
+
+def test_a_local_repo_that_cannot_be_cloned_stops_run_and_chat_with_one_line(
+    tmp_path: Path, target_repo: Path, fake_api: FakeAnthropic, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plain_dir = tmp_path / "plain"
+    plain_dir.mkdir()
+    inside = target_repo / "docs"
+    inside.mkdir()
+    cases = {
+        tmp_path / "missing": "is not a directory: no repo to clone there.",
+        plain_dir: "is not a git repository (fatal: not a git repository",
+        inside: f"is a directory inside a git repository, not its top: name its top, {target_repo}",
+    }
+    for repo, said in cases.items():
+        config = write_config(tmp_path, repo, fake_api)
+        for command in ("run", "chat"):
+            # Each used to start; every message then failed with git's "repository ...
+            # does not exist".
+            assert main([command, "--config", str(config)]) == 2
+            [line] = capsys.readouterr().err.strip().splitlines()
+            assert line.startswith(f"repo.url {repo} {said}"), line
+        assert main(["check", "--config", str(config)]) == 0  # check notes it
+        assert f"note: repo.url {repo} {said}" in capsys.readouterr().out
+    bare = tmp_path / "bare.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(target_repo), str(bare)], check=True)
+    assert main(["check", "--config", str(write_config(tmp_path, bare, fake_api))]) == 0
+    assert "note: repo.url" not in capsys.readouterr().out, "a bare repo clones"

@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             status_config.state_dir, as_json=args.json, state_url=status_config.state.url
         )
     from gateway_bot.agent_setup import agent_environment, check_agent_setup
-    from gateway_bot.cli_preflight import DaemonLock, state_dir_problem
+    from gateway_bot.cli_preflight import DaemonLock, local_repo_problem, state_dir_problem
     from gateway_bot.config.channels import ChannelsSettings, ConsoleChannelSettings
     from gateway_bot.logs import configure_logging
 
@@ -161,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     if (unusable := state_dir_problem(config.state_dir)) is not None:
         print(unusable, file=sys.stderr)
+        return EXIT_CONFIG
+    if (no_repo := local_repo_problem(config.repo.url)) is not None:
+        print(no_repo, file=sys.stderr)  # else every message would fail at its clone
         return EXIT_CONFIG
     lock = DaemonLock(config.state_dir)
     if not config.ha.enabled and (taken := lock.acquire()) is not None:
