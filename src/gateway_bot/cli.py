@@ -30,9 +30,28 @@ if TYPE_CHECKING:
 
 EXIT_CONFIG = 2
 
+USAGE = """\
+Work with a coding agent (Claude Code) from chat: the console, Matrix, Slack or email,
+each conversation in its own workspace and sandbox.
+
+start here:
+  gateway-bot chat                 talk to it in this terminal (built-in config: the git
+                                   repo you are in, state in ~/.local/state/gateway-bot)
+  gateway-bot check                what chat would run with, and what is missing
+a server (copy examples/gateway-bot.yaml from the project and edit it):
+  gateway-bot check --config FILE  validate it
+  gateway-bot run --config FILE    serve every channel it enables
+
+exit codes: 0 done, 2 the config or the set-up is wrong (nothing was started),
+3 (status) no state at all for this config. More: README.md in the project."""
+
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gateway-bot", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="gateway-bot",
+        description=USAGE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     chat = commands.add_parser("chat", help="talk to the agent from this terminal")
     chat.add_argument("--config", type=Path, help="server config (default: built-in)")
@@ -41,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     run = commands.add_parser("run", help="run the daemon with every configured channel")
     run.add_argument("--config", type=Path, required=True)
     check = commands.add_parser("check", help="validate a config and the agent set-up")
-    check.add_argument("--config", type=Path, required=True)
+    check.add_argument("--config", type=Path, help="server config (default: built-in, chat's)")
     check.add_argument(
         "--sandbox",
         action="store_true",

@@ -1,18 +1,19 @@
-"""A newcomer's first messages at the console, through the real ``gateway-bot chat`` and the
-real Claude Code CLI (host mode, the fake model API): what they see when their key is
-wrong, when their repo cannot be cloned, and what the console's own commands answer."""
+"""A newcomer's first steps, through the real ``gateway-bot`` CLI (and the real Claude Code
+CLI in host mode against the fake model API): ``--help``, ``check`` without a config, a
+first message with a key the API refuses, a repo that cannot be cloned."""
 
 from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gateway_bot.cli import main
-from tests.conftest import write_config
+from tests.conftest import gateway_env, write_config
 from tests.fake_anthropic import FakeAnthropic
 
 
@@ -89,3 +90,38 @@ def test_a_local_repo_that_cannot_be_cloned_stops_run_and_chat_with_one_line(
     subprocess.run(["git", "clone", "-q", "--bare", str(target_repo), str(bare)], check=True)
     assert main(["check", "--config", str(write_config(tmp_path, bare, fake_api))]) == 0
     assert "note: repo.url" not in capsys.readouterr().out, "a bare repo clones"
+
+
+def test_help_starts_with_what_to_run_and_check_needs_no_config(
+    tmp_path: Path, target_repo: Path
+) -> None:
+    env = {
+        **gateway_env(),
+        "XDG_STATE_HOME": str(tmp_path / "state-home"),
+        "GATEWAY_BOT_SANDBOX__KIND": "none",  # the built-in podman is not under test here
+    }
+    shown = subprocess.run(
+        [sys.executable, "-m", "gateway_bot", "--help"], env=env, capture_output=True, text=True
+    )
+    assert shown.returncode == 0, shown.stderr
+    # It used to print the module's docstring, written for developers ("Each command
+    # imports what it uses ... AGENTS.md, Conventions").
+    assert "start here:\n  gateway-bot chat " in shown.stdout
+    assert "gateway-bot check --config FILE" in shown.stdout
+    assert "AGENTS.md" not in shown.stdout
+    # `check` required --config, though `chat` needs none: now it checks chat's config.
+    checked = subprocess.run(
+        [sys.executable, "-m", "gateway_bot", "check"],
+        cwd=target_repo,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert checked.returncode == 0, checked.stderr
+    lines = checked.stdout.splitlines()
+    assert lines[0] == (
+        f"(built-in default config): OK (state {tmp_path}/state-home/gateway-bot, "
+        f"repo {target_repo}, channels: console)"
+    )
+    assert "warning: No model credentials: set ANTHROPIC_API_KEY" in checked.stdout
+    assert not (tmp_path / "state-home").exists(), "check makes nothing"
