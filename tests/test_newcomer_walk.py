@@ -4,6 +4,7 @@ first message with a key the API refuses, a repo that cannot be cloned."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from gateway_bot import check_command, cli_config
 from gateway_bot.cli import main
 from tests.conftest import gateway_env, write_config
 from tests.fake_anthropic import FakeAnthropic
@@ -125,3 +127,31 @@ def test_help_starts_with_what_to_run_and_check_needs_no_config(
     )
     assert "warning: No model credentials: set ANTHROPIC_API_KEY" in checked.stdout
     assert not (tmp_path / "state-home").exists(), "check makes nothing"
+
+
+def test_the_built_in_config_reads_the_key_from_the_projects_dotenv(
+    tmp_path: Path,
+    target_repo: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The README puts the key in .env at the project root; scripts/chat.sh read it, but
+    # the launcher's `gateway-bot chat` did not, and said "No model credentials: set
+    # ANTHROPIC_API_KEY ... in .env" to a user whose key was in that .env.
+    assert cli_config.built_in_dotenv_dir() == Path(cli_config.__file__).resolve().parents[2]
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / ".env").write_text("ANTHROPIC_API_KEY=sk-from-dotenv\n")
+    monkeypatch.setattr(check_command, "built_in_dotenv_dir", lambda: project)
+    for name in [n for n in os.environ if n.startswith(("ANTHROPIC_", "CLAUDE"))]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state-home"))
+    monkeypatch.setenv("GATEWAY_BOT_SANDBOX__KIND", "none")
+    monkeypatch.chdir(target_repo)
+    assert main(["check"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("(built-in default config): OK"), out
+    assert "No model credentials" not in out
+    (project / ".env").unlink()
+    assert main(["check"]) == 0
+    assert "warning: No model credentials" in capsys.readouterr().out

@@ -27,7 +27,13 @@ from gateway_bot.agent_setup import (
     model_api_on_loopback,
 )
 from gateway_bot.cli import EXIT_CONFIG
-from gateway_bot.cli_config import BUILT_IN, built_in_config, load_config, sample_repo_path
+from gateway_bot.cli_config import (
+    BUILT_IN,
+    built_in_config,
+    built_in_dotenv_dir,
+    load_config,
+    sample_repo_path,
+)
 from gateway_bot.cli_preflight import local_repo_problem, state_dir_problem
 from gateway_bot.matrix_commands import describe_e2ee
 from gateway_bot.sandbox.base import Sandbox, SandboxUnavailable
@@ -48,7 +54,9 @@ def run_check(config_path: Path | None, *, canary: bool = False) -> int:
         print(f"{path}: {unusable}", file=sys.stderr)
         return EXIT_CONFIG
     channels = [name for name, value in config.channels if value is not None]
-    agent_env = agent_environment(config, config_path.parent if config_path else None)
+    agent_env = agent_environment(
+        config, config_path.parent if config_path else built_in_dotenv_dir()
+    )
     problem = check_agent_setup(config, agent_env)
     print(
         f"{path}: OK (state {config.state_dir}, repo {config.repo.url}, "

@@ -119,7 +119,12 @@ def main(argv: list[str] | None = None) -> int:
         from gateway_bot.state_command import run_state_copy
 
         return run_state_copy(args.source, args.target, replace=args.replace)
-    from gateway_bot.cli_config import BUILT_IN, built_in_config, load_config
+    from gateway_bot.cli_config import (
+        BUILT_IN,
+        built_in_config,
+        built_in_dotenv_dir,
+        load_config,
+    )
     from gateway_bot.config.server import build_server_config
 
     if args.command == "check":
@@ -192,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         level = logging.getLevelNamesMapping()[config.logging.level]
         chatting = args.command == "chat"
         configure_logging(config.logging.format, logging.WARNING if chatting else level)
-        config_dir = args.config.parent if args.config else None
+        config_dir = args.config.parent if args.config else built_in_dotenv_dir()
         agent_env = agent_environment(config, config_dir)
         problem = check_agent_setup(config, agent_env)
         if problem is not None:

@@ -54,6 +54,14 @@ def built_in_config(*, make_sample: bool = True) -> ServerConfig | None:
     return config
 
 
+def built_in_dotenv_dir() -> Path | None:
+    """Where the built-in config reads ``.env``: the project root of the checkout this runs
+    from, the file scripts/chat.sh reads (README), so ``gateway-bot chat`` from any
+    directory finds the key put there. None for an install that is no checkout."""
+    root = Path(__file__).resolve().parents[2]
+    return root if (root / "pyproject.toml").is_file() and (root / "scripts").is_dir() else None
+
+
 def sample_repo_path(state_dir: Path) -> Path:
     return state_dir / "sample-repo"
 
