@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -155,3 +156,30 @@ def test_the_built_in_config_reads_the_key_from_the_projects_dotenv(
     (project / ".env").unlink()
     assert main(["check"]) == 0
     assert "warning: No model credentials" in capsys.readouterr().out
+
+
+def test_ctrl_c_during_a_task_says_what_happens_and_the_next_chat_answers_it_once(
+    gateway: Any, tmp_path: Path, target_repo: Path, fake_api: FakeAnthropic
+) -> None:
+    config = write_config(
+        tmp_path, target_repo, fake_api, execution={"shutdown_timeout_seconds": 1}
+    )
+    fake_api.hold("question before ctrl-c")
+    chat = gateway("chat", "--config", str(config))
+    chat.expect("gateway-bot console")
+    chat.send("question before ctrl-c")
+    assert fake_api.wait_for_held(60), "the agent never asked the model"
+    chat.process.send_signal(signal.SIGINT)
+    # The wait used to be silent; then a log line and an "Exception ignored" traceback.
+    chat.expect(
+        r"^Stopping: a running task gets up to 1 s to finish; one that does not runs again, "
+        r"from its start, at the next `gateway-bot chat`\.$"
+    )
+    assert chat.wait() == 0, chat.stderr
+    assert "Traceback" not in chat.stderr, chat.stderr
+    fake_api.release()
+    again = gateway("chat", "--config", str(config))
+    again.expect(r"^agent> Echo: question before ctrl-c$", timeout=90)
+    again.finish()
+    assert again.count("question before ctrl-c") == 1, again.lines
+    assert chat.count("^agent>") == 0

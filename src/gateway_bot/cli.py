@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import os
 import sys
@@ -263,12 +264,40 @@ async def _serve(config: ServerConfig, agent_env: dict[str, str], *, chat: bool,
             f"{await daemon.workspace_reports.location(conversation.id)} · /diff shows the changes",
             flush=True,
         )
+    told = asyncio.create_task(_tell_stopping(daemon)) if chat else None
     try:
         await daemon.run()
     finally:
+        if told is not None:
+            told.cancel()
         if chat:  # the user is gone: leave nothing running (the next chat restarts it)
             await _stop_sandbox(daemon)
+        await _end_abandoned_work()
     return 0
+
+
+async def _end_abandoned_work() -> None:
+    """End what shutdown left running (a task past ``shutdown_timeout_seconds``: its agent
+    process is killed, the task re-runs at the next start) while the loop still runs, and
+    collect its process transports now: collected after ``asyncio.run`` closed the loop,
+    each printed an "Exception ignored ... Event loop is closed" traceback at exit."""
+    others = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in others:
+        task.cancel()
+    await asyncio.gather(*others, return_exceptions=True)
+    gc.collect()
+
+
+async def _tell_stopping(daemon: Daemon) -> None:
+    """Ctrl-C at the console: say what happens during the wait, which used to be silent
+    (up to ``execution.shutdown_timeout_seconds`` for a running task)."""
+    await daemon.stop_requested.wait()
+    wait_s = daemon.config.execution.shutdown_timeout_seconds
+    print(
+        f"\nStopping: a running task gets up to {wait_s:g} s to finish; one that does not "
+        "runs again, from its start, at the next `gateway-bot chat`.",
+        flush=True,
+    )
 
 
 async def _stop_sandbox(daemon: Daemon) -> None:
