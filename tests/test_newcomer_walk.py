@@ -126,7 +126,6 @@ def test_help_starts_with_what_to_run_and_check_needs_no_config(
         f"(built-in default config): OK (state {tmp_path}/state-home/gateway-bot, "
         f"repo {target_repo}, channels: console)"
     )
-    assert "warning: No model credentials: set ANTHROPIC_API_KEY" in checked.stdout
     assert not (tmp_path / "state-home").exists(), "check makes nothing"
 
 
@@ -183,3 +182,24 @@ def test_ctrl_c_during_a_task_says_what_happens_and_the_next_chat_answers_it_onc
     again.finish()
     assert again.count("question before ctrl-c") == 1, again.lines
     assert chat.count("^agent>") == 0
+
+
+def test_without_a_key_chat_names_the_dotenv_it_reads(
+    tmp_path: Path,
+    target_repo: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for name in [n for n in os.environ if n.startswith(("ANTHROPIC_", "CLAUDE"))]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state-home"))
+    monkeypatch.setenv("GATEWAY_BOT_SANDBOX__KIND", "none")
+    monkeypatch.chdir(target_repo)
+    dotenv = tmp_path / "project"  # the checkout's own .env may hold a developer's key
+    dotenv.mkdir()
+    monkeypatch.setattr(cli_config, "built_in_dotenv_dir", lambda: dotenv)
+    assert main(["chat"]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    # It said "in .env" with no config file for that .env to be beside.
+    assert line.startswith("No model credentials: set ANTHROPIC_API_KEY")
+    assert line.endswith(f"under agent.env in the config. (without --config: {dotenv}/.env)")

@@ -187,9 +187,6 @@ def main(argv: list[str] | None = None) -> int:
     if (unusable := state_dir_problem(config.state_dir)) is not None:
         print(unusable, file=sys.stderr)
         return EXIT_CONFIG
-    if (no_repo := local_repo_problem(config.repo.url)) is not None:
-        print(no_repo, file=sys.stderr)  # else every message would fail at its clone
-        return EXIT_CONFIG
     lock = DaemonLock(config.state_dir)
     if not config.ha.enabled and (taken := lock.acquire()) is not None:
         print(taken, file=sys.stderr)
@@ -202,7 +199,16 @@ def main(argv: list[str] | None = None) -> int:
         agent_env = agent_environment(config, config_dir)
         problem = check_agent_setup(config, agent_env)
         if problem is not None:
-            print(problem.message, file=sys.stderr)
+            # "in .env": which one, when there is no config file to be beside.
+            where = (
+                f" (without --config: {config_dir / '.env'})"
+                if config_dir and not args.config
+                else ""
+            )
+            print(problem.message + where, file=sys.stderr)
+            return EXIT_CONFIG
+        if (no_repo := local_repo_problem(config.repo.url)) is not None:
+            print(no_repo, file=sys.stderr)  # else every message would fail at its clone
             return EXIT_CONFIG
         return asyncio.run(
             _serve(
