@@ -16,6 +16,9 @@ import pytest
 
 from gateway_bot import check_command, cli_config
 from gateway_bot.cli import main
+from gateway_bot.config.repo import parse_repo_config
+from gateway_bot.config.server import load_server_config
+from gateway_bot.config.yaml_tags import ConfigError
 from tests.conftest import gateway_env, write_config
 from tests.fake_anthropic import FakeAnthropic
 
@@ -203,3 +206,26 @@ def test_without_a_key_chat_names_the_dotenv_it_reads(
     # It said "in .env" with no config file for that .env to be beside.
     assert line.startswith("No model credentials: set ANTHROPIC_API_KEY")
     assert line.endswith(f"under agent.env in the config. (without --config: {dotenv}/.env)")
+
+
+def test_a_misspelt_key_is_told_with_the_key_it_is_close_to(tmp_path: Path) -> None:
+    config = tmp_path / "gateway-bot.yaml"
+    config.write_text(
+        "repo: {url: /srv/x}\nchanels: {console: {}}\n"
+        "execution: {max_concurent_tasks: 2}\naccess: {rooms: [{match: r, timezon: UTC}]}\n"
+        "something_else: 1\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_server_config(config)
+    unknown = "Extra inputs are not permitted (unknown key: check its spelling and indentation"
+    assert sorted(caught.value.problems) == sorted(
+        [
+            f"chanels: {unknown}; did you mean 'channels'?)",
+            f"execution.max_concurent_tasks: {unknown}; did you mean 'max_concurrent_tasks'?)",
+            f"access.rooms.0.timezon: {unknown}; did you mean 'timezone'?)",
+            f"something_else: {unknown})",
+        ]
+    )
+    with pytest.raises(ConfigError) as caught:
+        parse_repo_config("modle: claude-opus-4-1\n")  # a repo's .gateway/config.yaml
+    assert caught.value.problems == [f"modle: {unknown}; did you mean 'model'?)"]
