@@ -160,7 +160,7 @@ def test_the_built_in_config_reads_the_key_from_the_projects_dotenv(
     assert "warning: No model credentials" in capsys.readouterr().out
 
 
-def test_ctrl_c_during_a_task_says_what_happens_and_the_next_chat_answers_it_once(
+def test_ctrl_d_then_ctrl_c_during_a_task_say_what_happens_and_the_next_chat_answers_once(
     gateway: Any, tmp_path: Path, target_repo: Path, fake_api: FakeAnthropic
 ) -> None:
     config = write_config(
@@ -171,6 +171,8 @@ def test_ctrl_c_during_a_task_says_what_happens_and_the_next_chat_answers_it_onc
     chat.expect("gateway-bot console")
     chat.send("question before ctrl-c")
     assert fake_api.wait_for_held(60), "the agent never asked the model"
+    chat.close_input()  # Ctrl-D first: it waits for the answer, and now says so
+    chat.expect(r"^Quitting once the running task \(and any queued\) is answered; Ctrl-C to ")
     chat.process.send_signal(signal.SIGINT)
     # The wait used to be silent; then a log line and an "Exception ignored" traceback.
     chat.expect(

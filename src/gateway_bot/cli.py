@@ -295,9 +295,23 @@ async def _end_abandoned_work() -> None:
 
 
 async def _tell_stopping(daemon: Daemon) -> None:
-    """Ctrl-C at the console: say what happens during the wait, which used to be silent
-    (up to ``execution.shutdown_timeout_seconds`` for a running task)."""
-    await daemon.stop_requested.wait()
+    """Ctrl-D or Ctrl-C at the console: say what happens during the wait, which used to be
+    silent (Ctrl-D: until the queue is answered; Ctrl-C: up to
+    ``execution.shutdown_timeout_seconds`` for a running task)."""
+    stop = asyncio.create_task(daemon.stop_requested.wait())
+    eof = asyncio.create_task(daemon.end_of_input.wait())
+    try:
+        await asyncio.wait({stop, eof}, return_when=asyncio.FIRST_COMPLETED)
+        if not stop.done() and not await daemon.service.wait_idle(0.5):
+            print(
+                "Quitting once the running task (and any queued) is answered; "
+                "Ctrl-C to stop sooner.",
+                flush=True,
+            )
+        await stop
+    finally:
+        stop.cancel()
+        eof.cancel()
     wait_s = daemon.config.execution.shutdown_timeout_seconds
     print(
         f"\nStopping: a running task gets up to {wait_s:g} s to finish; one that does not "
