@@ -157,7 +157,10 @@ def test_the_built_in_config_reads_the_key_from_the_projects_dotenv(
     assert "No model credentials" not in out
     (project / ".env").unlink()
     assert main(["check"]) == 0
-    assert "warning: No model credentials" in capsys.readouterr().out
+    warning = capsys.readouterr().out.splitlines()[2]
+    assert warning.startswith("warning: No model credentials"), warning
+    # It said "OK", then only "warning": that `chat` would then refuse went unsaid.
+    assert warning.endswith("in the config. Until then `run` and `chat` refuse to start.")
 
 
 def test_ctrl_d_then_ctrl_c_during_a_task_say_what_happens_and_the_next_chat_answers_once(

@@ -66,7 +66,7 @@ def run_check(config_path: Path | None, *, canary: bool = False) -> int:
     for line in describe_backends(config):
         print(line)
     if problem is not None:
-        print(f"warning: {problem.message}")
+        print(f"warning: {problem.message} Until then `run` and `chat` refuse to start.")
     if config.repo.url == str(sample_repo_path(config.state_dir)) and config_path is None:
         print("note: not in a git repo: `gateway-bot chat` here works on a sample repo it makes")
     elif (missing_repo := local_repo_problem(config.repo.url)) is not None:
