@@ -234,3 +234,23 @@ def test_a_misspelt_key_is_told_with_the_key_it_is_close_to(tmp_path: Path) -> N
     with pytest.raises(ConfigError) as caught:
         parse_repo_config("modle: claude-opus-4-1\n")  # a repo's .gateway/config.yaml
     assert caught.value.problems == [f"modle: {unknown}; did you mean 'model'?)"]
+
+
+def test_while_the_model_api_fails_and_is_retried_the_user_sees_it(
+    gateway: Any, tmp_path: Path, target_repo: Path, fake_api: FakeAnthropic
+) -> None:
+    # With the CLI's own retries (a user's: the other tests turn them off), an unreachable
+    # or overloaded API was minutes of "Working on it" and nothing else.
+    config = write_config(
+        tmp_path,
+        target_repo,
+        fake_api,
+        agent={"env": {"ANTHROPIC_BASE_URL": fake_api.base_url, "ANTHROPIC_API_KEY": "sk-x"}},
+    )
+    fake_api.fail_next(529, "Overloaded")
+    chat = gateway("chat", "--config", str(config))
+    chat.expect("gateway-bot console")
+    chat.send("are you there")
+    chat.expect(r"^  · model API: HTTP 529 \(.+\); retrying, attempt 1 of \d+$", timeout=90)
+    chat.expect(r"^agent> Echo: are you there$", timeout=90)  # and then the answer
+    chat.finish()

@@ -13,6 +13,7 @@ from typing import Any
 from gateway_bot.agents.base import (
     AgentEvent,
     InitEvent,
+    NoticeEvent,
     ResultEvent,
     TextEvent,
     ToolResultEvent,
@@ -51,8 +52,10 @@ def parse_stream_line(line: str) -> list[AgentEvent]:
         return [
             InitEvent(session_id=str(data.get("session_id", "")), model=str(data.get("model", "")))
         ]
-    if kind == "system" and data.get("subtype") == "api_retry" and _credentials_refused(data):
-        return [_credentials_refused_result(data)]
+    if kind == "system" and data.get("subtype") == "api_retry":
+        if _credentials_refused(data):
+            return [_credentials_refused_result(data)]
+        return [NoticeEvent(_retry_notice(data))]
     if kind == "assistant":
         return [e for block in _content(data) if (e := _assistant_block(block)) is not None]
     if kind == "user":
@@ -88,6 +91,19 @@ def _credentials_refused_result(data: dict[str, Any]) -> ResultEvent:
         input_tokens=0,
         output_tokens=0,
     )
+
+
+def _retry_notice(data: dict[str, Any]) -> str:
+    """One step for each of the CLI's retries (an unreachable or overloaded model API: ten
+    attempts over some three minutes, which showed as nothing but "Working on it")."""
+    status = data.get("error_status")
+    what = f"HTTP {status}" if isinstance(status, int) else "no answer"
+    error = data.get("error")
+    if isinstance(error, str) and error:
+        what += f" ({one_line(error)})"
+    attempt, most = data.get("attempt"), data.get("max_retries")
+    count = f", attempt {attempt} of {most}" if isinstance(attempt, int) and most else ""
+    return f"model API: {what}; retrying{count}"
 
 
 def summarize_tool_use(tool: str, tool_input: Any) -> str:
