@@ -131,6 +131,8 @@ def local_repo_problem(url: str) -> str | None:
 
 def _git(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """A read-only git question about the operator's own repo (not an agent's workspace)."""
-    return subprocess.run(
-        ["git", "-C", str(path), *args], capture_output=True, text=True, check=False, timeout=60
-    )
+    argv = ["git", "-C", str(path), *args]
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:  # no git, a hung mount
+        return subprocess.CompletedProcess(argv, 1, "", f"git could not answer: {exc}")
