@@ -19,7 +19,7 @@ from gateway_bot.cli import main
 from gateway_bot.config.repo import parse_repo_config
 from gateway_bot.config.server import load_server_config
 from gateway_bot.config.yaml_tags import ConfigError
-from tests.conftest import gateway_env, write_config
+from tests.conftest import gateway_env, make_repo, write_config
 from tests.fake_anthropic import FakeAnthropic
 
 
@@ -254,3 +254,35 @@ def test_while_the_model_api_fails_and_is_retried_the_user_sees_it(
     chat.expect(r"^  · model API: HTTP 529 \(.+\); retrying, attempt 1 of \d+$", timeout=90)
     chat.expect(r"^agent> Echo: are you there$", timeout=90)  # and then the answer
     chat.finish()
+
+
+def test_a_state_dir_of_another_repo_is_refused_not_silently_used(
+    tmp_path: Path, target_repo: Path, fake_api: FakeAnthropic, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `chat` in a second project (the built-in config's one state dir), or an edited
+    # repo.url: the banner named the new repo, and the conversation went on in the first
+    # one's workspace, fetched from the first one's mirror.
+    first_config = write_config(tmp_path, target_repo, fake_api)
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    subprocess.run(  # what the first run there made
+        ["git", "clone", "-q", "--mirror", str(target_repo), str(state_dir / "git-mirror")],
+        check=True,
+    )
+    second = make_repo(tmp_path / "second-project")
+    config = write_config(tmp_path, second, fake_api)
+    said = (
+        f"The state directory {state_dir} holds the work on {target_repo} (its git mirror), not "
+        f"on {second}: conversations there would go on in {target_repo}'s workspaces. Give "
+        f"this repo its own state directory (state_dir in the config), or move {state_dir} "
+        "away to start afresh."
+    )
+    for command in ("run", "chat"):
+        assert main([command, "--config", str(config)]) == 2
+        assert capsys.readouterr().err.strip().splitlines() == [said]
+    assert main(["check", "--config", str(config)]) == 0
+    assert f"note: {said}" in capsys.readouterr().out.splitlines()
+    assert first_config == config  # the same file, rewritten: the first repo is still fine
+    config.write_text(config.read_text().replace(str(second), f"{target_repo}/"))  # spelt apart
+    assert main(["check", "--config", str(config)]) == 0
+    assert "holds the work on" not in capsys.readouterr().out

@@ -34,7 +34,11 @@ from gateway_bot.cli_config import (
     load_config,
     sample_repo_path,
 )
-from gateway_bot.cli_preflight import local_repo_problem, state_dir_problem
+from gateway_bot.cli_preflight import (
+    local_repo_problem,
+    other_repos_state_problem,
+    state_dir_problem,
+)
 from gateway_bot.matrix_commands import describe_e2ee
 from gateway_bot.sandbox.base import Sandbox, SandboxUnavailable
 from gateway_bot.sandbox.factory import create_sandbox
@@ -71,6 +75,9 @@ def run_check(config_path: Path | None, *, canary: bool = False) -> int:
         print("note: not in a git repo: `gateway-bot chat` here works on a sample repo it makes")
     elif (missing_repo := local_repo_problem(config.repo.url)) is not None:
         print(f"note: {missing_repo}")
+    how = "state_dir in the config" if config_path else "GATEWAY_BOT_STATE_DIR=DIR gateway-bot chat"
+    if taken_by := other_repos_state_problem(config.state_dir, config.repo.url, how=how):
+        print(f"note: {taken_by}")
     if not channels:
         print(
             "note: no channel is enabled: `run` would refuse to start (add one under "

@@ -169,7 +169,12 @@ def main(argv: list[str] | None = None) -> int:
             status_config.state_dir, as_json=args.json, state_url=status_config.state.url
         )
     from gateway_bot.agent_setup import agent_environment, check_agent_setup
-    from gateway_bot.cli_preflight import DaemonLock, local_repo_problem, state_dir_problem
+    from gateway_bot.cli_preflight import (
+        DaemonLock,
+        local_repo_problem,
+        other_repos_state_problem,
+        state_dir_problem,
+    )
     from gateway_bot.config.channels import ChannelsSettings, ConsoleChannelSettings
     from gateway_bot.logs import configure_logging
 
@@ -209,6 +214,14 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_CONFIG
         if (no_repo := local_repo_problem(config.repo.url)) is not None:
             print(no_repo, file=sys.stderr)  # else every message would fail at its clone
+            return EXIT_CONFIG
+        how = (
+            "state_dir in the config"
+            if args.config
+            else "GATEWAY_BOT_STATE_DIR=DIR gateway-bot chat"
+        )
+        if taken_by := other_repos_state_problem(config.state_dir, config.repo.url, how=how):
+            print(taken_by, file=sys.stderr)
             return EXIT_CONFIG
         return asyncio.run(
             _serve(

@@ -136,3 +136,31 @@ def _git(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:  # no git, a hung mount
         return subprocess.CompletedProcess(argv, 1, "", f"git could not answer: {exc}")
+
+
+def other_repos_state_problem(state_dir: Path, url: str, *, how: str) -> str | None:
+    """Why ``state_dir`` cannot serve ``url``: its git mirror (``<state_dir>/git-mirror``,
+    cloned from the repo of the first run there) is another repo's. Conversations there
+    would go on in that repo's workspaces while the banner named the new one (``chat`` in a
+    second project, or an edited ``repo.url``). ``how``: how to give a state dir."""
+    mirror_config = state_dir / "git-mirror" / "config"
+    if not mirror_config.is_file():
+        return None
+    found = _git(state_dir, "config", "--file", str(mirror_config), "--get", "remote.origin.url")
+    origin = found.stdout.strip()
+    if found.returncode != 0 or not origin or _same_repo(origin, url):
+        return None
+    return (
+        f"The state directory {state_dir} holds the work on {origin} (its git mirror), not on "
+        f"{url}: conversations there would go on in {origin}'s workspaces. Give this repo "
+        f"its own state directory ({how}), or move {state_dir} away to start afresh."
+    )
+
+
+def _same_repo(origin: str, url: str) -> bool:
+    def plain(text: str) -> str:
+        text = text.rstrip("/")
+        text = text.removesuffix(".git") if not text.endswith("/.git") else text
+        return str(Path(text).resolve()) if text.startswith("/") else text
+
+    return plain(origin) == plain(url)
