@@ -4,6 +4,9 @@
 # musl binary in a platform package, ~400 MB with its optional voice libraries).
 # Versions are read from the installed package.json files: `gemini --version` alone
 # takes seconds (node loads the whole bundle, then lingers).
+# Skipped by scripts/chat.sh's set-up (the default agent is Claude Code: a newcomer's first
+# chat need not fetch ~500 MB); `bash scripts/setup.sh` installs them for agent.enabled.
+# setup: tests only
 set -euo pipefail
 gemini_version=0.61.0
 codex_version=0.169.0

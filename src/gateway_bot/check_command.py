@@ -27,8 +27,18 @@ from gateway_bot.agent_setup import (
     model_api_on_loopback,
 )
 from gateway_bot.cli import EXIT_CONFIG
-from gateway_bot.cli_config import load_config
-from gateway_bot.cli_preflight import local_repo_problem, state_dir_problem
+from gateway_bot.cli_config import (
+    BUILT_IN,
+    built_in_config,
+    built_in_dotenv_dir,
+    load_config,
+    sample_repo_path,
+)
+from gateway_bot.cli_preflight import (
+    local_repo_problem,
+    other_repos_state_problem,
+    state_dir_problem,
+)
 from gateway_bot.matrix_commands import describe_e2ee
 from gateway_bot.sandbox.base import Sandbox, SandboxUnavailable
 from gateway_bot.sandbox.factory import create_sandbox
@@ -37,16 +47,20 @@ if TYPE_CHECKING:
     from gateway_bot.agents.backend import AgentBackend
 
 
-def run_check(path: Path, *, canary: bool = False) -> int:
-    """Check the config at ``path`` (and with ``canary`` the sandbox from inside); the exit code."""
-    config = load_config(path)
+def run_check(config_path: Path | None, *, canary: bool = False) -> int:
+    """Check the config at ``config_path``, or the built-in one ``chat`` runs without
+    ``--config`` (and with ``canary`` the sandbox from inside); the exit code."""
+    config = load_config(config_path) if config_path else built_in_config(make_sample=False)
     if config is None:
         return EXIT_CONFIG
+    path = config_path or Path(BUILT_IN)
     if (unusable := state_dir_problem(config.state_dir, create=False)) is not None:
         print(f"{path}: {unusable}", file=sys.stderr)
         return EXIT_CONFIG
     channels = [name for name, value in config.channels if value is not None]
-    agent_env = agent_environment(config, path.parent)
+    agent_env = agent_environment(
+        config, config_path.parent if config_path else built_in_dotenv_dir()
+    )
     problem = check_agent_setup(config, agent_env)
     print(
         f"{path}: OK (state {config.state_dir}, repo {config.repo.url}, "
@@ -56,9 +70,14 @@ def run_check(path: Path, *, canary: bool = False) -> int:
     for line in describe_backends(config):
         print(line)
     if problem is not None:
-        print(f"warning: {problem.message}")
-    if (missing_repo := local_repo_problem(config.repo.url)) is not None:
+        print(f"warning: {problem.message} Until then `run` and `chat` refuse to start.")
+    if config.repo.url == str(sample_repo_path(config.state_dir)) and config_path is None:
+        print("note: not in a git repo: `gateway-bot chat` here works on a sample repo it makes")
+    elif (missing_repo := local_repo_problem(config.repo.url)) is not None:
         print(f"note: {missing_repo}")
+    how = "state_dir in the config" if config_path else "GATEWAY_BOT_STATE_DIR=DIR gateway-bot chat"
+    if taken_by := other_repos_state_problem(config.state_dir, config.repo.url, how=how):
+        print(f"note: {taken_by}")
     if not channels:
         print(
             "note: no channel is enabled: `run` would refuse to start (add one under "
@@ -80,7 +99,7 @@ def run_check(path: Path, *, canary: bool = False) -> int:
     if canary:
         from gateway_bot.check_sandbox import check_sandbox
 
-        return check_sandbox(config, path)
+        return check_sandbox(config, config_path or config.state_dir)
     return 0
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import os
 import sys
@@ -30,9 +31,28 @@ if TYPE_CHECKING:
 
 EXIT_CONFIG = 2
 
+USAGE = """\
+Work with a coding agent (Claude Code) from chat: the console, Matrix, Slack or email,
+each conversation in its own workspace and sandbox.
+
+start here:
+  gateway-bot chat                 talk to it in this terminal (built-in config: the git
+                                   repo you are in, state in ~/.local/state/gateway-bot)
+  gateway-bot check                what chat would run with, and what is missing
+a server (copy examples/gateway-bot.yaml from the project and edit it):
+  gateway-bot check --config FILE  validate it
+  gateway-bot run --config FILE    serve every channel it enables
+
+exit codes: 0 done, 2 the config or the set-up is wrong (nothing was started),
+3 (status) no state at all for this config. More: README.md in the project."""
+
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gateway-bot", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="gateway-bot",
+        description=USAGE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     chat = commands.add_parser("chat", help="talk to the agent from this terminal")
     chat.add_argument("--config", type=Path, help="server config (default: built-in)")
@@ -41,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     run = commands.add_parser("run", help="run the daemon with every configured channel")
     run.add_argument("--config", type=Path, required=True)
     check = commands.add_parser("check", help="validate a config and the agent set-up")
-    check.add_argument("--config", type=Path, required=True)
+    check.add_argument("--config", type=Path, help="server config (default: built-in, chat's)")
     check.add_argument(
         "--sandbox",
         action="store_true",
@@ -100,7 +120,12 @@ def main(argv: list[str] | None = None) -> int:
         from gateway_bot.state_command import run_state_copy
 
         return run_state_copy(args.source, args.target, replace=args.replace)
-    from gateway_bot.cli_config import BUILT_IN, built_in_config, load_config
+    from gateway_bot.cli_config import (
+        BUILT_IN,
+        built_in_config,
+        built_in_dotenv_dir,
+        load_config,
+    )
     from gateway_bot.config.server import build_server_config
 
     if args.command == "check":
@@ -144,7 +169,12 @@ def main(argv: list[str] | None = None) -> int:
             status_config.state_dir, as_json=args.json, state_url=status_config.state.url
         )
     from gateway_bot.agent_setup import agent_environment, check_agent_setup
-    from gateway_bot.cli_preflight import DaemonLock, state_dir_problem
+    from gateway_bot.cli_preflight import (
+        DaemonLock,
+        local_repo_problem,
+        other_repos_state_problem,
+        state_dir_problem,
+    )
     from gateway_bot.config.channels import ChannelsSettings, ConsoleChannelSettings
     from gateway_bot.logs import configure_logging
 
@@ -170,11 +200,28 @@ def main(argv: list[str] | None = None) -> int:
         level = logging.getLevelNamesMapping()[config.logging.level]
         chatting = args.command == "chat"
         configure_logging(config.logging.format, logging.WARNING if chatting else level)
-        config_dir = args.config.parent if args.config else None
+        config_dir = args.config.parent if args.config else built_in_dotenv_dir()
         agent_env = agent_environment(config, config_dir)
         problem = check_agent_setup(config, agent_env)
         if problem is not None:
-            print(problem.message, file=sys.stderr)
+            # "in .env": which one, when there is no config file to be beside.
+            where = (
+                f" (without --config: {config_dir / '.env'})"
+                if config_dir and not args.config
+                else ""
+            )
+            print(problem.message + where, file=sys.stderr)
+            return EXIT_CONFIG
+        if (no_repo := local_repo_problem(config.repo.url)) is not None:
+            print(no_repo, file=sys.stderr)  # else every message would fail at its clone
+            return EXIT_CONFIG
+        how = (
+            "state_dir in the config"
+            if args.config
+            else "GATEWAY_BOT_STATE_DIR=DIR gateway-bot chat"
+        )
+        if taken_by := other_repos_state_problem(config.state_dir, config.repo.url, how=how):
+            print(taken_by, file=sys.stderr)
             return EXIT_CONFIG
         return asyncio.run(
             _serve(
@@ -236,12 +283,54 @@ async def _serve(config: ServerConfig, agent_env: dict[str, str], *, chat: bool,
             f"{await daemon.workspace_reports.location(conversation.id)} · /diff shows the changes",
             flush=True,
         )
+    told = asyncio.create_task(_tell_stopping(daemon)) if chat else None
     try:
         await daemon.run()
     finally:
+        if told is not None:
+            told.cancel()
         if chat:  # the user is gone: leave nothing running (the next chat restarts it)
             await _stop_sandbox(daemon)
+        await _end_abandoned_work()
     return 0
+
+
+async def _end_abandoned_work() -> None:
+    """End what shutdown left running (a task past ``shutdown_timeout_seconds``: its agent
+    process is killed, the task re-runs at the next start) while the loop still runs, and
+    collect its process transports now: collected after ``asyncio.run`` closed the loop,
+    each printed an "Exception ignored ... Event loop is closed" traceback at exit."""
+    others = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in others:
+        task.cancel()
+    await asyncio.gather(*others, return_exceptions=True)
+    gc.collect()
+
+
+async def _tell_stopping(daemon: Daemon) -> None:
+    """Ctrl-D or Ctrl-C at the console: say what happens during the wait, which used to be
+    silent (Ctrl-D: until the queue is answered; Ctrl-C: up to
+    ``execution.shutdown_timeout_seconds`` for a running task)."""
+    stop = asyncio.create_task(daemon.stop_requested.wait())
+    eof = asyncio.create_task(daemon.end_of_input.wait())
+    try:
+        await asyncio.wait({stop, eof}, return_when=asyncio.FIRST_COMPLETED)
+        if not stop.done() and not await daemon.service.wait_idle(0.5):
+            print(
+                "Quitting once the running task (and any queued) is answered; "
+                "Ctrl-C to stop sooner.",
+                flush=True,
+            )
+        await stop
+    finally:
+        stop.cancel()
+        eof.cancel()
+    wait_s = daemon.config.execution.shutdown_timeout_seconds
+    print(
+        f"\nStopping: a running task gets up to {wait_s:g} s to finish; one that does not "
+        "runs again, from its start, at the next `gateway-bot chat`.",
+        flush=True,
+    )
 
 
 async def _stop_sandbox(daemon: Daemon) -> None:

@@ -33,9 +33,9 @@ def load_config(path: Path) -> ServerConfig | None:
         return None
 
 
-def built_in_config() -> ServerConfig | None:
+def built_in_config(*, make_sample: bool = True) -> ServerConfig | None:
     """The embedded default: console channel, SQLite state, the git repo we are in (or a
-    sample repo made on first use)."""
+    sample repo made on first use; ``make_sample=False``: only named, for ``check``)."""
     data: dict[str, Any] = {"channels": {"console": {}}}
     try:
         config = build_server_config({"repo": {"url": "."}, **data}, BUILT_IN)
@@ -43,6 +43,8 @@ def built_in_config() -> ServerConfig | None:
         print_config_error(exc)
         return None
     repo = current_git_repo()
+    if repo is None and not make_sample:
+        repo = sample_repo_path(config.state_dir)
     if repo is None:  # the sample repo lives in the state dir: say first if it is unusable
         if (unusable := state_dir_problem(config.state_dir)) is not None:
             print(unusable, file=sys.stderr)
@@ -52,8 +54,20 @@ def built_in_config() -> ServerConfig | None:
     return config
 
 
+def built_in_dotenv_dir() -> Path | None:
+    """Where the built-in config reads ``.env``: the project root of the checkout this runs
+    from, the file scripts/chat.sh reads (README), so ``gateway-bot chat`` from any
+    directory finds the key put there. None for an install that is no checkout."""
+    root = Path(__file__).resolve().parents[2]
+    return root if (root / "pyproject.toml").is_file() and (root / "scripts").is_dir() else None
+
+
+def sample_repo_path(state_dir: Path) -> Path:
+    return state_dir / "sample-repo"
+
+
 def _sample_repo(state_dir: Path) -> Path:
-    repo = state_dir / "sample-repo"
+    repo = sample_repo_path(state_dir)
     if (repo / ".git").exists():
         return repo
     repo.mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,7 @@ mistake is one line naming it (exit 2) instead of a traceback from deep in the s
 - the state directory can be made and written (a path that is a file, a read-only disk);
 - no other daemon serves the same state directory (without ``ha`` two daemons would both
   listen on every channel and both run the same conversations: double replies);
-- a repo given as a local path exists.
+- a repo given as a local path exists, is a git repository (its top) and has a commit.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import errno
 import fcntl
 import os
 import stat
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -98,9 +99,68 @@ class DaemonLock:
 
 
 def local_repo_problem(url: str) -> str | None:
-    """For ``repo.url`` given as a local path (absolute by now): why it cannot be cloned."""
+    """For ``repo.url`` given as a local path (absolute by now): why it cannot be cloned.
+
+    Each used to start fine and fail the first message with git's words: "repository ...
+    does not exist" for a directory that is no repo (or only a folder inside one), "invalid
+    object name 'HEAD'" for a repo made by ``git init`` with nothing committed yet."""
     if not url.startswith("/"):
         return None  # a URL or host:path: only the clone can tell
-    if not Path(url).is_dir():
+    path = Path(url)
+    if not path.is_dir():
         return f"repo.url {url} is not a directory: no repo to clone there."
+    found = _git(path, "rev-parse", "--is-bare-repository", "--absolute-git-dir")
+    if found.returncode != 0:
+        said = (found.stderr.strip().splitlines() or ["no answer"])[-1]
+        return (
+            f"repo.url {url} is not a git repository ({said}): name a repo's top directory, "
+            "or run `git init` there and commit."
+        )
+    bare, git_dir = [*found.stdout.split("\n"), "", ""][:2]
+    if not (path / ".git").exists() and Path(git_dir.strip()) != path.resolve():
+        top = _git(path, "rev-parse", "--show-toplevel").stdout.strip()
+        where = f": name its top, {top}" if top and bare.strip() == "false" else ""
+        return f"repo.url {url} is a directory inside a git repository, not its top{where}."
+    if not _git(path, "rev-list", "-n", "1", "--all").stdout.strip():
+        return (
+            f"repo.url {url} has no commits yet: commit something first (each conversation "
+            "works on a clone of it), e.g. `git commit --allow-empty -m start`."
+        )
     return None
+
+
+def _git(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """A read-only git question about the operator's own repo (not an agent's workspace)."""
+    argv = ["git", "-C", str(path), *args]
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:  # no git, a hung mount
+        return subprocess.CompletedProcess(argv, 1, "", f"git could not answer: {exc}")
+
+
+def other_repos_state_problem(state_dir: Path, url: str, *, how: str) -> str | None:
+    """Why ``state_dir`` cannot serve ``url``: its git mirror (``<state_dir>/git-mirror``,
+    cloned from the repo of the first run there) is another repo's. Conversations there
+    would go on in that repo's workspaces while the banner named the new one (``chat`` in a
+    second project, or an edited ``repo.url``). ``how``: how to give a state dir."""
+    mirror_config = state_dir / "git-mirror" / "config"
+    if not mirror_config.is_file():
+        return None
+    found = _git(state_dir, "config", "--file", str(mirror_config), "--get", "remote.origin.url")
+    origin = found.stdout.strip()
+    if found.returncode != 0 or not origin or _same_repo(origin, url):
+        return None
+    return (
+        f"The state directory {state_dir} holds the work on {origin} (its git mirror), not on "
+        f"{url}: conversations there would go on in {origin}'s workspaces. Give this repo "
+        f"its own state directory ({how}), or move {state_dir} away to start afresh."
+    )
+
+
+def _same_repo(origin: str, url: str) -> bool:
+    def plain(text: str) -> str:
+        text = text.rstrip("/")
+        text = text.removesuffix(".git") if not text.endswith("/.git") else text
+        return str(Path(text).resolve()) if text.startswith("/") else text
+
+    return plain(origin) == plain(url)

@@ -54,7 +54,15 @@ class ResultEvent:
     output_tokens: int
 
 
-AgentEvent = InitEvent | ToolUseEvent | ToolResultEvent | TextEvent | ResultEvent
+@dataclass(frozen=True)
+class NoticeEvent:
+    """What the CLI says about its own run, not the agent's work (the model API failing and
+    being retried): shown as a progress step, so a long wait is not a silent one."""
+
+    text: str
+
+
+AgentEvent = InitEvent | ToolUseEvent | ToolResultEvent | TextEvent | ResultEvent | NoticeEvent
 OnEvent = Callable[[AgentEvent], Awaitable[None]]
 
 

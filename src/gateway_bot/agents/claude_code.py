@@ -30,7 +30,7 @@ from gateway_bot.agents.claude_control import (
     parse_control_request,
     user_message_line,
 )
-from gateway_bot.agents.claude_stream import parse_stream_line
+from gateway_bot.agents.claude_stream import CREDENTIALS_REFUSED, parse_stream_line
 from gateway_bot.agents.cli_install import api_origin, pinned_or_on_path
 from gateway_bot.agents.event_log import EventLog
 from gateway_bot.sandbox.base import (
@@ -166,6 +166,8 @@ class ClaudeCodeRunner:
                             session_id = event.session_id or session_id
                             if asking:
                                 process.close_stdin()  # one turn: the CLI then exits
+                            if event.subtype == CREDENTIALS_REFUSED:
+                                process.kill()  # it would retry the refused key for minutes
                         await on_event(event)
                 exit_code: int | None = await process.wait()
         except TimeoutError:

@@ -13,6 +13,7 @@ from typing import Any
 from gateway_bot.agents.base import (
     AgentEvent,
     InitEvent,
+    NoticeEvent,
     ResultEvent,
     TextEvent,
     ToolResultEvent,
@@ -51,6 +52,10 @@ def parse_stream_line(line: str) -> list[AgentEvent]:
         return [
             InitEvent(session_id=str(data.get("session_id", "")), model=str(data.get("model", "")))
         ]
+    if kind == "system" and data.get("subtype") == "api_retry":
+        if _credentials_refused(data):
+            return [_credentials_refused_result(data)]
+        return [NoticeEvent(_retry_notice(data))]
     if kind == "assistant":
         return [e for block in _content(data) if (e := _assistant_block(block)) is not None]
     if kind == "user":
@@ -58,6 +63,47 @@ def parse_stream_line(line: str) -> list[AgentEvent]:
     if kind == "result":
         return [_result(data)]
     return []
+
+
+CREDENTIALS_REFUSED = "credentials_refused"
+"""The subtype of the result made from the CLI's first retry after a 401: the CLI would
+retry for minutes (ten attempts with back-off) behind a silent "Working on it"; a key the
+API refused once is refused every time, so the run ends there (the runner stops the CLI)."""
+
+
+def _credentials_refused(data: dict[str, Any]) -> bool:
+    return data.get("error_status") == 401 or data.get("error") == "authentication_failed"
+
+
+def _credentials_refused_result(data: dict[str, Any]) -> ResultEvent:
+    return ResultEvent(
+        is_error=True,
+        subtype=CREDENTIALS_REFUSED,
+        text=(
+            "The model API refused the agent's credentials (HTTP 401): set a valid "
+            "ANTHROPIC_API_KEY (or CLAUDE_CODE_OAUTH_TOKEN, made by `claude setup-token`) "
+            "in gateway-bot's environment or .env, then start it again."
+        ),
+        session_id=str(data["session_id"]) if data.get("session_id") else None,
+        cost_usd=0.0,
+        num_turns=0,
+        duration_s=0.0,
+        input_tokens=0,
+        output_tokens=0,
+    )
+
+
+def _retry_notice(data: dict[str, Any]) -> str:
+    """One step for each of the CLI's retries (an unreachable or overloaded model API: ten
+    attempts over some three minutes, which showed as nothing but "Working on it")."""
+    status = data.get("error_status")
+    what = f"HTTP {status}" if isinstance(status, int) else "no answer"
+    error = data.get("error")
+    if isinstance(error, str) and error:
+        what += f" ({one_line(error)})"
+    attempt, most = data.get("attempt"), data.get("max_retries")
+    count = f", attempt {attempt} of {most}" if isinstance(attempt, int) and most else ""
+    return f"model API: {what}; retrying{count}"
 
 
 def summarize_tool_use(tool: str, tool_input: Any) -> str:

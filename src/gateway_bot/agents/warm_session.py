@@ -46,7 +46,7 @@ from gateway_bot.agents.claude_control import (
     parse_control_request,
     user_message_line,
 )
-from gateway_bot.agents.claude_stream import parse_stream_line
+from gateway_bot.agents.claude_stream import CREDENTIALS_REFUSED, parse_stream_line
 from gateway_bot.agents.event_log import EventLog
 from gateway_bot.sandbox.base import ExecutionContext, Sandbox, SandboxProcess
 
@@ -219,6 +219,8 @@ class WarmClaudeRunner:
                         elif isinstance(event, ResultEvent):
                             result = event
                             session.session_id = event.session_id or session.session_id
+                            if event.subtype == CREDENTIALS_REFUSED:
+                                process.kill()  # else it retries, and may then go on working
                         await on_event(event)
         except TimeoutError:
             process.kill()

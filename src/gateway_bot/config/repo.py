@@ -111,4 +111,4 @@ def parse_repo_config(text: str | None) -> RepoConfig:
     try:
         return RepoConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(REPO_CONFIG_PATH, describe_validation_errors(exc)) from exc
+        raise ConfigError(REPO_CONFIG_PATH, describe_validation_errors(exc, RepoConfig)) from exc

@@ -269,6 +269,6 @@ def build_server_config(data: dict[str, Any], source: str) -> ServerConfig:
     try:
         return ServerConfig()  # type: ignore[call-arg]  # values come from the sources
     except ValidationError as exc:
-        raise ConfigError(source, describe_validation_errors(exc)) from exc
+        raise ConfigError(source, describe_validation_errors(exc, ServerConfig)) from exc
     finally:
         ServerConfig._yaml_data = {}

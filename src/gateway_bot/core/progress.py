@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from gateway_bot.agents.base import AgentEvent, ToolUseEvent
+from gateway_bot.agents.base import AgentEvent, NoticeEvent, ToolUseEvent
 from gateway_bot.domain.messages import Progress, Reply
 
 log = logging.getLogger(__name__)
@@ -54,9 +54,13 @@ class ProgressReporter:
         return Progress(self._task_id, self.steps, self.elapsed_s, new_steps, outcome=reply)
 
     async def on_event(self, event: AgentEvent) -> None:
-        if not isinstance(event, ToolUseEvent):
+        if isinstance(event, NoticeEvent):
+            step = event.text
+        elif isinstance(event, ToolUseEvent):
+            step = event.summary
+        else:
             return
-        self._steps.append(event.summary[:MAX_STEP_CHARS])
+        self._steps.append(step[:MAX_STEP_CHARS])
         self._unsent += 1
         if len(self._steps) > MAX_STEPS:  # the agent controls how many it reports
             self._steps[: len(self._steps) - MAX_STEPS] = []

@@ -25,6 +25,7 @@ from pathlib import Path
 from gateway_bot.agents.base import (
     AgentEvent,
     InitEvent,
+    NoticeEvent,
     ResultEvent,
     TextEvent,
     ToolResultEvent,
@@ -86,6 +87,8 @@ def describe_event(event: AgentEvent) -> str:
         return f"{'error' if event.is_error else 'result'}: {event.summary}"
     if isinstance(event, TextEvent):
         return _one_line(event.text)
+    if isinstance(event, NoticeEvent):
+        return event.text
     if isinstance(event, ResultEvent):
         outcome = "failed" if event.is_error else "finished"
         return f"{outcome} after {event.num_turns} turn(s), ${event.cost_usd:.4f}"
