@@ -37,6 +37,8 @@ _USAGE_RESERVE = 300
 """Bytes kept free in the last part for the usage line."""
 
 MENTIONS = "m.mentions"
+_MARKDOWN_ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")
+"""A markdown backslash escape (the core escapes strangers' names in cards)."""
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
 
 
@@ -263,8 +265,9 @@ def card_content(card: Card, card_key: str) -> JsonDict:
     buttons travel in the event under ``card_key`` so a reaction can be read back later."""
     buttons = [b for b in card.buttons if b.emoji]
     how = " · ".join(f"{b.emoji} {b.label}" for b in buttons)
-    plain = f"{card.title}\n\n{card.body}"
-    formatted = f"<p><strong>{html.escape(card.title)}</strong></p>{markdown_to_html(card.body)}"
+    title = _MARKDOWN_ESCAPE.sub(r"\1", card.title)  # shown as is: the core's escapes go
+    plain = f"{title}\n\n{card.body}"
+    formatted = f"<p><strong>{html.escape(title)}</strong></p>{markdown_to_html(card.body)}"
     if how:
         plain += f"\n\nReact with {how}"
         formatted += f"<p>React with {html.escape(how)}</p>"
