@@ -201,11 +201,14 @@ def reaction_of(event: JsonDict) -> tuple[str, str] | None:
 
 def card_buttons(event: JsonDict) -> list[JsonDict]:
     """The buttons a card shows now: those of its latest edit (bundled by the homeserver
-    under ``unsigned.m.relations.m.replace``) if it was edited, else its own."""
+    under ``unsigned.m.relations.m.replace``) if it was edited, else its own. An edit by
+    anyone but the card's sender is no edit (the spec has clients check it; Synapse
+    bundles only the sender's own, other homeservers need not): a stranger's "edit" of a
+    card must not point its buttons at another approval."""
     content = event.get("content") or {}
     relations = (event.get("unsigned") or {}).get("m.relations") or {}
     latest_edit = relations.get("m.replace") if isinstance(relations, dict) else None
-    if isinstance(latest_edit, dict):
+    if isinstance(latest_edit, dict) and latest_edit.get("sender") == event.get("sender"):
         new_content = (latest_edit.get("content") or {}).get("m.new_content")
         if isinstance(new_content, dict):
             content = new_content
