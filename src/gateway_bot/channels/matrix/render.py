@@ -260,12 +260,18 @@ def notice_content(text: str) -> JsonDict:
 # -- cards ---------------------------------------------------------------------------------
 
 
+def _as_shown(text: str) -> str:
+    """A card's title or button label, shown as is (not rendered as markdown): the core's
+    markdown escapes of a stranger's name (``\\<``, ``\\[``) would show as backslashes."""
+    return _MARKDOWN_ESCAPE.sub(r"\1", text)
+
+
 def card_content(card: Card, card_key: str) -> JsonDict:
     """A card: title, body, and how to press each button (react with its emoji). The
     buttons travel in the event under ``card_key`` so a reaction can be read back later."""
     buttons = [b for b in card.buttons if b.emoji]
-    how = " · ".join(f"{b.emoji} {b.label}" for b in buttons)
-    title = _MARKDOWN_ESCAPE.sub(r"\1", card.title)  # shown as is: the core's escapes go
+    how = " · ".join(f"{b.emoji} {_as_shown(b.label)}" for b in buttons)
+    title = _as_shown(card.title)
     plain = f"{title}\n\n{card.body}"
     formatted = f"<p><strong>{html.escape(title)}</strong></p>{markdown_to_html(card.body)}"
     if how:

@@ -224,7 +224,8 @@ def card_blocks(card: Card, *, with_buttons: bool = True) -> list[dict[str, Any]
     if with_buttons and card.buttons:
         elements = []
         for button in card.buttons:
-            label = f"{button.emoji} {button.label}".strip() if button.emoji else button.label
+            name = unescape_markdown(button.label)  # plain text: the core's escapes go
+            label = f"{button.emoji} {name}".strip() if button.emoji else name
             element: dict[str, Any] = {
                 "type": "button",
                 "text": {"type": "plain_text", "text": label[:75], "emoji": True},
