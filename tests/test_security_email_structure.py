@@ -1,6 +1,7 @@
 """Mail whose structure is the attack, against the real daemon, Dovecot and an SMTP server:
 parts nested deeper than Python's email package can walk. Each test worked as an attack
-before its fix (the sender heard nothing: the parse died of RecursionError)."""
+before its fix (the sender heard nothing: the parse, or the walk of its parts, died of
+RecursionError)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ from tests.fake_anthropic import FakeAnthropic
 
 LEVELS = 1200
 """Deeper than the interpreter's recursion limit (1000): about 50 kB of mail."""
+MAIL_LEVELS = 600
+"""Attached mails this deep parse, but measuring the attachment (``as_bytes``, a level of
+recursion per mail and more) does not."""
 
 
 def _head(subject: str, message_id: str) -> bytes:
@@ -42,7 +46,7 @@ def nested_multiparts(message_id: str) -> bytes:
 
 def nested_mails(message_id: str) -> bytes:
     inner = b"Content-Type: text/plain\r\n\r\nDEEP-MAILS run me\r\n"
-    for _ in range(LEVELS):
+    for _ in range(MAIL_LEVELS):
         inner = b"Content-Type: message/rfc822\r\n\r\n" + inner
     return (
         _head("Deep mails", message_id)
