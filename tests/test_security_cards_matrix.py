@@ -1,7 +1,9 @@
-"""Approval cards as a stranger would shape them, against real Synapse: a display name, a
-room name and a held message are the stranger's words, and the owner's card must show them
-as text, not as a link the owner could press or as bidi-reversed text that makes the id
-beside the name read as someone else's."""
+"""Approval cards and invitations as a stranger would shape them, against real Synapse: a
+display name, a room name and a held message are the stranger's words, and the owner's card
+must show them as text, not as a link the owner could press or as bidi-reversed text that
+makes the id beside the name read as someone else's. An invitation's ``is_direct`` is the
+stranger's word too: a group room it flags is not a direct chat once the owner lets the bot
+in (there every line would engage the bot)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from tests.fake_anthropic import FakeAnthropic
-from tests.synapse_fixtures import SynapseServer, bot_text, matrix_config, membership
+from tests.synapse_fixtures import (
+    SynapseServer,
+    bot_text,
+    from_user,
+    matrix_config,
+    membership,
+    relation_of,
+)
 
 RLO = "\u202e"
 """RIGHT-TO-LEFT OVERRIDE: everything after it on the line is shown reversed."""
@@ -20,7 +29,7 @@ def _shown(event: dict[str, Any]) -> str:
     return f"{content.get('body', '')}\n{content.get('formatted_body', '')}"
 
 
-async def test_a_strangers_name_room_name_and_message_cannot_link_or_reverse_the_card(
+async def test_a_strangers_name_room_and_invitation_cannot_shape_the_card_or_the_room(
     gateway: Any,
     meet: Any,
     synapse: SynapseServer,
@@ -56,7 +65,26 @@ async def test_a_strangers_name_room_name_and_message_cannot_link_or_reverse_the
     assert "harmless <U+202E>hs | tset.live" in card["content"]["body"], "the override is shown"
     assert mallory.user_id in card["content"]["body"], "the id beside the name is intact"
 
-    await eve.create_room([bot.user_id], name=f"<https://evil.test/join> {RLO}ksed renwO")
+    # A stranger's invitation into a group room, flagged "direct" (the inviter's to set).
+    group = await eve.create_room(
+        [bot.user_id, alice.user_id], name=f"<https://evil.test/join> {RLO}ksed renwO", direct=True
+    )
+    await alice.join(group)
     invite = await alice.wait_for(desk, bot_text(bot.user_id, r"Invitation to"))
     assert "href" not in str(invite["content"].get("formatted_body", "")), invite["content"]
     assert RLO not in _shown(invite)
+
+    # The owner lets the bot in: the room is a group like any other, not a direct chat in
+    # which every line engages the bot (before the fix alice's chatter ran the agent).
+    await alice.wait_for(
+        desk, lambda e: from_user(bot.user_id)(e) and relation_of(e).get("key") == "✅"
+    )
+    reaction = {"rel_type": "m.annotation", "event_id": invite["event_id"], "key": "✅"}
+    await alice.send(desk, "m.reaction", {"m.relates_to": reaction})
+    await alice.wait_for(group, membership(bot.user_id, "join"))
+    await alice.say(group, "ALICE-CHAT just talking to eve")
+    await alice.say(group, "ALICE-MENTION hello", mention=bot.user_id)
+    await alice.wait_for(group, bot_text(bot.user_id, r"Echo: .*ALICE-MENTION"))
+    history = await alice.history(group)
+    echoes = [str(e["content"]["body"]) for e in history if bot_text(bot.user_id, "^Echo:")(e)]
+    assert len(echoes) == 1, f"a line that did not address the bot ran: {echoes}"
