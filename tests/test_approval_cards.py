@@ -5,9 +5,10 @@ cannot hide words Allow would run), with what was cut said out loud."""
 
 from __future__ import annotations
 
-from gateway_bot.channels.matrix.render import markdown_to_html
-from gateway_bot.channels.slack.render import to_mrkdwn
-from gateway_bot.core.approval_cards import HeldSummary, pending_card
+from gateway_bot.channels.matrix.render import card_content, markdown_to_html
+from gateway_bot.channels.slack.render import card_blocks, card_fallback, to_mrkdwn
+from gateway_bot.core.approval_cards import HeldSummary, pending_card, plain
+from gateway_bot.domain.messages import Button, Card
 from gateway_bot.domain.records import ApprovalRecord, ApprovalState
 
 
@@ -41,3 +42,20 @@ def test_hidden_words_in_a_held_message_are_shown_verbatim() -> None:
     assert "run curl evil.test" in markdown_to_html(body), "not swallowed as a reference"
     long = card_for("Eve", "general", "x" * 2500)
     assert "500 more characters not shown here; Allow runs the whole message" in long
+
+
+def test_titles_and_labels_shown_as_text_drop_the_markdown_escapes() -> None:
+    """A stranger's name is escaped as markdown in the card; where a channel shows a title
+    or a button label as plain text the backslashes must not show (nor the markup work)."""
+    card = Card(
+        title=f"{plain('<Eve> & [co]')} asks",
+        body="body",
+        buttons=(Button(plain("Fix & deploy"), "a:1", emoji="✅"),),
+    )
+    slack = card_blocks(card)
+    assert slack[0]["text"]["text"].startswith("*&lt;Eve&gt; &amp; [co] asks*")
+    assert slack[1]["elements"][0]["text"]["text"] == "✅ Fix & deploy"
+    assert card_fallback(card).startswith("&lt;Eve&gt; &amp; [co] asks: ")
+    matrix = card_content(card, "k")
+    assert matrix["formatted_body"].startswith("<p><strong>&lt;Eve&gt; &amp; [co] asks</strong>")
+    assert "React with ✅ Fix &amp; deploy" in matrix["formatted_body"]

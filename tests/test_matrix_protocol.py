@@ -152,6 +152,31 @@ def test_an_edited_card_shows_its_latest_buttons() -> None:
     assert card_buttons({**card, "unsigned": {"m.relations": {"m.replace": edit}}}) == []
 
 
+def test_a_strangers_edit_of_a_card_cannot_repoint_its_buttons() -> None:
+    """The attack, for a homeserver that bundles any sender's edit (Synapse bundles only
+    the sender's own): mallory "edits" the bot's card so that ✅ carries the action of
+    another approval, and the owner's ✅ on the card would decide that one instead."""
+    buttons = [{"action_id": "approval:aaaaaaaaaaaa:allow", "emoji": "✅", "label": "Allow"}]
+    forged = [{"action_id": "approval:bbbbbbbbbbbb:allow", "emoji": "✅", "label": "Allow"}]
+    card = {"sender": BOT, "content": {CARD_KEY: {"buttons": buttons}}}
+    edit = {"sender": "@mallory:s", "content": {"m.new_content": {CARD_KEY: {"buttons": forged}}}}
+    assert card_buttons({**card, "unsigned": {"m.relations": {"m.replace": edit}}}) == buttons
+    own = {**edit, "sender": BOT}
+    assert card_buttons({**card, "unsigned": {"m.relations": {"m.replace": own}}}) == forged
+
+
+def test_mentions_or_a_msgtype_of_the_wrong_type_do_not_break_the_message() -> None:
+    """Synapse refuses such ``m.mentions`` or ``msgtype`` in a plain event, but the content
+    of an encrypted one is the sender's alone: a number there made the parse fail (the
+    message went unanswered)."""
+    for user_ids in (7, None, {"@bot:s": 1}, "@bot:s"):
+        content = {"msgtype": "m.text", "body": "hi", "m.mentions": {"user_ids": user_ids}}
+        assert not mentions_bot(content, "@bot:s", [])
+    for msgtype in (["m.file"], {"m.file": 1}):
+        content = {"msgtype": msgtype, "body": "hi", "url": "mxc://s/f"}
+        assert parse_message({"content": content}).body == "hi"
+
+
 def test_long_text_splits_on_lines_and_keeps_code_fences_balanced() -> None:
     code = "\n".join(f"x{n} = {n}" for n in range(300))
     text = f"intro\n\n```python\n{code}\n```\n\noutro"

@@ -12,13 +12,14 @@ to join and no attachments.
 from __future__ import annotations
 
 import asyncio
+import codecs
 import getpass
 import re
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TextIO
 
 from gateway_bot.core.channel import Submit
@@ -46,6 +47,21 @@ def _printable(text: str) -> str:
     return _CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
 
 
+def _decoded_lines(stdin: TextIO) -> Iterator[str]:
+    """Lines of ``stdin``, bytes that are not in its encoding replaced (U+FFFD). Under a
+    UTF-8 locale Python decodes standard input strictly: one Latin-1 byte pasted or piped
+    in raised UnicodeDecodeError on the reading thread and the console went deaf."""
+    raw = getattr(stdin, "buffer", None)
+    if raw is None:  # already text (a StringIO in tests)
+        yield from stdin
+        return
+    encoding = getattr(stdin, "encoding", None) or "utf-8"
+    if codecs.lookup(encoding).name == "ascii":  # a bare C locale: UTF-8 is likelier
+        encoding = "utf-8"
+    for line in raw:
+        yield line.decode(encoding, errors="replace")
+
+
 class ConsoleListener:
     def __init__(self, conversation: str, stdin: TextIO, on_eof: Callable[[], None]) -> None:
         self._conversation = conversation
@@ -63,7 +79,7 @@ class ConsoleListener:
         lines: asyncio.Queue[str | None] = asyncio.Queue()
 
         def read_lines() -> None:
-            for line in self._stdin:
+            for line in _decoded_lines(self._stdin):
                 loop.call_soon_threadsafe(lines.put_nowait, line)
             loop.call_soon_threadsafe(lines.put_nowait, None)
 

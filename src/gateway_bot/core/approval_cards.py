@@ -62,20 +62,34 @@ def room_label(title: str, room: str) -> str:
     return f"{plain(title)} ({plain(room)})"
 
 
-_MARKDOWN_PUNCTUATION = re.compile(r"([\\`*\[\]])")
-"""What makes a link, an image, emphasis or code; ids (``!room:hs``, ``@u_1:hs``) have none."""
+_MARKDOWN_PUNCTUATION = re.compile(r"([\\`*\[\]<>&])")
+"""What makes a link (``[x](y)``, an autolink ``<https://x>``), an image, emphasis, code or a
+character reference (``&#8238;`` is a bidi override once rendered); ids (``!room:hs``,
+``@u_1:hs``) have none."""
+_BIDI = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+_HIDDEN = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_BIDI}]")
+"""Control and bidi characters: an override shows the rest of the line reversed, so a name
+could make the id written after it read as someone else's."""
 
 
 def plain(text: str) -> str:
     """A name or title chosen by a stranger, as literal text in the card's markdown: no
-    link (``[Allow here](https://evil)``), no emphasis, no heading."""
-    return _MARKDOWN_PUNCTUATION.sub(r"\\\1", " ".join(text.split()))
+    link (``[Allow here](https://evil)``, ``<https://evil>``), no character reference, no
+    control or bidi character. Channels showing a card's title as plain text
+    drop the backslashes again."""
+    text = " ".join(_HIDDEN.sub("", text).split())
+    return _MARKDOWN_PUNCTUATION.sub(r"\\\1", text)
+
+
+_BIDI_SHOWN = re.compile(f"[{_BIDI}]")
 
 
 def preview(body: str) -> str:
     """The held message verbatim in a code block (markdown in it is not rendered, so link
-    titles and reference definitions cannot hide words), bounded, saying what was cut."""
-    text = body.strip()
+    titles and reference definitions cannot hide words), bounded, saying what was cut. A
+    bidi control is shown as its code point (``<U+202E>``): rendered, it would show the
+    words after it reversed, not as the agent reads them."""
+    text = _BIDI_SHOWN.sub(lambda m: f"<U+{ord(m.group()):04X}>", body.strip())
     lines = text.splitlines()
     shown = "\n".join(lines[:_PREVIEW_LINES])[:_PREVIEW_CHARS]
     cut = len(text) - len(shown)

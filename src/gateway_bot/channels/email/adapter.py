@@ -62,6 +62,13 @@ from gateway_bot.state.database import Database
 
 log = logging.getLogger(__name__)
 
+TOO_DEEP = (
+    "Your mail's parts are nested too deeply to be read (mails inside mails, or parts "
+    "inside parts, hundreds of levels down), so it was not read and nothing was done. "
+    "Send your request again in a plain mail, with files attached directly."
+)
+"""The answer to a mail whose structure cannot be walked: its sender hears why."""
+
 MAX_ATTACHMENTS = 100
 """Files saved from one mail: a mail of ten thousand tiny parts fits any size limit, and
 each becomes a file in the agent's inbox."""
@@ -99,7 +106,12 @@ class EmailAdapter:
             raise ValueError(f"the mail {key} is no longer stored (retention)")
         # Parsing and HTML conversion cost CPU in proportion to what the sender wrote:
         # never on the event loop, where a big mail would stall every channel.
-        message = await asyncio.to_thread(mime.parse_bytes, data)
+        try:
+            message = await asyncio.to_thread(mime.parse_bytes, data)
+            too_deep = False
+        except mime.TooDeep:  # still answered: its headers say who sent it and where
+            message = await asyncio.to_thread(mime.parse_headers, data)
+            too_deep = True
         try:
             sender = single_sender(message)
             check_dmarc(
@@ -130,15 +142,6 @@ class EmailAdapter:
         subject = mime.base_subject(str(message.get("Subject") or ""))
         references = list(reversed(mime.references_newest_first(message)))
         references = [ref for ref in references if ref != own_id] + [own_id]
-        attachments = tuple(
-            Attachment(
-                filename=part.filename,
-                content_type=part.content_type,
-                size=part.size,
-                source_ref=f"{key}#{part.index}",
-            )
-            for part in await asyncio.to_thread(mime.attachment_parts, message)
-        )
         context: JsonDict = {
             "to": sender.address,
             "subject": subject,
@@ -155,12 +158,25 @@ class EmailAdapter:
             )
             await self._send_once(f"oversized:{raw.message_id}", context, text, "", ())
             return None
+        found = None if too_deep else await _contents(message)
+        if found is None:
+            await self._send_once(f"too-deep:{raw.message_id}", context, TOO_DEEP, "", ())
+            return None
+        attachments = tuple(
+            Attachment(
+                filename=part.filename,
+                content_type=part.content_type,
+                size=part.size,
+                source_ref=f"{key}#{part.index}",
+            )
+            for part in found.attachments
+        )
         inbound = InboundMessage(
             channel=CHANNEL,
             message_id=raw.message_id,
             sender_id=sender.address,
             sender_name=sender.name,
-            body=await asyncio.to_thread(mime.body_text, message),
+            body=found.body,
             conversation_key=thread,
             received_at=raw.received_at,
             channel_context=context,
@@ -356,6 +372,14 @@ class EmailAdapter:
             references=tuple(str(ref) for ref in context.get("references") or ()),
             opens_thread=bool(context.get("opens_thread")),
         )
+
+
+async def _contents(message: EmailMessage) -> mime.Contents | None:
+    """Text and attachments, off the event loop; None when the parts nest too deeply."""
+    try:
+        return await asyncio.to_thread(mime.contents, message)
+    except mime.TooDeep:
+        return None
 
 
 def _first(items: list[str]) -> str | None:

@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from email.message import EmailMessage, Message
+from email.parser import BytesParser
 
 from gateway_bot.channels.email.quotes import MAX_HTML_CHARS, html_to_text, plain_to_text
 
@@ -25,10 +26,43 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u206
 _REPLY_PREFIX = re.compile(r"^\s*((re|fwd?|aw|sv|antw)\s*:\s*)+", re.IGNORECASE)
 
 
+class TooDeep(Exception):
+    """The mail's parts nest deeper than Python's email package can walk (its parser,
+    ``get_body`` and ``as_bytes`` recurse once per level: a 50 kB mail of a thousand nested
+    multiparts or attached mails exhausts the stack). It is answered, not dropped."""
+
+
 def parse_bytes(raw: bytes) -> EmailMessage:
-    message = email.message_from_bytes(raw, policy=email.policy.default)
+    """The whole mail; TooDeep when its parts nest beyond what can be read."""
+    try:
+        message = email.message_from_bytes(raw, policy=email.policy.default)
+    except RecursionError as exc:
+        raise TooDeep from exc
     assert isinstance(message, EmailMessage)
     return message
+
+
+def parse_headers(raw: bytes) -> EmailMessage:
+    """Only the top-level headers (who sent it, its threading), the body left unread: what
+    a mail too deep to parse can still be authenticated and answered by."""
+    message = BytesParser(policy=email.policy.default).parsebytes(raw, headersonly=True)
+    assert isinstance(message, EmailMessage)
+    return message
+
+
+@dataclass(frozen=True)
+class Contents:
+    body: str
+    attachments: list[PartRef]
+
+
+def contents(message: EmailMessage) -> Contents:
+    """Text and attachments in one walk of the parts; TooDeep when walking them exhausts
+    the stack (an attached mail is re-serialised to measure it, a level per nesting)."""
+    try:
+        return Contents(body_text(message), attachment_parts(message))
+    except RecursionError as exc:
+        raise TooDeep from exc
 
 
 @dataclass(frozen=True)

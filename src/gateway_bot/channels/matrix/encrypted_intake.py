@@ -12,7 +12,9 @@ not accept is logged and dropped.
 from __future__ import annotations
 
 import asyncio
+import html
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -21,13 +23,16 @@ from nio import EncryptionError
 
 from gateway_bot.channels.matrix.api import MatrixError
 from gateway_bot.channels.matrix.crypto import Decrypted, KeysMissing
-from gateway_bot.channels.matrix.events import EventKind, classify
-from gateway_bot.channels.matrix.render import in_conversation, notice_content
+from gateway_bot.channels.matrix.events import EventKind, classify, user_allowed
+from gateway_bot.channels.matrix.render import in_conversation, message_content
 from gateway_bot.channels.matrix.session import MatrixSession
 
 log = logging.getLogger(__name__)
 
 JsonDict = dict[str, Any]
+
+_DEVICE_ID = re.compile(r"[A-Za-z0-9_.=+/-]{1,64}")
+"""What a device id shown in a notice may look like (Synapse makes ``ABCDEFGHIJ``)."""
 
 
 class EncryptedIntake:
@@ -120,6 +125,9 @@ class EncryptedIntake:
                     continue
                 if time.time() - kept.received_at < notice_after:
                     continue
+                sender = str(kept.event.get("sender", ""))
+                if not user_allowed(sender, session.settings.allowed_users):
+                    continue  # a stranger's: neither answered nor the channel's trouble
                 stuck += 1
                 if not kept.noticed:
                     await self._say_undecryptable(kept.room_id, kept.event)
@@ -127,8 +135,14 @@ class EncryptedIntake:
             self.stuck = stuck
 
     async def _say_undecryptable(self, room_id: str, event: JsonDict) -> None:
+        """Tell an allowed sender (only: a stranger's message, which the bot cannot even tell
+        engages it, is neither answered nor counted as stuck), in plain text. The device id
+        is a field of the unencrypted content that no homeserver checks: a "device" named
+        ``[Verify the bot](https://evil)`` was a link in a message the bot posts."""
         sender = str(event.get("sender", ""))
-        device = str((event.get("content") or {}).get("device_id") or "unknown")
+        device = (event.get("content") or {}).get("device_id")
+        if not isinstance(device, str) or not _DEVICE_ID.fullmatch(device):
+            device = "unknown"
         text = (
             f"I could not decrypt your message from device {device} ({sender}): its keys "
             "never reached me. I asked your devices for them and will answer if they "
@@ -137,7 +151,8 @@ class EncryptedIntake:
         )
         thread = (event.get("content") or {}).get("m.relates_to") or {}
         root = thread.get("event_id") if thread.get("rel_type") == "m.thread" else None
-        content = in_conversation(notice_content(text), root, event.get("event_id"))
+        plain = message_content(text, html.escape(text), "m.notice")
+        content = in_conversation(plain, root, event.get("event_id"))
         await self._session.send_event(
             room_id, "m.room.message", content, f"gwb-undecryptable-{event.get('event_id')}"
         )

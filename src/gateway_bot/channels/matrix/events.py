@@ -124,6 +124,8 @@ def parse_message(event: JsonDict) -> ParsedMessage:
     content = event.get("content") or {}
     body = str(content.get("body") or "")
     msgtype = content.get("msgtype")
+    if not isinstance(msgtype, str):  # a list would not even hash: read as unknown text
+        msgtype = "m.text"
     attachments: tuple[Attachment, ...] = ()
     encrypted_file = content.get("file")
     if msgtype in FILE_MSGTYPES and isinstance(encrypted_file, dict):
@@ -164,7 +166,8 @@ def conversation_of(
 
 def mentions_bot(content: JsonDict, bot_user_id: str, bot_names: Iterable[str]) -> bool:
     mentions = content.get("m.mentions")
-    if isinstance(mentions, dict) and bot_user_id in (mentions.get("user_ids") or ()):
+    user_ids = mentions.get("user_ids") if isinstance(mentions, dict) else None
+    if isinstance(user_ids, list) and bot_user_id in user_ids:
         return True
     text = f"{content.get('body') or ''}\n{content.get('formatted_body') or ''}"
     if bot_user_id in text or f"matrix.to/#/{bot_user_id}" in text:
@@ -201,11 +204,14 @@ def reaction_of(event: JsonDict) -> tuple[str, str] | None:
 
 def card_buttons(event: JsonDict) -> list[JsonDict]:
     """The buttons a card shows now: those of its latest edit (bundled by the homeserver
-    under ``unsigned.m.relations.m.replace``) if it was edited, else its own."""
+    under ``unsigned.m.relations.m.replace``) if it was edited, else its own. An edit by
+    anyone but the card's sender is no edit (the spec has clients check it; Synapse
+    bundles only the sender's own, other homeservers need not): a stranger's "edit" of a
+    card must not point its buttons at another approval."""
     content = event.get("content") or {}
     relations = (event.get("unsigned") or {}).get("m.relations") or {}
     latest_edit = relations.get("m.replace") if isinstance(relations, dict) else None
-    if isinstance(latest_edit, dict):
+    if isinstance(latest_edit, dict) and latest_edit.get("sender") == event.get("sender"):
         new_content = (latest_edit.get("content") or {}).get("m.new_content")
         if isinstance(new_content, dict):
             content = new_content

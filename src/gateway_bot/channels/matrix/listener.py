@@ -285,9 +285,11 @@ class MatrixListener:
         if invite is None:
             return
         inviter, direct = invite
-        if direct:
-            await self._session.store.mark_direct(self._session.user_id, room_id)
         if not user_allowed(inviter, self._session.settings.allowed_users):
+            # A stranger's "direct" flag is not believed: a room marked direct engages the
+            # bot with every message, so an owner who lets the bot join a stranger's group
+            # would have its chatter carded and its allowed members' every line run. A real
+            # two-person room counts as direct by its members anyway.
             await self._accept(
                 RawMessage(
                     channel=self._channel,
@@ -304,6 +306,8 @@ class MatrixListener:
                 )
             )
             return
+        if direct:
+            await self._session.store.mark_direct(self._session.user_id, room_id)
         try:
             await self._session.api.join(room_id)
             log.info("matrix: joined %s, invited by %s", room_id, inviter)
