@@ -23,14 +23,15 @@ import contextlib
 import hashlib
 import os
 import re
-import shutil
 import stat
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+MAX_COPIED_BYTES = 512 * 1024 * 1024
+"""The most /diff copies of object files the kernel would not let it link."""
 _SMALL_FILE = 64 * 1024 * 1024
 """The most read from HEAD or packed-refs (a repository's own are far smaller)."""
 _OBJECT_ID = re.compile(rb"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
@@ -117,19 +118,30 @@ def read_ref(git_fd: int, ref: str) -> str | None:
 
 def link_objects(git_fd: int, objects_dir: Path) -> None:
     """Hard-link (or copy) the repository's object files into ``objects_dir``: loose
-    objects and packs, nothing else (``info/alternates`` would name other repositories)."""
+    objects and packs, nothing else (``info/alternates`` would name other repositories).
+    A file reached again under another name is taken once; copies (where the kernel
+    refuses a link) stop at ``MAX_COPIED_BYTES`` in all (WorkspaceUnreadable)."""
+    budget = _CopyBudget(MAX_COPIED_BYTES)
     with _opened_dir(git_fd, "objects") as objects_fd:
         for name in os.listdir(objects_fd):
             if _LOOSE_DIR.match(name):
                 with _opened_dir(objects_fd, name) as loose_fd:
                     for entry in os.listdir(loose_fd):
                         if _LOOSE_FILE.match(entry):
-                            _link_regular(loose_fd, entry, objects_dir / name / entry)
+                            _link_regular(loose_fd, entry, objects_dir / name / entry, budget)
             elif name == "pack":
                 with _opened_dir(objects_fd, name) as pack_fd:
                     for entry in os.listdir(pack_fd):
                         if _PACK_FILE.match(entry):
-                            _link_regular(pack_fd, entry, objects_dir / "pack" / entry)
+                            _link_regular(pack_fd, entry, objects_dir / "pack" / entry, budget)
+
+
+@dataclass
+class _CopyBudget:
+    """What ``link_objects`` may still copy, and the files it already took."""
+
+    left: int
+    taken: set[tuple[int, int]] = field(default_factory=set)
 
 
 class WorkTree:
@@ -267,37 +279,62 @@ def _opened_dir(dir_fd: int, name: str) -> Iterator[int]:
         os.close(fd)
 
 
-def _link_regular(dir_fd: int, name: str, target: Path) -> None:
+def _link_regular(dir_fd: int, name: str, target: Path, budget: _CopyBudget) -> None:
     """Hard-link the regular file ``name`` to ``target``, or copy it from its descriptor.
 
     The entry is opened no-follow and checked on the descriptor. Linking goes by name (the
     kernel links the entry itself, never following it), so the agent could swap the name
     in between: the new link, in a directory only the daemon writes, must then be the very
     inode checked, or it is removed and the checked descriptor's bytes copied instead, as
-    they are where the kernel refuses the link (protected_hardlinks, another filesystem).
-    Links and special files are skipped."""
+    they are where the kernel refuses the link (protected_hardlinks, another filesystem,
+    an inode with 65,000 links already). The agent decides when a link is refused and how
+    large a file is (a sparse terabyte costs it no quota), so a copy takes at most the size
+    checked, from the ``budget`` of all copies, and an inode is taken once whatever its
+    number of names. Links and special files are skipped."""
     try:
         fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
     except OSError:
         return
     try:
         checked = os.fstat(fd)
-        if not stat.S_ISREG(checked.st_mode):
+        identity = (checked.st_dev, checked.st_ino)
+        if not stat.S_ISREG(checked.st_mode) or identity in budget.taken:
             return
+        budget.taken.add(identity)
         target.parent.mkdir(mode=0o700, exist_ok=True)
         try:
             os.link(name, target, src_dir_fd=dir_fd, follow_symlinks=False)
             linked = os.lstat(target)
-            if (linked.st_dev, linked.st_ino) == (checked.st_dev, checked.st_ino):
+            if (linked.st_dev, linked.st_ino) == identity:
                 return
             target.unlink()
         except OSError:
             with contextlib.suppress(FileNotFoundError):
                 target.unlink()
-        with open(target, "xb") as out, os.fdopen(os.dup(fd), "rb") as source:
-            shutil.copyfileobj(source, out)
+        if checked.st_size > budget.left:
+            raise WorkspaceUnreadable(
+                f"The workspace's .git/objects holds files that cannot be linked and are "
+                f"too large to copy (over {MAX_COPIED_BYTES // (1024 * 1024):,} MB): "
+                "not compared."
+            )
+        budget.left -= checked.st_size
+        with open(target, "xb") as out:
+            _copy_at_most(fd, out.fileno(), checked.st_size)
     finally:
         os.close(fd)
+
+
+def _copy_at_most(source: int, out: int, size: int) -> None:
+    """Copy up to ``size`` bytes from ``source`` (the agent may still be writing it)."""
+    remaining = size
+    while remaining > 0:
+        chunk = os.read(source, min(remaining, 1024 * 1024))
+        if not chunk:
+            return
+        remaining -= len(chunk)
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(out, view) :]
 
 
 def worktree_import_stream(

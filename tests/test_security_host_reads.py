@@ -1,0 +1,66 @@
+"""What the daemon reads from places the agent or the target repo writes, attacked for the
+host's disk, memory and the people reading chat: each test is one attack, written before
+its fix, and fails on the code before it.
+
+- /diff copies the workspace's object files into a scratch repository when the kernel
+  refuses a hard link. The agent can make it refuse (65,000 links to one inode: EMLINK on
+  ext4) and can make the file a sparse terabyte that costs it no quota.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gateway_bot.sandbox.context_files import DiffBase
+from gateway_bot.sandbox.host_files import HostContextFiles
+from gateway_bot.sandbox.workspace_snapshot import WorkspaceUnreadable
+from tests.conftest import make_repo
+
+SPARSE_BYTES = 1024 * 1024 * 1024
+"""A file that takes no disk and no quota in the workspace, and this much when copied."""
+
+
+def _context_files(root: Path, workspace: Path) -> HostContextFiles:
+    others = [root / name for name in ("home", "inbox", "outbox", "storage")]
+    for directory in others:
+        directory.mkdir(exist_ok=True)
+    return HostContextFiles(workspace, *others)
+
+
+def _link_until_refused(source: Path, into: Path) -> None:
+    """Hard-link ``source`` into ``into`` until the file system refuses another link."""
+    into.mkdir()
+    with pytest.raises(OSError, match="Too many links") as refused:  # noqa: PT012
+        for number in range(70_000):
+            os.link(source, into / str(number))
+    assert refused.value.errno == errno.EMLINK, "ext4 refuses a link past 65,000"
+
+
+def test_a_sparse_object_file_that_cannot_be_linked_is_never_copied_in_full(
+    tmp_path: Path,
+) -> None:
+    workspace = tmp_path / "conversation" / "workspace"
+    subprocess.run(
+        ["git", "clone", "-q", str(make_repo(tmp_path / "origin")), str(workspace)], check=True
+    )
+    (workspace / "README.md").write_text("changed by the agent\n")
+    pack = workspace / ".git" / "objects" / "pack"
+    pack.mkdir(exist_ok=True)
+    planted = pack / f"pack-{'ab' * 20}.pack"
+    with planted.open("wb") as handle:
+        handle.truncate(SPARSE_BYTES)
+    _link_until_refused(planted, workspace / ".git" / "many-links")
+    scratch = tmp_path / "conversation" / ".diff-test"
+    files = _context_files(tmp_path / "conversation", workspace)
+    base = DiffBase("main", None, None, scratch)
+
+    with pytest.raises(WorkspaceUnreadable) as refused:
+        asyncio.run(files.workspace_changes(base))
+    assert "cannot be linked" in str(refused.value)
+    assert not scratch.exists(), "the scratch repository is removed"
