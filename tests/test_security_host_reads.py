@@ -5,6 +5,8 @@ its fix, and fails on the code before it.
 - /diff copies the workspace's object files into a scratch repository when the kernel
   refuses a hard link. The agent can make it refuse (65,000 links to one inode: EMLINK on
   ext4) and can make the file a sparse terabyte that costs it no quota.
+- The repo's ``.gateway/`` files are read from its default branch at every task: their size
+  is the repo's to choose, and was read whole into the daemon and parsed on its loop.
 """
 
 from __future__ import annotations
@@ -17,10 +19,13 @@ from pathlib import Path
 
 import pytest
 
+from gateway_bot.config.repo import REPO_CONFIG_PATH
+from gateway_bot.config.yaml_tags import ConfigError
+from gateway_bot.core.workspaces import Workspaces
 from gateway_bot.sandbox.context_files import DiffBase
 from gateway_bot.sandbox.host_files import HostContextFiles
 from gateway_bot.sandbox.workspace_snapshot import WorkspaceUnreadable
-from tests.conftest import make_repo
+from tests.conftest import GIT_IDENTITY, make_repo
 
 SPARSE_BYTES = 1024 * 1024 * 1024
 """A file that takes no disk and no quota in the workspace, and this much when copied."""
@@ -64,3 +69,27 @@ def test_a_sparse_object_file_that_cannot_be_linked_is_never_copied_in_full(
         asyncio.run(files.workspace_changes(base))
     assert "cannot be linked" in str(refused.value)
     assert not scratch.exists(), "the scratch repository is removed"
+
+
+def test_a_huge_repo_config_on_the_default_branch_is_refused_unread(tmp_path: Path) -> None:
+    padding = "# " + "x" * 78 + "\n"
+    huge = "model: claude-test\n" + padding * (3 * 1024 * 1024 // len(padding))
+    origin = make_repo(tmp_path / "origin", {REPO_CONFIG_PATH: huge})
+    workspaces = Workspaces(tmp_path / "state", str(origin), None)
+
+    async def read() -> str | None:
+        await workspaces.refresh_mirror()
+        return await workspaces.read_default_branch_file(REPO_CONFIG_PATH)
+
+    with pytest.raises(ConfigError) as refused:
+        asyncio.run(read())
+    assert refused.value.source == REPO_CONFIG_PATH
+    assert refused.value.problems == [
+        f"has {len(huge):,} bytes, more than the 262,144 read (hint: keep it short): not read"
+    ]
+    # A file of a sane size still reads, and an absent one is None.
+    (origin / REPO_CONFIG_PATH).write_text("model: claude-test\n")
+    subprocess.run(["git", "-C", str(origin), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(origin), *GIT_IDENTITY, "commit", "-qm", "short"], check=True)
+    assert asyncio.run(read()) == "model: claude-test\n"
+    assert asyncio.run(workspaces.read_default_branch_file(".gateway/absent.yaml")) is None

@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from gateway_bot.config.yaml_tags import ConfigError
 from gateway_bot.core.schedule_request_file import REQUEST_FILE
 from gateway_bot.sandbox import shared_lock
 from gateway_bot.sandbox.base import ExecutionContext
@@ -38,6 +39,9 @@ from gateway_bot.sandbox.host_files import remove_trees, run_git
 
 log = logging.getLogger(__name__)
 
+MAX_REPO_FILE_BYTES = 256 * 1024
+"""The largest ``.gateway/`` file read from the default branch (config, allowlist,
+Containerfile)."""
 MIRROR_LOCK = "git-mirror.lock"
 """Beside the mirror in the state directory: held while the mirror is cloned or fetched."""
 
@@ -308,14 +312,27 @@ class Workspaces:
         return name, commit.strip()
 
     async def read_default_branch_file(self, path: str) -> str | None:
-        """A file's text on the default branch of the mirror, or None when it is absent."""
+        """A file's text on the default branch of the mirror, or None when it is absent.
+        The repo is not the operator's: a file over ``MAX_REPO_FILE_BYTES`` (or a directory
+        where a file belongs) is a ConfigError, its size asked of git before anything is
+        read (a 2 GB config.yaml was read whole into the daemon, then parsed on its loop)."""
         ref = self._branch or "HEAD"
-        try:
-            return await _git(self._in_mirror, "show", f"{ref}:{path}")
-        except GitError as exc:
-            if "does not exist" in str(exc) or "exists on disk, but not in" in str(exc):
-                return None
-            raise
+        listed = await _git(self._in_mirror, "ls-tree", "-l", "-z", ref, "--", path)
+        entry = next((e for e in listed.split("\0") if e.endswith(f"\t{path}")), None)
+        if entry is None:
+            return None
+        _mode, kind, object_id, size = entry.partition("\t")[0].split()
+        if kind != "blob":
+            raise ConfigError(path, [f"is a {kind}, not a file: not read"])
+        if int(size) > MAX_REPO_FILE_BYTES:
+            raise ConfigError(
+                path,
+                [
+                    f"has {int(size):,} bytes, more than the {MAX_REPO_FILE_BYTES:,} read "
+                    "(hint: keep it short): not read"
+                ],
+            )
+        return await _git(self._in_mirror, "cat-file", "blob", object_id)
 
 
 async def _git(*args: str) -> str:
