@@ -7,6 +7,8 @@ its fix, and fails on the code before it.
   ext4) and can make the file a sparse terabyte that costs it no quota.
 - The repo's ``.gateway/`` files are read from its default branch at every task: their size
   is the repo's to choose, and was read whole into the daemon and parsed on its loop.
+- The workspace's checkout on the host: the repo's ``.gitattributes`` picks a filter, the
+  host's global git config (``git lfs install``) says what program it runs.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import pytest
 from gateway_bot.config.repo import REPO_CONFIG_PATH
 from gateway_bot.config.yaml_tags import ConfigError
 from gateway_bot.core.workspaces import Workspaces
-from gateway_bot.sandbox.context_files import DiffBase
+from gateway_bot.sandbox.context_files import DiffBase, GitOrigin
 from gateway_bot.sandbox.host_files import HostContextFiles
 from gateway_bot.sandbox.workspace_snapshot import WorkspaceUnreadable
 from tests.conftest import GIT_IDENTITY, make_repo
@@ -93,3 +95,36 @@ def test_a_huge_repo_config_on_the_default_branch_is_refused_unread(tmp_path: Pa
     subprocess.run(["git", "-C", str(origin), *GIT_IDENTITY, "commit", "-qm", "short"], check=True)
     assert asyncio.run(read()) == "model: claude-test\n"
     assert asyncio.run(workspaces.read_default_branch_file(".gateway/absent.yaml")) is None
+
+
+def test_the_repos_gitattributes_run_no_filter_of_the_hosts_git_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ran = tmp_path / "smudge-ran"
+    operators_config = tmp_path / "gitconfig"  # what `git lfs install` writes, in effect
+    operators_config.write_text(
+        f'[filter "lfs"]\n\tsmudge = touch {ran} && cat\n\trequired = true\n'
+        f"[core]\n\thooksPath = {tmp_path / 'hooks'}\n"
+    )
+    (tmp_path / "hooks").mkdir()
+    hook = tmp_path / "hooks" / "post-checkout"
+    hook.write_text(f"#!/bin/sh\ntouch {ran}-hook\n")
+    hook.chmod(0o755)
+    origin = make_repo(
+        tmp_path / "origin",
+        {".gitattributes": "*.bin filter=lfs\n", "model.bin": "the repo's bytes\n"},
+    )
+    mirror = tmp_path / "mirror"
+    subprocess.run(["git", "clone", "-q", "--mirror", str(origin), str(mirror)], check=True)
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(operators_config))
+    workspace = tmp_path / "conversation" / "workspace"
+    workspace.parent.mkdir()
+    files = _context_files(workspace.parent, workspace)
+
+    asyncio.run(files.ensure_workspace(GitOrigin(mirror, str(origin), None)))
+
+    assert (workspace / "model.bin").read_text() == "the repo's bytes\n"
+    assert not ran.exists(), "the host's filter ran on the repo's file"
+    assert not Path(f"{ran}-hook").exists(), "a hook ran on the host"
+    remote = ["git", "-C", str(workspace), "remote", "get-url", "origin"]
+    assert subprocess.run(remote, capture_output=True, text=True).stdout.strip() == str(origin)
