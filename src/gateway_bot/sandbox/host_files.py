@@ -18,6 +18,7 @@ import errno
 import os
 import shutil
 import stat
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -306,15 +307,33 @@ def _move_regular_files(source: Path, target: Path, skip: frozenset[str]) -> lis
                     continue
                 budget -= info.st_size
                 target.mkdir(parents=True, exist_ok=True)
-                _copy_fd(fd, target / name)
+                shown = shown_name(name, {p.name for p in copied})
+                _copy_fd(fd, target / shown)
             finally:
                 os.close(fd)
-            copied.append(target / name)
+            copied.append(target / shown)
             with contextlib.suppress(OSError):
                 os.unlink(name, dir_fd=source_fd)  # unlink never follows a link
     finally:
         os.close(source_fd)
     return copied
+
+
+def shown_name(name: str, taken: set[str]) -> str:
+    """The name an outbox file goes out under: its own, with every character that is no
+    printable text (controls, line breaks, the bidi and zero-width format characters that
+    make ``report\u202etxt.exe`` read as ``reportexe.txt``) as ``_``, and ``-2``, ``-3``...
+    before the extension when that name is ``taken`` by another file of the task. Chat
+    shows it as the file's name, and logs print it."""
+    clean = "".join("_" if unicodedata.category(c)[0] in "CZ" and c != " " else c for c in name)
+    if clean not in taken:
+        return clean
+    stem, dot, suffix = clean.rpartition(".")
+    stem, suffix = (stem, f".{suffix}") if dot and stem else (clean, "")
+    number = 2
+    while f"{stem}-{number}{suffix}" in taken:
+        number += 1
+    return f"{stem}-{number}{suffix}"
 
 
 def _copy_fd(fd: int, destination: Path) -> None:
