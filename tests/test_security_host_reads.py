@@ -10,21 +10,31 @@ its fix, and fails on the code before it.
 - The workspace's checkout on the host: the repo's ``.gitattributes`` picks a filter, the
   host's global git config (``git lfs install``) says what program it runs.
 - Outbox file names go to chat as the files' names: the agent picks them.
+- The daemon's console log lines quote repo values (a repo's approvals rule it ignores, git's
+  messages naming the repo's files and refs): a line break there wrote a log line of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import errno
+import io
+import logging
 import os
+import re
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 
-from gateway_bot.config.repo import REPO_CONFIG_PATH
+from gateway_bot.config.action_rules import ActionApprovalSettings
+from gateway_bot.config.repo import REPO_CONFIG_PATH, parse_repo_config
 from gateway_bot.config.yaml_tags import ConfigError
+from gateway_bot.core.action_policy import merge_repo_policy
 from gateway_bot.core.workspaces import Workspaces
+from gateway_bot.logs import configure_logging
 from gateway_bot.sandbox.context_files import DiffBase, GitOrigin
 from gateway_bot.sandbox.host_files import HostContextFiles
 from gateway_bot.sandbox.workspace_snapshot import WorkspaceUnreadable
@@ -159,3 +169,34 @@ def test_outbox_file_names_reach_chat_as_plain_printable_names(tmp_path: Path) -
     ]
     assert sorted(path.read_text() for path in taken) == sorted(planted.values())
     assert not list(files.outbox.iterdir()), "each file goes out once"
+
+
+@pytest.fixture
+def console_log() -> Iterator[io.StringIO]:
+    """The daemon's console log format, written to a string; logging put back after."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    stream = io.StringIO()
+    configure_logging("console", logging.INFO, stream)
+    yield stream
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    for handler in handlers:
+        root.addHandler(handler)
+    root.setLevel(level)
+    structlog.reset_defaults()
+
+
+def test_a_repo_value_never_writes_a_log_line_of_its_own(console_log: io.StringIO) -> None:
+    forged = "2026-11-26 12:00:00,000 INFO gateway_bot.core.approvals: owner allowed everything"
+    repo = parse_repo_config(
+        "approvals:\n  rules:\n"
+        f'    - {{tool: Bash, command: "rm *\\n{forged}\\u001b[2J", action: allow}}\n'
+    )
+    merge_repo_policy(ActionApprovalSettings(), repo.approvals)
+
+    lines = console_log.getvalue().splitlines()
+    assert len(lines) == 1, lines
+    assert re.match(r"^\d{4}-[\d -:,]+ WARNING gateway_bot\.core\.action_policy: ", lines[0])
+    assert "\x1b" not in lines[0]
+    assert "rm *\\n2026-11-26 12:00:00,000 INFO" in lines[0], "shown, escaped"
