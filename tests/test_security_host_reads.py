@@ -5,6 +5,8 @@ its fix, and fails on the code before it.
 - /diff copies the workspace's object files into a scratch repository when the kernel
   refuses a hard link. The agent can make it refuse (65,000 links to one inode: EMLINK on
   ext4) and can make the file a sparse terabyte that costs it no quota.
+- /diff's git diffs what the agent committed: 500 MB of line breaks is a few hundred KB of
+  git objects, and xdiff needs some 40 bytes of memory for each line it compares.
 - The repo's ``.gateway/`` files are read from its default branch at every task: their size
   is the repo's to choose, and was read whole into the daemon and parsed on its loop.
 - The workspace's checkout on the host: the repo's ``.gitattributes`` picks a filter, the
@@ -82,6 +84,29 @@ def test_a_sparse_object_file_that_cannot_be_linked_is_never_copied_in_full(
         asyncio.run(files.workspace_changes(base))
     assert "cannot be linked" in str(refused.value)
     assert not scratch.exists(), "the scratch repository is removed"
+
+
+def test_a_committed_file_of_millions_of_lines_is_not_diffed_line_by_line(
+    tmp_path: Path,
+) -> None:
+    origin = make_repo(tmp_path / "origin")
+    upstream = subprocess.run(
+        ["git", "-C", str(origin), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    workspace = tmp_path / "conversation" / "workspace"
+    subprocess.run(["git", "clone", "-q", str(origin), str(workspace)], check=True)
+    (workspace / "lines.txt").write_bytes(b"\n" * 10_000_000)
+    subprocess.run(["git", "-C", str(workspace), "add", "lines.txt"], check=True)
+    commit = ["git", "-C", str(workspace), *GIT_IDENTITY, "commit", "-qm", "Ten million lines"]
+    subprocess.run(commit, check=True)
+    files = _context_files(workspace.parent, workspace)
+    base = DiffBase("main", upstream, None, workspace.parent / ".diff-test")
+
+    changes = asyncio.run(files.workspace_changes(base))
+
+    assert "1 commit(s) not on origin's main:" in changes.summary
+    assert "Binary files /dev/null and b/lines.txt differ" in changes.patch
+    assert len(changes.patch) < 10_000
 
 
 def test_a_huge_repo_config_on_the_default_branch_is_refused_unread(tmp_path: Path) -> None:

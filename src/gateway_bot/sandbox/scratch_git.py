@@ -19,6 +19,10 @@ from gateway_bot.sandbox.child import reaped
 MAX_OUTPUT_BYTES = 32 * 1024 * 1024
 
 _FORCED = (
+    # Diffed as binary past this size: xdiff keeps some 40 bytes per line it compares, and a
+    # commit of 500 MB of line breaks (a few hundred KB of objects, nothing of the disk
+    # limit) took 20 GB of the host's memory. The working tree's side is cut at 8 MB too.
+    "core.bigFileThreshold=8m",
     "core.fsmonitor=false",
     "core.hooksPath=/dev/null",
     "core.attributesFile=/dev/null",
