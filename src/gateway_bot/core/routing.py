@@ -9,8 +9,10 @@ it goes, and is called under the channel's intake lock.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
+from collections import defaultdict
 from collections.abc import Mapping
 
 from gateway_bot.config.access import AccessSettings, IgnoredMessages
@@ -54,6 +56,11 @@ class Router:
     action_approvals: ActionApprovals | None
     jobs: Jobs | None = None
     """Where /diff runs, off the channel's intake lock (None: under it, as other commands)."""
+    _diffs: defaultdict[str, asyncio.Lock] = dataclasses.field(
+        default_factory=lambda: defaultdict(asyncio.Lock)
+    )
+    """One /diff at a time per channel, as under the intake lock: each holds a scratch
+    repository, a git and threads of the daemon's."""
 
     async def route(self, task_id: str) -> None:
         task = await self._store.get_task(task_id)
@@ -106,6 +113,16 @@ class Router:
             return
         await self._route(task, message)
 
+    async def _one_diff(
+        self,
+        task: TaskRecord,
+        message: InboundMessage,
+        conversation: ConversationRecord,
+        command: Command,
+    ) -> None:
+        async with self._diffs[message.channel]:
+            await self._answer_command(task, message, conversation, command)
+
     async def _answer_command(
         self,
         task: TaskRecord,
@@ -149,15 +166,15 @@ class Router:
                 await self._drop_untrusted(task, message, "command")
                 return
             conversation = await self._conversation_for(message)
-            answer = self._answer_command(task, message, conversation, command)
             if command.name is CommandName.DIFF and self.jobs is not None:
                 # It reads the agent's workspace, which can make that take its whole 120 s
                 # (a FIFO where git reads a .gitignore): not with every message of the
                 # channel waiting behind it. A crash meanwhile leaves the task
                 # AUTHENTICATING, and the next start routes it again.
-                self.jobs.spawn(answer, name=f"diff-{task.id}")
+                diff = self._one_diff(task, message, conversation, command)
+                self.jobs.spawn(diff, name=f"diff-{task.id}")
             else:
-                await answer
+                await self._answer_command(task, message, conversation, command)
             return
         room = self._access.room_settings(message.channel, message.room)
         started = await self._store.active_conversation(message.channel, message.conversation_key)
