@@ -5,6 +5,8 @@ its fix, and fails on the code before it.
 - /diff copies the workspace's object files into a scratch repository when the kernel
   refuses a hard link. The agent can make it refuse (65,000 links to one inode: EMLINK on
   ext4) and can make the file a sparse terabyte that costs it no quota.
+- /diff's reading runs in threads, which its 120 s limit cannot stop: the agent can make a
+  file it would hash as large as it likes (a sparse file, a blob whose header says 1 TB).
 - /diff's git diffs what the agent committed: 500 MB of line breaks is a few hundred KB of
   git objects, and xdiff needs some 40 bytes of memory for each line it compares.
 - The repo's ``.gateway/`` files are read from its default branch at every task: their size
@@ -25,6 +27,7 @@ import logging
 import os
 import re
 import subprocess
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -84,6 +87,47 @@ def test_a_sparse_object_file_that_cannot_be_linked_is_never_copied_in_full(
         asyncio.run(files.workspace_changes(base))
     assert "cannot be linked" in str(refused.value)
     assert not scratch.exists(), "the scratch repository is removed"
+
+
+def _commit_blob_claiming(workspace: Path, name: str, size: int) -> str:
+    """Commit ``name`` as a loose object whose header says ``size`` bytes (git reads sizes
+    from headers, never checking them against the content or the id); the commit's id."""
+    object_id = "ab" * 20
+    loose = workspace / ".git" / "objects" / object_id[:2] / object_id[2:]
+    loose.parent.mkdir(exist_ok=True)
+    loose.write_bytes(zlib.compress(b"blob %d\0" % size))
+    git = ["git", "-C", str(workspace), *GIT_IDENTITY]
+    tree = subprocess.run(
+        [*git, "mktree"], input=f"100644 blob {object_id}\t{name}\n", text=True,
+        capture_output=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    commit = subprocess.run(
+        [*git, "commit-tree", tree, "-p", "HEAD", "-m", "claims a terabyte"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    subprocess.run([*git, "update-ref", "refs/heads/main", commit], check=True)
+    return commit
+
+
+def test_a_diff_given_up_leaves_no_thread_reading_the_workspace(tmp_path: Path) -> None:
+    origin = make_repo(tmp_path / "origin")
+    workspace = tmp_path / "conversation" / "workspace"
+    subprocess.run(["git", "clone", "-q", str(origin), str(workspace)], check=True)
+    terabyte = 1024**4
+    head = _commit_blob_claiming(workspace, "big.bin", terabyte)
+    with (workspace / "big.bin").open("wb") as sparse:
+        sparse.truncate(terabyte)  # the same size: /diff hashes it to see if it changed
+    files = _context_files(workspace.parent, workspace)
+    base = DiffBase("main", head, None, workspace.parent / ".diff-test")  # no commit to show
+
+    async def given_up() -> None:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(files.workspace_changes(base), 4)
+        # What asyncio.run does last: wait for the default executor's threads to end.
+        await asyncio.wait_for(asyncio.get_running_loop().shutdown_default_executor(), 60)
+
+    asyncio.run(given_up())
+    assert not (workspace.parent / ".diff-test").exists(), "the scratch repository is removed"
 
 
 def test_a_committed_file_of_millions_of_lines_is_not_diffed_line_by_line(

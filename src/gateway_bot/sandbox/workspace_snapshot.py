@@ -24,6 +24,7 @@ import hashlib
 import os
 import re
 import stat
+import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,22 +117,25 @@ def read_ref(git_fd: int, ref: str) -> str | None:
     return None
 
 
-def link_objects(git_fd: int, objects_dir: Path) -> None:
+def link_objects(git_fd: int, objects_dir: Path, stop: threading.Event | None = None) -> None:
     """Hard-link (or copy) the repository's object files into ``objects_dir``: loose
     objects and packs, nothing else (``info/alternates`` would name other repositories).
     A file reached again under another name is taken once; copies (where the kernel
-    refuses a link) stop at ``MAX_COPIED_BYTES`` in all (WorkspaceUnreadable)."""
-    budget = _CopyBudget(MAX_COPIED_BYTES)
+    refuses a link) stop at ``MAX_COPIED_BYTES`` in all (WorkspaceUnreadable), and all
+    of it when ``stop`` is set."""
+    budget = _CopyBudget(MAX_COPIED_BYTES, stop or threading.Event())
     with _opened_dir(git_fd, "objects") as objects_fd:
         for name in os.listdir(objects_fd):
             if _LOOSE_DIR.match(name):
                 with _opened_dir(objects_fd, name) as loose_fd:
                     for entry in os.listdir(loose_fd):
+                        budget.check()
                         if _LOOSE_FILE.match(entry):
                             _link_regular(loose_fd, entry, objects_dir / name / entry, budget)
             elif name == "pack":
                 with _opened_dir(objects_fd, name) as pack_fd:
                     for entry in os.listdir(pack_fd):
+                        budget.check()
                         if _PACK_FILE.match(entry):
                             _link_regular(pack_fd, entry, objects_dir / "pack" / entry, budget)
 
@@ -141,17 +145,24 @@ class _CopyBudget:
     """What ``link_objects`` may still copy, and the files it already took."""
 
     left: int
+    stop: threading.Event
     taken: set[tuple[int, int]] = field(default_factory=set)
+
+    def check(self) -> None:
+        given_up(self.stop)
 
 
 class WorkTree:
     """Working-tree paths read relative to the workspace's descriptor, each component
     opened no-follow: a path through a symlinked directory reads as gone."""
 
-    def __init__(self, work_fd: int, object_format: str) -> None:
+    def __init__(
+        self, work_fd: int, object_format: str, stop: threading.Event | None = None
+    ) -> None:
         self._dirs: dict[bytes, int | None] = {b"": work_fd}
         self._owned: list[int] = []
         self._object_format = object_format
+        self._stop = stop or threading.Event()
 
     def close(self) -> None:
         for fd in self._owned:
@@ -196,6 +207,7 @@ class WorkTree:
         kept: list[bytes] = []
         total = 0
         while chunk := os.read(fd, 1024 * 1024):
+            given_up(self._stop)  # a sparse terabyte reads at memory speed, for minutes
             digest.update(chunk)
             total += len(chunk)
             if total <= max_read:
@@ -218,6 +230,13 @@ class WorkTree:
                 fd = None
         self._dirs[path] = fd
         return fd
+
+
+def given_up(stop: threading.Event) -> None:
+    """Raise WorkspaceUnreadable once ``stop`` is set: the reading runs in a thread, which
+    /diff's time limit cannot cancel; the waiting side sets ``stop`` when it gives up."""
+    if stop.is_set():
+        raise WorkspaceUnreadable("/diff was given up while it read the workspace.")
 
 
 def blob_id(content: bytes, object_format: str) -> str:
@@ -319,15 +338,16 @@ def _link_regular(dir_fd: int, name: str, target: Path, budget: _CopyBudget) -> 
             )
         budget.left -= checked.st_size
         with open(target, "xb") as out:
-            _copy_at_most(fd, out.fileno(), checked.st_size)
+            _copy_at_most(fd, out.fileno(), checked.st_size, budget.stop)
     finally:
         os.close(fd)
 
 
-def _copy_at_most(source: int, out: int, size: int) -> None:
+def _copy_at_most(source: int, out: int, size: int, stop: threading.Event) -> None:
     """Copy up to ``size`` bytes from ``source`` (the agent may still be writing it)."""
     remaining = size
     while remaining > 0:
+        given_up(stop)
         chunk = os.read(source, min(remaining, 1024 * 1024))
         if not chunk:
             return
@@ -345,20 +365,24 @@ def worktree_import_stream(
     *,
     max_file: int,
     max_total: int,
+    stop: threading.Event | None = None,
 ) -> bytes:
     """A ``git fast-import`` stream committing the working tree as ``refs/gwb/worktree``.
 
     ``tracked`` is HEAD's tree (path -> mode, id, size). Files unchanged from HEAD go in by
     reference (hashed here, never re-sent), changed and new ones inline, read by WorkTree.
     A changed file over ``max_file`` (or past ``max_total`` in all) becomes a one-line note.
-    Submodules stay as HEAD has them: their own repositories are not read.
+    Submodules stay as HEAD has them: their own repositories are not read. Raises
+    WorkspaceUnreadable soon after ``stop`` is set.
     """
     out = [b"commit refs/gwb/worktree\ncommitter gateway-bot <gateway-bot@localhost> 0 +0000\n"]
     out.append(b"data 0\n")
     budget = max_total
-    tree = WorkTree(work_fd, object_format)
+    stop = stop or threading.Event()
+    tree = WorkTree(work_fd, object_format, stop)
     try:
         for path in sorted({*tracked, *untracked}):
+            given_up(stop)
             known = tracked.get(path)
             if known is not None and known[0] == "160000":
                 out.append(b"M 160000 %s %s\n" % (known[1].encode(), _quote(path)))
