@@ -7,6 +7,8 @@ its fix, and fails on the code before it.
   ext4) and can make the file a sparse terabyte that costs it no quota.
 - /diff's reading runs in threads, which its 120 s limit cannot stop: the agent can make a
   file it would hash as large as it likes (a sparse file, a blob whose header says 1 TB).
+- /diff's git reads an added or deleted file's blob whole, whatever its size: a 4 GB blob
+  of zeros is 18 MB of objects.
 - /diff's git diffs what the agent committed: 500 MB of line breaks is a few hundred KB of
   git objects, and xdiff needs some 40 bytes of memory for each line it compares.
 - The repo's ``.gateway/`` files are read from its default branch at every task: their size
@@ -42,6 +44,7 @@ from gateway_bot.core.workspaces import Workspaces
 from gateway_bot.logs import configure_logging
 from gateway_bot.sandbox.context_files import DiffBase, GitOrigin
 from gateway_bot.sandbox.host_files import HostContextFiles
+from gateway_bot.sandbox.scratch_git import ScratchGitError
 from gateway_bot.sandbox.workspace_snapshot import WorkspaceUnreadable
 from tests.conftest import GIT_IDENTITY, make_repo
 
@@ -128,6 +131,50 @@ def test_a_diff_given_up_leaves_no_thread_reading_the_workspace(tmp_path: Path) 
 
     asyncio.run(given_up())
     assert not (workspace.parent / ".diff-test").exists(), "the scratch repository is removed"
+
+
+def _zeros_loose_object(size: int) -> bytes:
+    """A loose blob object of ``size`` zero bytes, made without compressing them: deflate
+    blocks after a full flush do not depend on what came before, and the zlib checksum
+    of zeros is arithmetic."""
+    head = b"blob %d\0" % size
+    raw = zlib.compressobj(1, zlib.DEFLATED, -15)
+    parts = [raw.compress(head) + raw.flush(zlib.Z_FULL_FLUSH)]
+    chunk = 16 * 1024 * 1024
+    block = raw.compress(bytes(chunk)) + raw.flush(zlib.Z_FULL_FLUSH)
+    parts += [block] * (size // chunk)
+    parts.append(raw.compress(bytes(size % chunk)) + raw.flush())
+    adler = zlib.adler32(head)
+    low, high = adler & 0xFFFF, ((adler >> 16) + size * (adler & 0xFFFF)) % 65521
+    return b"\x78\x01" + b"".join(parts) + ((high << 16) | low).to_bytes(4, "big")
+
+
+def test_a_committed_blob_of_gigabytes_costs_git_a_bounded_memory(tmp_path: Path) -> None:
+    origin = make_repo(tmp_path / "origin")
+    upstream = subprocess.run(
+        ["git", "-C", str(origin), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    workspace = tmp_path / "conversation" / "workspace"
+    subprocess.run(["git", "clone", "-q", str(origin), str(workspace)], check=True)
+    object_id = "cd" * 20  # git trusts a loose object's name: no 4 GB hash in a test
+    loose = workspace / ".git" / "objects" / object_id[:2] / object_id[2:]
+    loose.parent.mkdir(exist_ok=True)
+    loose.write_bytes(_zeros_loose_object(4 * 1024**3))
+    git = ["git", "-C", str(workspace), *GIT_IDENTITY]
+    listing = f"100644 blob {object_id}\tdisk.img\n"
+    tree = subprocess.run(
+        [*git, "mktree"], input=listing, text=True, capture_output=True, check=True
+    ).stdout.strip()
+    commit = subprocess.run(
+        [*git, "commit-tree", tree, "-p", "HEAD", "-m", "Add a disk image"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    subprocess.run([*git, "update-ref", "refs/heads/main", commit], check=True)
+    files = _context_files(workspace.parent, workspace)
+    base = DiffBase("main", upstream, None, workspace.parent / ".diff-test")
+
+    with pytest.raises(ScratchGitError, match="Out of memory"):
+        asyncio.run(files.workspace_changes(base))
 
 
 def test_a_committed_file_of_millions_of_lines_is_not_diffed_line_by_line(
