@@ -11,6 +11,8 @@ its fix, and fails on the code before it.
   of zeros is 18 MB of objects.
 - /diff's git diffs what the agent committed: 500 MB of line breaks is a few hundred KB of
   git objects, and xdiff needs some 40 bytes of memory for each line it compares.
+- A new workspace is checked out on the host before any disk limit is measured: a repo's
+  2 GB file of zeros is 9 MB of objects.
 - The repo's ``.gateway/`` files are read from its default branch at every task: their size
   is the repo's to choose, and was read whole into the daemon and parsed on its loop.
 - The workspace's checkout on the host: the repo's ``.gitattributes`` picks a filter, the
@@ -42,7 +44,7 @@ from gateway_bot.config.yaml_tags import ConfigError
 from gateway_bot.core.action_policy import merge_repo_policy
 from gateway_bot.core.workspaces import Workspaces
 from gateway_bot.logs import configure_logging
-from gateway_bot.sandbox.context_files import DiffBase, GitOrigin
+from gateway_bot.sandbox.context_files import DiffBase, GitOrigin, WorkspaceSetupFailed
 from gateway_bot.sandbox.host_files import HostContextFiles
 from gateway_bot.sandbox.scratch_git import ScratchGitError
 from gateway_bot.sandbox.workspace_snapshot import WorkspaceUnreadable
@@ -198,6 +200,39 @@ def test_a_committed_file_of_millions_of_lines_is_not_diffed_line_by_line(
     assert "1 commit(s) not on origin's main:" in changes.summary
     assert "Binary files /dev/null and b/lines.txt differ" in changes.patch
     assert len(changes.patch) < 10_000
+
+
+def test_a_repo_bigger_than_the_disk_limit_is_never_checked_out(tmp_path: Path) -> None:
+    origin = make_repo(tmp_path / "origin")
+    object_id = "ef" * 20
+    loose = origin / ".git" / "objects" / object_id[:2] / object_id[2:]
+    loose.parent.mkdir(exist_ok=True)
+    loose.write_bytes(_zeros_loose_object(2 * 1024**3))
+    git = ["git", "-C", str(origin), *GIT_IDENTITY]
+    listing = f"100644 blob {object_id}\tdisk.img\n"
+    tree = subprocess.run(
+        [*git, "mktree"], input=listing, text=True, capture_output=True, check=True
+    ).stdout.strip()
+    commit = subprocess.run(
+        [*git, "commit-tree", tree, "-p", "HEAD", "-m", "Add a disk image"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    subprocess.run([*git, "update-ref", "refs/heads/main", commit], check=True)
+    workspaces = Workspaces(tmp_path / "state", str(origin), None)
+    context = workspaces.execution_context("c1")
+
+    async def prepare() -> None:
+        await workspaces.refresh_mirror()
+        files = HostContextFiles.of(context)
+        await workspaces.prepare("c1", files, max_checkout_bytes=100 * 1024**2)
+
+    with pytest.raises(WorkspaceSetupFailed) as refused:
+        asyncio.run(prepare())
+    assert str(refused.value) == (
+        "the repo's files take 2,048 MB, more than the conversation's disk limit of 100 MB: "
+        "not checked out"
+    )
+    assert not context.workspace.exists()
 
 
 def test_a_huge_repo_config_on_the_default_branch_is_refused_unread(tmp_path: Path) -> None:

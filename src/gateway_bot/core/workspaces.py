@@ -230,14 +230,19 @@ class Workspaces:
             network_log=dirs.network_log,
         )
 
-    async def prepare(self, conversation_id: str, files: ContextFiles) -> ConversationDirs:
+    async def prepare(
+        self, conversation_id: str, files: ContextFiles, max_checkout_bytes: int | None = None
+    ) -> ConversationDirs:
         """Make the conversation's own directory, and have the sandbox make the context's
         and clone the workspace from the mirror (once; never rebased). A clone that fails
         is tried once more on a mirror cloned anew when the mirror no longer reads (or on
-        the one another task's repair put in place meanwhile). Raises WorkspaceSetupFailed,
-        or GitError when the mirror's new clone failed."""
+        the one another task's repair put in place meanwhile). A repo whose files would
+        take more than ``max_checkout_bytes`` is not checked out. Raises
+        WorkspaceSetupFailed, or GitError when the mirror's new clone failed."""
         dirs = self.dirs(conversation_id)
         await asyncio.to_thread(dirs.root.mkdir, parents=True, exist_ok=True)
+        if max_checkout_bytes is not None and not await files.workspace_exists():
+            await self._refuse_checkout_over(max_checkout_bytes)
         origin = GitOrigin(self._mirror, self._repo_url, self._branch)
         cloned_from = await asyncio.to_thread(_identity, self._mirror)
         try:
@@ -250,6 +255,22 @@ class Workspaces:
                     await self._clone_mirror_again("a workspace's clone from it", exc)
             await files.ensure_workspace(origin)
         return dirs
+
+    async def _refuse_checkout_over(self, limit: int) -> None:
+        """The checkout writes the repo's files on the host before any disk limit is
+        measured, and git's objects compress well: 20 GB of zeros is 90 MB of pack. So
+        the sizes git records are added up first (``ls-tree -l``, nothing read)."""
+        listed = await _git(self._in_mirror, "ls-tree", "-r", "-l", "-z", self._branch or "HEAD")
+        total = 0
+        for entry in listed.split("\0"):
+            fields = entry.partition("\t")[0].split()
+            if len(fields) == 4 and fields[1] == "blob":
+                total += int(fields[3])
+        if total > limit:
+            raise WorkspaceSetupFailed(
+                f"the repo's files take {total / 1024**2:,.0f} MB, more than the "
+                f"conversation's disk limit of {limit / 1024**2:,.0f} MB: not checked out"
+            )
 
     async def take_outbox(
         self, conversation_id: str, task_id: str, files: ContextFiles
