@@ -351,3 +351,22 @@ def test_a_repo_value_never_writes_a_log_line_of_its_own(console_log: io.StringI
     assert re.match(r"^\d{4}-[\d -:,]+ WARNING gateway_bot\.core\.action_policy: ", lines[0])
     assert "\x1b" not in lines[0]
     assert "rm *\\n2026-11-26 12:00:00,000 INFO" in lines[0], "shown, escaped"
+
+
+def test_a_workspace_whose_git_the_agent_removed_is_not_cloned_again_at_each_task(
+    tmp_path: Path,
+) -> None:
+    origin = make_repo(tmp_path / "origin")
+    mirror = tmp_path / "mirror"
+    subprocess.run(["git", "clone", "-q", "--mirror", str(origin), str(mirror)], check=True)
+    workspace = tmp_path / "conversation" / "workspace"
+    workspace.parent.mkdir()
+    files = _context_files(workspace.parent, workspace)
+    origin_of = GitOrigin(mirror, str(origin), None)
+    asyncio.run(files.ensure_workspace(origin_of))
+    subprocess.run(["rm", "-rf", str(workspace / ".git")], check=True)  # the agent's doing
+
+    with pytest.raises(WorkspaceSetupFailed, match=r"the workspace has no \.git any more"):
+        asyncio.run(files.ensure_workspace(origin_of))
+    assert not (workspace.parent / "workspace.partial").exists(), "no checkout was made"
+    assert (workspace / "README.md").exists(), "the agent's files stay"

@@ -84,6 +84,13 @@ class HostContextFiles:
             await asyncio.to_thread(path.mkdir, parents=True, exist_ok=True)
         if await asyncio.to_thread((self.workspace / ".git").exists):
             return
+        if await self.workspace_exists():
+            # The agent removed its .git: a clone could not take the workspace's place
+            # (not empty), and one per task would only cost the host a checkout each time.
+            raise WorkspaceSetupFailed(
+                "the workspace has no .git any more (the agent removed it): /new starts a "
+                "conversation with a fresh clone"
+            )
         partial = self.workspace.with_name(f"{self.workspace.name}.partial")
         await asyncio.to_thread(shutil.rmtree, partial, True)
         branch = ["--branch", origin.branch] if origin.branch else []
