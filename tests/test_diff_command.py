@@ -6,8 +6,11 @@ file must show nothing from outside the workspace."""
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 import subprocess
+import time
 from pathlib import Path
 
 from tests.conftest import GIT_IDENTITY, make_repo, write_config
@@ -163,6 +166,38 @@ def test_links_and_a_git_file_show_nothing_from_outside_the_workspace(
         if sent.is_file():
             assert "swordfish" not in sent.read_text(errors="replace")
     assert not list(workspace.parent.glob(".diff-*")), "the scratch repository is removed"
+
+
+def test_a_diff_stuck_on_the_agents_fifo_holds_up_no_other_message(
+    gateway, config_path: Path, fake_api: FakeAnthropic
+) -> None:
+    """git opens each .gitignore it meets without O_NONBLOCK: a FIFO there stops /diff until
+    its 120 s are up. The channel's next messages must not wait for it."""
+    chat, _, workspace = _start(gateway, config_path)
+    chat.send("RUN_BASH mkfifo .gitignore && printf 'changed\\n' >> README.md")
+    chat.expect(r"^agent> Echo: ")
+    chat.send("/diff")
+    chat.send("hello while /diff waits")
+    chat.expect(r"^agent> Echo: hello while /diff waits$")
+    _write_end_once_read(workspace / ".gitignore")
+    chat.expect(r"^  M README\.md$")
+    chat.finish()
+
+
+def _write_end_once_read(fifo: Path) -> None:
+    """Open and close ``fifo``'s write end once a reader (git) waits on it: git reads an
+    empty file and goes on. Until then opening it non-blocking fails with ENXIO."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:
+                raise
+            time.sleep(0.1)
+        else:
+            return
+    raise AssertionError("git never opened the FIFO")
 
 
 def test_in_the_sandbox_the_workspace_is_named_as_the_agent_sees_it_too(

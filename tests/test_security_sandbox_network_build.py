@@ -1,5 +1,6 @@
 """Attacks on the host through the network and the image build: a repo Containerfile using
-CVE-2024-1753's bind mount, a repo Containerfile whose build steps reach for the network,
+CVE-2024-1753's bind mount, a repo Containerfile whose build steps reach for the network
+(or for all of the host's memory),
 and an agent that ignores its proxy and dials the host over IPv4 and IPv6 link-local.
 Real daemon, real podman, real proxy (issue 10, items 2 and 5)."""
 
@@ -45,7 +46,9 @@ ARG BASE_IMAGE
 FROM ${{BASE_IMAGE}}
 COPY claude /usr/local/bin/claude
 RUN (timeout 5 bash -c 'exec 3<>/dev/tcp/{host}/{port}' && echo reached || echo no-network) \
-    > /build-probe.txt; grep CapEff /proc/self/status >> /build-probe.txt
+    > /build-probe.txt; grep CapEff /proc/self/status >> /build-probe.txt; \
+    (cat /sys/fs/cgroup/memory.max || cat /sys/fs/cgroup/memory/memory.limit_in_bytes) \
+    >> /build-probe.txt 2>/dev/null
 WORKDIR /workspace
 """
 
@@ -57,7 +60,7 @@ def test_a_repo_containerfile_builds_without_network_and_with_few_capabilities(
     # build step on an ordinary podman network reaches it.
     probe = PROBE.format(host=sandbox.relay.host, port=sandbox.relay.port)
     commit_file(sandbox.repo, ".gateway/Containerfile", probe)
-    chat = gateway("chat", "--config", str(sandbox.config()))
+    chat = gateway("chat", "--config", str(sandbox.config(limits={"memory": "1500m"})))
     chat.send("RUN_BASH cp /build-probe.txt /outbox/")
     chat.expect(r"^agent> Echo:", timeout=600)
     chat.expect(r"\[file\] .*build-probe\.txt")
@@ -71,6 +74,8 @@ def test_a_repo_containerfile_builds_without_network_and_with_few_capabilities(
     cap_sys_admin, cap_net_raw, cap_mknod = 1 << 21, 1 << 13, 1 << 27
     assert effective & (cap_sys_admin | cap_net_raw | cap_mknod) == 0
     assert effective != 0, "package installs keep chown/setuid"
+    assert lines[2] == str(1500 * 1024 * 1024), "a build step had the host's memory (a RUN "
+    "allocating without end made the kernel kill host processes)"
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ collector.
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import time
 from typing import Any, Literal, TextIO
@@ -79,6 +80,17 @@ def _console_time(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDict
     return event_dict
 
 
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+"""Characters that would end a log line, or move or recolour what a terminal shows."""
+
+
+def _escaped(text: object) -> str:
+    """``text`` with each unprintable character as its Python escape (``\\n``, ``\\x1b``):
+    log lines quote what the agent and the repo chose (file names, refs, rules, git's own
+    messages about them), and a line break there wrote a line of its own to the log."""
+    return _UNPRINTABLE.sub(lambda found: found[0].encode("unicode_escape").decode(), str(text))
+
+
 def _render_console(_: WrappedLogger, __: str, event_dict: EventDict) -> str:
     fields: dict[str, Any] = dict(event_dict)
     stamp = fields.pop("timestamp", "")
@@ -86,9 +98,10 @@ def _render_console(_: WrappedLogger, __: str, event_dict: EventDict) -> str:
     name = fields.pop("logger", "")
     event = fields.pop("event", "")
     exception = fields.pop("exception", None)
-    line = f"{stamp} {level} {name}: {event}"
+    line = f"{stamp} {level} {name}: {_escaped(event)}"
     if fields:
-        line += " [" + " ".join(f"{key}={value}" for key, value in sorted(fields.items())) + "]"
-    if exception:
-        line += "\n" + str(exception)
+        shown = (f"{key}={_escaped(value)}" for key, value in sorted(fields.items()))
+        line += " [" + " ".join(shown) + "]"
+    if exception:  # a traceback keeps its lines
+        line += "\n" + "\n".join(map(_escaped, str(exception).split("\n")))
     return line

@@ -279,6 +279,52 @@ async def test_a_held_push_at_the_proxy_is_a_card_and_always_covers_the_same_pus
     await world.reply(asked)
 
 
+async def test_a_flood_of_held_requests_cards_only_a_few_at_a_time(
+    approvals: Callable[..., Any],
+) -> None:
+    """The agent's sandbox opens fifty pushes at once: the people get a few cards, not fifty
+    (and the daemon holds a few requests, not fifty); the rest are refused at once, and a
+    push after a decision asks again."""
+    world: ApprovalWorld = await approvals()
+    asked = await world.say("hold:net")
+    await world.until(lambda: bool(world.agent.running), "the task to run")
+    conversation = str((await world.task(asked)).conversation_id)
+    assert world.service is not None
+    assert world.service.action_approvals is not None
+    ask = network_asker(world.service.action_approvals)
+
+    held = [
+        asyncio.ensure_future(ask(Held(conversation, path=f"/team/r{n}.git/git-receive-pack")))
+        for n in range(50)
+    ]
+
+    def done() -> list[tuple[bool, str]] | None:
+        finished = [h.result() for h in held if h.done()]
+        return finished if len(finished) >= 45 else None
+
+    refused = await world.until(done, "45 pushes refused at once")
+    assert len(refused) == 45
+    assert {allowed for allowed, _ in refused} == {False}
+    assert refused[0][1] == (
+        "5 requests of this conversation already wait for a decision: try again once "
+        "they are decided"
+    )
+    _, code = await world.card("The agent's sandbox asks to send", nth=4)
+    # The 45 others returned before posting anything: five cards, and no more to come.
+    assert len([t for t in world.channel.texts("dm", "card") if "asks to send" in t]) == 5
+    await world.press(code, "deny", sender="alice")
+    await world.until(lambda: sum(h.done() for h in held) == 46, "the denied push to end")
+    again = asyncio.ensure_future(ask(Held(conversation, path="/team/again.git/git-receive-pack")))
+    _, again_code = await world.card("The agent's sandbox asks to send", nth=5)
+    await world.press(again_code, "deny", sender="alice")
+    assert await again == (False, "denied by alice")
+    for pending in held:
+        pending.cancel()
+    await asyncio.gather(*held, return_exceptions=True)
+    world.agent.release("net")
+    await world.reply(asked)
+
+
 async def test_a_channel_without_buttons_gets_a_text_card_decided_by_command(
     tmp_path: Path, state_target: StateTarget
 ) -> None:

@@ -40,6 +40,8 @@ from gateway_bot.config.access import AccessSettings
 from gateway_bot.config.action_rules import Deciders
 from gateway_bot.core.action_cards import as_text, closed_card, pending_card
 from gateway_bot.core.action_requests import (
+    MAX_PENDING_PER_CONVERSATION,
+    TOO_MANY_PENDING,
     ActionDecision,
     ActionRequest,
     AskAction,
@@ -93,6 +95,8 @@ class ActionApprovals:
         self._deciders = deciders
         self._timezone = timezone
         self._waiting: dict[str, asyncio.Future[ActionDecision]] = {}
+        self._pending: dict[str, int] = {}
+        """Requests waiting for a decision, by conversation (its task runs here)."""
         self._lock = asyncio.Lock()
         """Held around a decision and the card edit it makes, so a timeout's "expired" and
         a press cannot both edit the card."""
@@ -140,11 +144,25 @@ class ActionApprovals:
 
     async def ask(self, request: ActionRequest) -> ActionDecision:
         """Card the conversation and wait for a person's decision (or the timeout). A
-        request whose signature the conversation allowed always is allowed at once."""
+        request whose signature the conversation allowed always is allowed at once; one
+        past ``MAX_PENDING_PER_CONVERSATION`` waiting is refused at once."""
         if request.kind != "question":
             for rule in await self._records.rules(request.conversation_id):
                 if rule.signature == request.signature:
                     return ActionDecision(True, "always in this conversation", rule.added_by)
+        conversation = request.conversation_id
+        if self._pending.get(conversation, 0) >= MAX_PENDING_PER_CONVERSATION:
+            log.warning("conversation %s: refused an action approval past the limit", conversation)
+            return ActionDecision(False, TOO_MANY_PENDING, None)
+        self._pending[conversation] = self._pending.get(conversation, 0) + 1
+        try:
+            return await self._ask(request)
+        finally:
+            self._pending[conversation] -= 1
+            if not self._pending[conversation]:
+                del self._pending[conversation]
+
+    async def _ask(self, request: ActionRequest) -> ActionDecision:
         if request.task_id is None:  # the proxy knows the conversation only
             running = await self._running_task(request.conversation_id)
             request = dataclasses.replace(request, task_id=running)

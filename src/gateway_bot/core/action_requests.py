@@ -52,6 +52,15 @@ class ActionDecision:
     """A question's answer (the chosen option or the free text); None otherwise."""
 
 
+MAX_PENDING_PER_CONVERSATION = 5
+"""Requests of one conversation waiting for a decision at once. The agent decides how many
+it makes (fifty pushes through its proxy at once were fifty cards in the people's chat and
+fifty held requests in the daemon); a few at once is what a person decides anyway."""
+TOO_MANY_PENDING = (
+    f"{MAX_PENDING_PER_CONVERSATION} requests of this conversation already wait for a "
+    "decision: try again once they are decided"
+)
+
 AskAction = Callable[[ActionRequest], Awaitable[ActionDecision]]
 """``ActionApprovals.ask``: what the layers that ask are given."""
 

@@ -9,8 +9,10 @@ it goes, and is called under the channel's intake lock.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
+from collections import defaultdict
 from collections.abc import Mapping
 
 from gateway_bot.config.access import AccessSettings, IgnoredMessages
@@ -20,10 +22,11 @@ from gateway_bot.core.approval_cards import parse_approval_action
 from gateway_bot.core.approvals import Gatekeeper
 from gateway_bot.core.channel import AuthenticationError, ChannelAdapter, SenderRecheck
 from gateway_bot.core.chat_commands import ChatCommands
-from gateway_bot.core.commands import UnknownCommand, parse_command
+from gateway_bot.core.commands import Command, CommandName, UnknownCommand, parse_command
 from gateway_bot.core.conversation_mail import ConversationMailer
 from gateway_bot.core.delivery import ReplyDelivery
 from gateway_bot.core.engagement import engages, is_blank
+from gateway_bot.core.jobs import Jobs
 from gateway_bot.core.retries import is_transient
 from gateway_bot.core.schedule_proposals import ScheduleProposals, parse_proposal_action
 from gateway_bot.core.scheduler import Scheduler
@@ -51,6 +54,13 @@ class Router:
     schedules: ScheduleRunner | None
     _proposals: ScheduleProposals | None
     action_approvals: ActionApprovals | None
+    jobs: Jobs | None = None
+    """Where /diff runs, off the channel's intake lock (None: under it, as other commands)."""
+    _diffs: defaultdict[str, asyncio.Lock] = dataclasses.field(
+        default_factory=lambda: defaultdict(asyncio.Lock)
+    )
+    """One /diff at a time per channel, as under the intake lock: each holds a scratch
+    repository, a git and threads of the daemon's."""
 
     async def route(self, task_id: str) -> None:
         task = await self._store.get_task(task_id)
@@ -103,6 +113,28 @@ class Router:
             return
         await self._route(task, message)
 
+    async def _one_diff(
+        self,
+        task: TaskRecord,
+        message: InboundMessage,
+        conversation: ConversationRecord,
+        command: Command,
+    ) -> None:
+        async with self._diffs[message.channel]:
+            await self._answer_command(task, message, conversation, command)
+
+    async def _answer_command(
+        self,
+        task: TaskRecord,
+        message: InboundMessage,
+        conversation: ConversationRecord,
+        command: Command,
+    ) -> None:
+        reply = await self._commands.reply(conversation, message, command, task.id)
+        await self._replies.answer_now(
+            task, message, reply.text, CompletionReason.SUCCESS, files=reply.files
+        )
+
     async def release_held(self, task_id: str) -> None:
         """An owner allowed the sender: the held message (it engaged the bot when it was
         held) joins its conversation as if it had just passed the gate. A held task its
@@ -134,10 +166,15 @@ class Router:
                 await self._drop_untrusted(task, message, "command")
                 return
             conversation = await self._conversation_for(message)
-            reply = await self._commands.reply(conversation, message, command, task.id)
-            await self._replies.answer_now(
-                task, message, reply.text, CompletionReason.SUCCESS, files=reply.files
-            )
+            if command.name is CommandName.DIFF and self.jobs is not None:
+                # It reads the agent's workspace, which can make that take its whole 120 s
+                # (a FIFO where git reads a .gitignore): not with every message of the
+                # channel waiting behind it. A crash meanwhile leaves the task
+                # AUTHENTICATING, and the next start routes it again.
+                diff = self._one_diff(task, message, conversation, command)
+                self.jobs.spawn(diff, name=f"diff-{task.id}")
+            else:
+                await self._answer_command(task, message, conversation, command)
             return
         room = self._access.room_settings(message.channel, message.room)
         started = await self._store.active_conversation(message.channel, message.conversation_key)

@@ -182,6 +182,7 @@ class GatewayService:
             self.schedules,
             proposals,
             self.action_approvals,
+            jobs=self._jobs,
         )
 
     @property

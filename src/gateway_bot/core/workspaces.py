@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from gateway_bot.config.yaml_tags import ConfigError
 from gateway_bot.core.schedule_request_file import REQUEST_FILE
 from gateway_bot.sandbox import shared_lock
 from gateway_bot.sandbox.base import ExecutionContext
@@ -38,6 +39,9 @@ from gateway_bot.sandbox.host_files import remove_trees, run_git
 
 log = logging.getLogger(__name__)
 
+MAX_REPO_FILE_BYTES = 256 * 1024
+"""The largest ``.gateway/`` file read from the default branch (config, allowlist,
+Containerfile)."""
 MIRROR_LOCK = "git-mirror.lock"
 """Beside the mirror in the state directory: held while the mirror is cloned or fetched."""
 
@@ -226,14 +230,19 @@ class Workspaces:
             network_log=dirs.network_log,
         )
 
-    async def prepare(self, conversation_id: str, files: ContextFiles) -> ConversationDirs:
+    async def prepare(
+        self, conversation_id: str, files: ContextFiles, max_checkout_bytes: int | None = None
+    ) -> ConversationDirs:
         """Make the conversation's own directory, and have the sandbox make the context's
         and clone the workspace from the mirror (once; never rebased). A clone that fails
         is tried once more on a mirror cloned anew when the mirror no longer reads (or on
-        the one another task's repair put in place meanwhile). Raises WorkspaceSetupFailed,
-        or GitError when the mirror's new clone failed."""
+        the one another task's repair put in place meanwhile). A repo whose files would
+        take more than ``max_checkout_bytes`` is not checked out. Raises
+        WorkspaceSetupFailed, or GitError when the mirror's new clone failed."""
         dirs = self.dirs(conversation_id)
         await asyncio.to_thread(dirs.root.mkdir, parents=True, exist_ok=True)
+        if max_checkout_bytes is not None and not await files.workspace_exists():
+            await self._refuse_checkout_over(max_checkout_bytes)
         origin = GitOrigin(self._mirror, self._repo_url, self._branch)
         cloned_from = await asyncio.to_thread(_identity, self._mirror)
         try:
@@ -246,6 +255,22 @@ class Workspaces:
                     await self._clone_mirror_again("a workspace's clone from it", exc)
             await files.ensure_workspace(origin)
         return dirs
+
+    async def _refuse_checkout_over(self, limit: int) -> None:
+        """The checkout writes the repo's files on the host before any disk limit is
+        measured, and git's objects compress well: 20 GB of zeros is 90 MB of pack. So
+        the sizes git records are added up first (``ls-tree -l``, nothing read)."""
+        listed = await _git(self._in_mirror, "ls-tree", "-r", "-l", "-z", self._branch or "HEAD")
+        total = 0
+        for entry in listed.split("\0"):
+            fields = entry.partition("\t")[0].split()
+            if len(fields) == 4 and fields[1] == "blob":
+                total += int(fields[3])
+        if total > limit:
+            raise WorkspaceSetupFailed(
+                f"the repo's files take {total / 1024**2:,.0f} MB, more than the "
+                f"conversation's disk limit of {limit / 1024**2:,.0f} MB: not checked out"
+            )
 
     async def take_outbox(
         self, conversation_id: str, task_id: str, files: ContextFiles
@@ -308,14 +333,27 @@ class Workspaces:
         return name, commit.strip()
 
     async def read_default_branch_file(self, path: str) -> str | None:
-        """A file's text on the default branch of the mirror, or None when it is absent."""
+        """A file's text on the default branch of the mirror, or None when it is absent.
+        The repo is not the operator's: a file over ``MAX_REPO_FILE_BYTES`` (or a directory
+        where a file belongs) is a ConfigError, its size asked of git before anything is
+        read (a 2 GB config.yaml was read whole into the daemon, then parsed on its loop)."""
         ref = self._branch or "HEAD"
-        try:
-            return await _git(self._in_mirror, "show", f"{ref}:{path}")
-        except GitError as exc:
-            if "does not exist" in str(exc) or "exists on disk, but not in" in str(exc):
-                return None
-            raise
+        listed = await _git(self._in_mirror, "ls-tree", "-l", "-z", ref, "--", path)
+        entry = next((e for e in listed.split("\0") if e.endswith(f"\t{path}")), None)
+        if entry is None:
+            return None
+        _mode, kind, object_id, size = entry.partition("\t")[0].split()
+        if kind != "blob":
+            raise ConfigError(path, [f"is a {kind}, not a file: not read"])
+        if int(size) > MAX_REPO_FILE_BYTES:
+            raise ConfigError(
+                path,
+                [
+                    f"has {int(size):,} bytes, more than the {MAX_REPO_FILE_BYTES:,} read "
+                    "(hint: keep it short): not read"
+                ],
+            )
+        return await _git(self._in_mirror, "cat-file", "blob", object_id)
 
 
 async def _git(*args: str) -> str:

@@ -18,6 +18,7 @@ import errno
 import os
 import shutil
 import stat
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,14 @@ MAX_OUTBOX_FILES = 20
 MAX_OUTBOX_BYTES = 1024 * 1024 * 1024
 """Per task, at most this many files and bytes are taken from the outbox; the rest wait
 for the next task. A sparse file costs nothing in the outbox and its full size copied."""
+_CHECKOUT_SAFETY = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
+"""The workspace's checkout writes the repo's files on the host, as the daemon: the repo's
+``.gitattributes`` names the filter that turns each file into what is written, and the
+host's system and global config say what program a filter name runs (``git lfs install``
+puts git-lfs there, which then fetches from the URL the repo's ``.lfsconfig`` names, from
+the host's network). So the clone from the local mirror reads no config but its own (no
+credential, ``insteadOf`` or identity is needed for it) and runs no hook: repo content
+never picks a program the host runs. LFS files arrive as their pointers."""
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
@@ -75,13 +84,24 @@ class HostContextFiles:
             await asyncio.to_thread(path.mkdir, parents=True, exist_ok=True)
         if await asyncio.to_thread((self.workspace / ".git").exists):
             return
+        if await self.workspace_exists():
+            # The agent removed its .git: a clone could not take the workspace's place
+            # (not empty), and one per task would only cost the host a checkout each time.
+            raise WorkspaceSetupFailed(
+                "the workspace has no .git any more (the agent removed it): /new starts a "
+                "conversation with a fresh clone"
+            )
         partial = self.workspace.with_name(f"{self.workspace.name}.partial")
         await asyncio.to_thread(shutil.rmtree, partial, True)
         branch = ["--branch", origin.branch] if origin.branch else []
         await run_git(
-            "clone", "--quiet", "--no-hardlinks", *branch, str(origin.mirror), str(partial)
-        )
-        await run_git("-C", str(partial), "remote", "set-url", "origin", origin.url)
+            *_CHECKOUT_SAFETY, "clone", "--quiet", "--no-hardlinks", "--template=", *branch,
+            str(origin.mirror), str(partial), own_config_only=True,
+        )  # fmt: skip
+        await run_git(
+            *_CHECKOUT_SAFETY, "-C", str(partial), "remote", "set-url", "origin", origin.url,
+            own_config_only=True,
+        )  # fmt: skip
         await asyncio.to_thread(partial.rename, self.workspace)
 
     async def workspace_exists(self) -> bool:
@@ -294,15 +314,33 @@ def _move_regular_files(source: Path, target: Path, skip: frozenset[str]) -> lis
                     continue
                 budget -= info.st_size
                 target.mkdir(parents=True, exist_ok=True)
-                _copy_fd(fd, target / name)
+                shown = shown_name(name, {p.name for p in copied})
+                _copy_fd(fd, target / shown)
             finally:
                 os.close(fd)
-            copied.append(target / name)
+            copied.append(target / shown)
             with contextlib.suppress(OSError):
                 os.unlink(name, dir_fd=source_fd)  # unlink never follows a link
     finally:
         os.close(source_fd)
     return copied
+
+
+def shown_name(name: str, taken: set[str]) -> str:
+    """The name an outbox file goes out under: its own, with every character that is no
+    printable text (controls, line breaks, the bidi and zero-width format characters that
+    make ``report\u202etxt.exe`` read as ``reportexe.txt``) as ``_``, and ``-2``, ``-3``...
+    before the extension when that name is ``taken`` by another file of the task. Chat
+    shows it as the file's name, and logs print it."""
+    clean = "".join("_" if unicodedata.category(c)[0] in "CZ" and c != " " else c for c in name)
+    if clean not in taken:
+        return clean
+    stem, dot, suffix = clean.rpartition(".")
+    stem, suffix = (stem, f".{suffix}") if dot and stem else (clean, "")
+    number = 2
+    while f"{stem}-{number}{suffix}" in taken:
+        number += 1
+    return f"{stem}-{number}{suffix}"
 
 
 def _copy_fd(fd: int, destination: Path) -> None:
@@ -344,11 +382,16 @@ async def remove_trees(paths: Sequence[Path]) -> None:
         raise OSError(f"removing {', '.join(map(str, paths))} failed: {problem}")
 
 
-async def run_git(*args: str, error: type[Exception] = WorkspaceSetupFailed) -> str:
+async def run_git(
+    *args: str, error: type[Exception] = WorkspaceSetupFailed, own_config_only: bool = False
+) -> str:
     """git on the daemon's own repositories (the mirror, a clone not yet handed over);
     a failure raises ``error`` with git's own message. Cancelled (/stop, shutdown, a task
-    timeout), git is killed with what it started (ssh, a remote helper: its own session)."""
+    timeout), git is killed with what it started (ssh, a remote helper: its own session).
+    ``own_config_only``: no system or global git config (see ``_CHECKOUT_SAFETY``)."""
     env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true"}
+    if own_config_only:
+        env |= {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null"}
     process = await asyncio.create_subprocess_exec(
         "git",
         *args,

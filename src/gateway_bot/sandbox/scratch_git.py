@@ -17,8 +17,16 @@ from pathlib import Path
 from gateway_bot.sandbox.child import reaped
 
 MAX_OUTPUT_BYTES = 32 * 1024 * 1024
+MAX_ADDRESS_SPACE = 3 * 1024 * 1024 * 1024
+"""git's address space (``prlimit --as``): it reads an added or deleted file's blob whole,
+whatever its size (``bigFileThreshold`` or not), and the agent's commit of a 4 GB file of
+zeros is 18 MB of objects. Packs are mapped in windows git gives back when refused."""
 
 _FORCED = (
+    # Diffed as binary past this size: xdiff keeps some 40 bytes per line it compares, and a
+    # commit of 500 MB of line breaks (a few hundred KB of objects, nothing of the disk
+    # limit) took 20 GB of the host's memory. The working tree's side is cut at 8 MB too.
+    "core.bigFileThreshold=8m",
     "core.fsmonitor=false",
     "core.hooksPath=/dev/null",
     "core.attributesFile=/dev/null",
@@ -37,6 +45,8 @@ class ScratchGitError(Exception):
 class ScratchGit:
     def __init__(self) -> None:
         self._git = shutil.which("git") or "git"
+        prlimit = shutil.which("prlimit")  # util-linux, as setpriv and unshare
+        self._limit = [prlimit, f"--as={MAX_ADDRESS_SPACE}", "--"] if prlimit else []
 
     async def text(
         self,
@@ -56,7 +66,7 @@ class ScratchGit:
         env: dict[str, str] | None = None,
     ) -> bytes:
         """``git --git-dir=REPOSITORY ARGS``'s stdout; ScratchGitError when it fails."""
-        argv = [self._git, "--no-pager", *_SAFETY]
+        argv = [*self._limit, self._git, "--no-pager", *_SAFETY]
         if repository is not None:
             argv.append(f"--git-dir={repository}")
         process = await asyncio.create_subprocess_exec(

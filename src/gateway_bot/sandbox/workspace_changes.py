@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import threading
 from pathlib import Path
 
 from gateway_bot.sandbox.context_files import DiffBase, WorkspaceChanges
@@ -39,18 +40,21 @@ _LISTED_COMMITS = 20
 async def workspace_changes(workspace: Path, base: DiffBase) -> WorkspaceChanges:
     """What changed in ``workspace`` against ``base``; the scratch repository is made at
     ``base.scratch`` and removed before this returns (or is cancelled)."""
-    reader = _ChangeReader(ScratchGit(), base.mirror)
+    stop = threading.Event()
+    reader = _ChangeReader(ScratchGit(), base.mirror, stop)
     try:
         summary, patch = await reader.read(workspace, base, base.scratch)
     finally:
+        stop.set()  # a thread still reading (this was cancelled) stops within a chunk
         await asyncio.to_thread(shutil.rmtree, base.scratch, True)
     return WorkspaceChanges(summary, patch)
 
 
 class _ChangeReader:
-    def __init__(self, git: ScratchGit, mirror: Path | None) -> None:
+    def __init__(self, git: ScratchGit, mirror: Path | None, stop: threading.Event) -> None:
         self._git = git
         self._mirror = mirror
+        self._stop = stop
 
     async def read(self, workspace: Path, base: DiffBase, scratch: Path) -> tuple[str, str]:
         """(summary, patch) of the workspace's changes."""
@@ -62,7 +66,7 @@ class _ChangeReader:
             sample = head.commit or upstream_commit or ""
             object_format = "sha256" if len(sample) == 64 else "sha1"
             await self._make_scratch(scratch, object_format)
-            await asyncio.to_thread(link_objects, git_fd, scratch / "objects")
+            await asyncio.to_thread(link_objects, git_fd, scratch / "objects", self._stop)
             if head.commit and not await self._exists(scratch, head.commit):
                 raise WorkspaceUnreadable("The workspace's HEAD commit cannot be read.")
             excluded = [c for c in (upstream_commit, pushed) if c]
@@ -151,6 +155,7 @@ class _ChangeReader:
             object_format,
             max_file=MAX_FILE_BYTES,
             max_total=MAX_CHANGED_BYTES,
+            stop=self._stop,
         )
         await self._git.run(scratch, "fast-import", "--quiet", stdin=stream)
         compared = [base, "refs/gwb/worktree", "--"]

@@ -23,14 +23,16 @@ import contextlib
 import hashlib
 import os
 import re
-import shutil
 import stat
+import threading
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+MAX_COPIED_BYTES = 512 * 1024 * 1024
+"""The most /diff copies of object files the kernel would not let it link."""
 _SMALL_FILE = 64 * 1024 * 1024
 """The most read from HEAD or packed-refs (a repository's own are far smaller)."""
 _OBJECT_ID = re.compile(rb"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
@@ -115,31 +117,52 @@ def read_ref(git_fd: int, ref: str) -> str | None:
     return None
 
 
-def link_objects(git_fd: int, objects_dir: Path) -> None:
+def link_objects(git_fd: int, objects_dir: Path, stop: threading.Event | None = None) -> None:
     """Hard-link (or copy) the repository's object files into ``objects_dir``: loose
-    objects and packs, nothing else (``info/alternates`` would name other repositories)."""
+    objects and packs, nothing else (``info/alternates`` would name other repositories).
+    A file reached again under another name is taken once; copies (where the kernel
+    refuses a link) stop at ``MAX_COPIED_BYTES`` in all (WorkspaceUnreadable), and all
+    of it when ``stop`` is set."""
+    budget = _CopyBudget(MAX_COPIED_BYTES, stop or threading.Event())
     with _opened_dir(git_fd, "objects") as objects_fd:
         for name in os.listdir(objects_fd):
             if _LOOSE_DIR.match(name):
                 with _opened_dir(objects_fd, name) as loose_fd:
                     for entry in os.listdir(loose_fd):
+                        budget.check()
                         if _LOOSE_FILE.match(entry):
-                            _link_regular(loose_fd, entry, objects_dir / name / entry)
+                            _link_regular(loose_fd, entry, objects_dir / name / entry, budget)
             elif name == "pack":
                 with _opened_dir(objects_fd, name) as pack_fd:
                     for entry in os.listdir(pack_fd):
+                        budget.check()
                         if _PACK_FILE.match(entry):
-                            _link_regular(pack_fd, entry, objects_dir / "pack" / entry)
+                            _link_regular(pack_fd, entry, objects_dir / "pack" / entry, budget)
+
+
+@dataclass
+class _CopyBudget:
+    """What ``link_objects`` may still copy, and the files it already took."""
+
+    left: int
+    stop: threading.Event
+    taken: set[tuple[int, int]] = field(default_factory=set)
+
+    def check(self) -> None:
+        given_up(self.stop)
 
 
 class WorkTree:
     """Working-tree paths read relative to the workspace's descriptor, each component
     opened no-follow: a path through a symlinked directory reads as gone."""
 
-    def __init__(self, work_fd: int, object_format: str) -> None:
+    def __init__(
+        self, work_fd: int, object_format: str, stop: threading.Event | None = None
+    ) -> None:
         self._dirs: dict[bytes, int | None] = {b"": work_fd}
         self._owned: list[int] = []
         self._object_format = object_format
+        self._stop = stop or threading.Event()
 
     def close(self) -> None:
         for fd in self._owned:
@@ -184,6 +207,7 @@ class WorkTree:
         kept: list[bytes] = []
         total = 0
         while chunk := os.read(fd, 1024 * 1024):
+            given_up(self._stop)  # a sparse terabyte reads at memory speed, for minutes
             digest.update(chunk)
             total += len(chunk)
             if total <= max_read:
@@ -206,6 +230,13 @@ class WorkTree:
                 fd = None
         self._dirs[path] = fd
         return fd
+
+
+def given_up(stop: threading.Event) -> None:
+    """Raise WorkspaceUnreadable once ``stop`` is set: the reading runs in a thread, which
+    /diff's time limit cannot cancel; the waiting side sets ``stop`` when it gives up."""
+    if stop.is_set():
+        raise WorkspaceUnreadable("/diff was given up while it read the workspace.")
 
 
 def blob_id(content: bytes, object_format: str) -> str:
@@ -267,37 +298,63 @@ def _opened_dir(dir_fd: int, name: str) -> Iterator[int]:
         os.close(fd)
 
 
-def _link_regular(dir_fd: int, name: str, target: Path) -> None:
+def _link_regular(dir_fd: int, name: str, target: Path, budget: _CopyBudget) -> None:
     """Hard-link the regular file ``name`` to ``target``, or copy it from its descriptor.
 
     The entry is opened no-follow and checked on the descriptor. Linking goes by name (the
     kernel links the entry itself, never following it), so the agent could swap the name
     in between: the new link, in a directory only the daemon writes, must then be the very
     inode checked, or it is removed and the checked descriptor's bytes copied instead, as
-    they are where the kernel refuses the link (protected_hardlinks, another filesystem).
-    Links and special files are skipped."""
+    they are where the kernel refuses the link (protected_hardlinks, another filesystem,
+    an inode with 65,000 links already). The agent decides when a link is refused and how
+    large a file is (a sparse terabyte costs it no quota), so a copy takes at most the size
+    checked, from the ``budget`` of all copies, and an inode is taken once whatever its
+    number of names. Links and special files are skipped."""
     try:
         fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
     except OSError:
         return
     try:
         checked = os.fstat(fd)
-        if not stat.S_ISREG(checked.st_mode):
+        identity = (checked.st_dev, checked.st_ino)
+        if not stat.S_ISREG(checked.st_mode) or identity in budget.taken:
             return
+        budget.taken.add(identity)
         target.parent.mkdir(mode=0o700, exist_ok=True)
         try:
             os.link(name, target, src_dir_fd=dir_fd, follow_symlinks=False)
             linked = os.lstat(target)
-            if (linked.st_dev, linked.st_ino) == (checked.st_dev, checked.st_ino):
+            if (linked.st_dev, linked.st_ino) == identity:
                 return
             target.unlink()
         except OSError:
             with contextlib.suppress(FileNotFoundError):
                 target.unlink()
-        with open(target, "xb") as out, os.fdopen(os.dup(fd), "rb") as source:
-            shutil.copyfileobj(source, out)
+        if checked.st_size > budget.left:
+            raise WorkspaceUnreadable(
+                f"The workspace's .git/objects holds files that cannot be linked and are "
+                f"too large to copy (over {MAX_COPIED_BYTES // (1024 * 1024):,} MB): "
+                "not compared."
+            )
+        budget.left -= checked.st_size
+        with open(target, "xb") as out:
+            _copy_at_most(fd, out.fileno(), checked.st_size, budget.stop)
     finally:
         os.close(fd)
+
+
+def _copy_at_most(source: int, out: int, size: int, stop: threading.Event) -> None:
+    """Copy up to ``size`` bytes from ``source`` (the agent may still be writing it)."""
+    remaining = size
+    while remaining > 0:
+        given_up(stop)
+        chunk = os.read(source, min(remaining, 1024 * 1024))
+        if not chunk:
+            return
+        remaining -= len(chunk)
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(out, view) :]
 
 
 def worktree_import_stream(
@@ -308,20 +365,24 @@ def worktree_import_stream(
     *,
     max_file: int,
     max_total: int,
+    stop: threading.Event | None = None,
 ) -> bytes:
     """A ``git fast-import`` stream committing the working tree as ``refs/gwb/worktree``.
 
     ``tracked`` is HEAD's tree (path -> mode, id, size). Files unchanged from HEAD go in by
     reference (hashed here, never re-sent), changed and new ones inline, read by WorkTree.
     A changed file over ``max_file`` (or past ``max_total`` in all) becomes a one-line note.
-    Submodules stay as HEAD has them: their own repositories are not read.
+    Submodules stay as HEAD has them: their own repositories are not read. Raises
+    WorkspaceUnreadable soon after ``stop`` is set.
     """
     out = [b"commit refs/gwb/worktree\ncommitter gateway-bot <gateway-bot@localhost> 0 +0000\n"]
     out.append(b"data 0\n")
     budget = max_total
-    tree = WorkTree(work_fd, object_format)
+    stop = stop or threading.Event()
+    tree = WorkTree(work_fd, object_format, stop)
     try:
         for path in sorted({*tracked, *untracked}):
+            given_up(stop)
             known = tracked.get(path)
             if known is not None and known[0] == "160000":
                 out.append(b"M 160000 %s %s\n" % (known[1].encode(), _quote(path)))

@@ -40,7 +40,7 @@ async def build_images(
         print(
             "warning: the agent binary was not found on PATH; the build may fail", file=sys.stderr
         )
-    builder = ImageBuilder(service, settings.image, agent_files, work_dir)
+    builder = ImageBuilder(service, settings.image, agent_files, work_dir, limits=settings.limits)
     print(f"base image: {await builder.base_image()}", flush=True)
     text = await asyncio.to_thread(containerfile.read_text) if containerfile else None
     agent = await builder.agent_image(text, on_line=_print)

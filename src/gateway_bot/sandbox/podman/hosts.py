@@ -87,7 +87,12 @@ def _host(
     agent_files: Mapping[str, Path],
 ) -> PodmanHost:
     images = ImageBuilder(
-        service, settings.image, agent_files, directory, refresh_in_background=True
+        service,
+        settings.image,
+        agent_files,
+        directory,
+        refresh_in_background=True,
+        limits=settings.limits,
     )
     proxy = EgressProxy(service, images, deployment, settings.egress_network, directory / "egress")
     return PodmanHost(name, capacity, service, images, proxy, ContainerCalls(service, deployment))

@@ -33,7 +33,7 @@ from typing import Any
 
 from podman.errors import APIError, ImageNotFound
 
-from gateway_bot.config.sandbox import ImageSettings
+from gateway_bot.config.sandbox import ImageSettings, LimitSettings
 from gateway_bot.sandbox.base import REPO_CONTAINERFILE_PATH, SandboxUnavailable
 from gateway_bot.sandbox.podman.cli_call import OnLine
 from gateway_bot.sandbox.podman.repo_containerfile import (
@@ -65,6 +65,20 @@ UNTRUSTED_BUILD_FLAGS = [
 internet: it never passes the egress proxy), and only the capabilities package installs
 need. (A user namespace for the build is not used: buildah 1.28 does not remap the base
 image's layers, so its root could not write its own filesystem.)"""
+
+
+def untrusted_build_limits(limits: LimitSettings) -> list[str]:
+    """A repo's build steps run as the host's root, in the build's cgroup: without these
+    they had all of the host's memory and CPUs (``RUN`` a program that allocates until the
+    kernel kills something, the daemon perhaps). They get what an agent container gets."""
+    period = 100_000
+    return [
+        f"--memory={limits.memory}",
+        f"--cpu-period={period}",
+        f"--cpu-quota={max(1000, int(limits.cpus * period))}",
+    ]
+
+
 _UNHASHED = {"host-ca.pem"}
 AGENT_BIN = "agent-bin"
 """The build-context directory holding the agent's files (always there, maybe empty)."""
@@ -96,13 +110,16 @@ class ImageBuilder:
         work_dir: Path,
         *,
         refresh_in_background: bool = False,
+        limits: LimitSettings | None = None,
     ) -> None:
         """``agent_files`` go into the agent image's build context by name and under
         ``agent-bin/`` (the default Containerfile puts that on the image's PATH). With
         ``refresh_in_background`` (the daemon) an image past its age is still used while its
-        rebuild runs, so no task waits for it; the next task after it gets the new one."""
+        rebuild runs, so no task waits for it; the next task after it gets the new one.
+        ``limits``: an agent container's memory and CPUs, which a repo's build gets too."""
         self._service = service
         self._settings = settings
+        self._limits = limits or LimitSettings()
         self._agent_files = {
             **agent_files,
             **{f"{AGENT_BIN}/{name}": path for name, path in agent_files.items()},
@@ -278,7 +295,7 @@ class ImageBuilder:
         await asyncio.to_thread(_stage_context, context, containerfile, files)
         args = ["build", *self._service.cli_limit_flags(), "--build-arg", f"BASE_IMAGE={base}"]
         if untrusted:
-            args += UNTRUSTED_BUILD_FLAGS
+            args += [*UNTRUSTED_BUILD_FLAGS, *untrusted_build_limits(self._limits)]
         for name in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL"):
             if os.environ.get(name):
                 args += ["--build-arg", f"{name}={os.environ[name]}"]
