@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway_bot.sandbox.host_files import run_git
+from gateway_bot.sandbox.host_commands import run_git
 
 MARK = "GWB_TEST_GIT_CANCEL"
 

@@ -35,7 +35,7 @@ from gateway_bot.core.schedule_request_file import REQUEST_FILE
 from gateway_bot.sandbox import shared_lock
 from gateway_bot.sandbox.base import ExecutionContext
 from gateway_bot.sandbox.context_files import ContextFiles, GitOrigin, WorkspaceSetupFailed
-from gateway_bot.sandbox.host_files import remove_trees, run_git
+from gateway_bot.sandbox.host_commands import remove_trees, run_git
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,8 @@ from gateway_bot.sandbox.workspace_snapshot import (
     open_repository,
     read_head,
     read_ref,
-    worktree_import_stream,
 )
+from gateway_bot.sandbox.worktree_import import worktree_import_stream
 
 MAX_FILE_BYTES = 8 * 1024 * 1024
 """A changed file larger than this is shown as a one-line note, not its content."""
