@@ -229,8 +229,8 @@ def test_a_repo_bigger_than_the_disk_limit_is_never_checked_out(tmp_path: Path) 
     with pytest.raises(WorkspaceSetupFailed) as refused:
         asyncio.run(prepare())
     assert str(refused.value) == (
-        "the repo's files take 2,048 MB, more than the conversation's disk limit of 100 MB: "
-        "not checked out"
+        "the repo's files take 2,048 MB or more, past the conversation's disk limit of "
+        "100 MB: not checked out"
     )
     assert not context.workspace.exists()
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gateway_bot.config.yaml_tags import ConfigError
+from gateway_bot.core.checkout_size import CheckoutTooBig, refuse_checkout_over
 from gateway_bot.core.schedule_request_file import REQUEST_FILE
 from gateway_bot.sandbox import shared_lock
 from gateway_bot.sandbox.base import ExecutionContext
@@ -257,20 +258,23 @@ class Workspaces:
         return dirs
 
     async def _refuse_checkout_over(self, limit: int) -> None:
-        """The checkout writes the repo's files on the host before any disk limit is
-        measured, and git's objects compress well: 20 GB of zeros is 90 MB of pack. So
-        the sizes git records are added up first (``ls-tree -l``, nothing read)."""
-        listed = await _git(self._in_mirror, "ls-tree", "-r", "-l", "-z", self._branch or "HEAD")
-        total = 0
-        for entry in listed.split("\0"):
-            fields = entry.partition("\t")[0].split()
-            if len(fields) == 4 and fields[1] == "blob":
-                total += int(fields[3])
-        if total > limit:
-            raise WorkspaceSetupFailed(
-                f"the repo's files take {total / 1024**2:,.0f} MB, more than the "
-                f"conversation's disk limit of {limit / 1024**2:,.0f} MB: not checked out"
-            )
+        """Refuse a checkout that would pass ``limit`` (``checkout_size``). A listing that
+        fails (a mirror being repaired by another task) leaves the decision to the clone,
+        which fails or repairs on the same mirror."""
+        try:
+            await refuse_checkout_over(self._in_mirror, self._branch_ref, limit)
+        except CheckoutTooBig as exc:
+            raise WorkspaceSetupFailed(str(exc)) from exc
+        except OSError as exc:
+            log.warning("measuring the checkout failed (%s); the clone decides", exc)
+
+    @property
+    def _branch_ref(self) -> str:
+        """The default branch as a full ref: a bare name lets git prefer a tag of the same
+        name (``refs/tags/main`` over ``refs/heads/main``), which anyone who can push a tag
+        could make point at a harmless tree while the clone (``--branch``) takes the
+        branch, or at another ``.gateway/config.yaml`` than the branch's."""
+        return f"refs/heads/{self._branch}" if self._branch else "HEAD"
 
     async def take_outbox(
         self, conversation_id: str, task_id: str, files: ContextFiles
@@ -337,8 +341,7 @@ class Workspaces:
         The repo is not the operator's: a file over ``MAX_REPO_FILE_BYTES`` (or a directory
         where a file belongs) is a ConfigError, its size asked of git before anything is
         read (a 2 GB config.yaml was read whole into the daemon, then parsed on its loop)."""
-        ref = self._branch or "HEAD"
-        listed = await _git(self._in_mirror, "ls-tree", "-l", "-z", ref, "--", path)
+        listed = await _git(self._in_mirror, "ls-tree", "-l", "-z", self._branch_ref, "--", path)
         entry = next((e for e in listed.split("\0") if e.endswith(f"\t{path}")), None)
         if entry is None:
             return None
