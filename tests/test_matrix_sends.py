@@ -16,7 +16,7 @@ async def _send(sends: SendsInFlight, gate: asyncio.Event) -> None:
 async def test_the_wait_ends_when_the_answer_sent_after_the_batch_is_out() -> None:
     sends = SendsInFlight()
     mark = sends.mark()
-    waiting = asyncio.create_task(sends.settled_since(mark, cap_s=30))
+    waiting = asyncio.create_task(sends.settled_since(mark, start_within_s=30, cap_s=30))
     await asyncio.sleep(0.05)
     assert not waiting.done(), "nothing was sent yet: the poll must wait"
     gate = asyncio.Event()
@@ -31,7 +31,7 @@ async def test_the_wait_ends_when_the_answer_sent_after_the_batch_is_out() -> No
 async def test_a_send_that_fails_counts_as_out() -> None:
     sends = SendsInFlight()
     mark = sends.mark()
-    waiting = asyncio.create_task(sends.settled_since(mark, cap_s=30))
+    waiting = asyncio.create_task(sends.settled_since(mark, start_within_s=30, cap_s=30))
 
     async def refused() -> None:
         async with sends.sending():
@@ -48,7 +48,7 @@ async def test_the_wait_waits_for_every_send_in_flight() -> None:
     first, second = asyncio.Event(), asyncio.Event()
     one = asyncio.create_task(_send(sends, first))
     two = asyncio.create_task(_send(sends, second))
-    waiting = asyncio.create_task(sends.settled_since(mark, cap_s=30))
+    waiting = asyncio.create_task(sends.settled_since(mark, start_within_s=30, cap_s=30))
     await asyncio.sleep(0.01)
     first.set()
     await one
@@ -65,5 +65,29 @@ async def test_a_batch_that_gets_no_answer_holds_the_poll_only_until_the_cap() -
     gate = asyncio.Event()
     gate.set()
     await _send(before, gate)  # a send before the batch does not end its wait
-    assert await asyncio.wait_for(before.settled_since(before.mark(), cap_s=0.2), 5) is False
-    assert await asyncio.wait_for(sends.settled_since(sends.mark(), cap_s=0.2), 5) is False
+    assert (
+        await asyncio.wait_for(before.settled_since(before.mark(), start_within_s=30, cap_s=0.2), 5)
+        is False
+    )
+    assert (
+        await asyncio.wait_for(sends.settled_since(sends.mark(), start_within_s=30, cap_s=0.2), 5)
+        is False
+    )
+
+
+async def test_a_batch_whose_answer_never_starts_holds_the_poll_only_briefly() -> None:
+    # Chatter in a group room engages nobody: no send starts, and the next poll must not
+    # wait the whole cap for one.
+    sends = SendsInFlight()
+    waiting = asyncio.create_task(sends.settled_since(sends.mark(), start_within_s=0.1, cap_s=30))
+    assert await asyncio.wait_for(waiting, 5) is False
+    # An answer that did start is waited for past that window.
+    mark = sends.mark()
+    gate = asyncio.Event()
+    answer = asyncio.create_task(_send(sends, gate))
+    waiting = asyncio.create_task(sends.settled_since(mark, start_within_s=0.1, cap_s=30))
+    await asyncio.sleep(0.3)
+    assert not waiting.done(), "the answer started: it is waited for"
+    gate.set()
+    await answer
+    assert await asyncio.wait_for(waiting, 5) is True

@@ -60,6 +60,9 @@ ANSWERS_WAIT_S = 0.5
 """How long the next poll waits for the answers (acknowledgement, refusal, card) to a
 batch's messages: they normally go out within tens of ms; a message that gets none (a
 duplicate, a reaction from someone else) must not hold the room's next message up longer."""
+ANSWER_STARTS_S = 0.15
+"""... and not even that long when no answer has started by then (chatter in a group room
+that engages nobody): an acknowledgement starts within tens of ms of the batch."""
 ECHO_GRACE_S = 0.1
 """Then this long again, while people's clients fetch those answers (sends.py)."""
 
@@ -161,7 +164,9 @@ class MatrixListener:
                 await self._encrypted.retry_kept()
                 if self._handed_on:
                     self._handed_on = False  # poll once their answers are out (sends.py)
-                    if await self._session.sends.settled_since(sent_before, ANSWERS_WAIT_S):
+                    if await self._session.sends.settled_since(
+                        sent_before, ANSWER_STARTS_S, ANSWERS_WAIT_S
+                    ):
                         await asyncio.sleep(ECHO_GRACE_S)
             except LoginRefused as exc:
                 self.members.lost()
@@ -170,6 +175,8 @@ class MatrixListener:
                 return
             except MatrixError as exc:
                 self.members.lost()
+                if exc.status in (400, 404) and self._filter_id != self._filter:
+                    self._filter_id = None  # a stored filter it forgot (a restored database)
                 if exc.status == 401 and exc.errcode == "M_UNKNOWN_TOKEN":
                     try:
                         await self._session.token_lost()

@@ -19,6 +19,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SendsMark:
+    """How many sends had started and finished at a point: what ``settled_since`` compares
+    with."""
+
+    started: int
+    finished: int
 
 
 class SendsInFlight:
@@ -26,33 +36,41 @@ class SendsInFlight:
 
     def __init__(self) -> None:
         self._running = 0
+        self._started = 0
         self._finished = 0
         self._changed = asyncio.Event()
 
-    def mark(self) -> int:
-        """How many sends have finished so far: what ``settled_since`` compares with."""
-        return self._finished
+    def mark(self) -> SendsMark:
+        return SendsMark(self._started, self._finished)
 
     @contextlib.asynccontextmanager
     async def sending(self) -> AsyncIterator[None]:
         """Around one send (success or failure: either way it is no longer in flight)."""
         self._running += 1
+        self._started += 1
+        self._wake()
         try:
             yield
         finally:
             self._running -= 1
             self._finished += 1
-            changed, self._changed = self._changed, asyncio.Event()
-            changed.set()
+            self._wake()
 
-    async def settled_since(self, mark: int, cap_s: float) -> bool:
-        """Wait until a send finished after ``mark`` and none is running, at most
-        ``cap_s`` (a batch whose messages get no answer, or one still being decided, must
-        not hold up the next poll for long). True when it settled, False at the cap."""
+    def _wake(self) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def settled_since(self, mark: SendsMark, start_within_s: float, cap_s: float) -> bool:
+        """Wait until a send finished after ``mark`` and none is running; at most
+        ``start_within_s`` when no send starts at all (a batch of chatter in a busy room
+        gets no answer: its next message must not wait for one), and at most ``cap_s`` in
+        all (one still being decided). True when it settled, False when it gave up."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + cap_s
-        while not (self._finished > mark and self._running == 0):
-            remaining = deadline - loop.time()
+        begun = loop.time()
+        while not (self._finished > mark.finished and self._running == 0):
+            now = loop.time()
+            limit = cap_s if self._started > mark.started else min(start_within_s, cap_s)
+            remaining = begun + limit - now
             if remaining <= 0:
                 return False
             with contextlib.suppress(TimeoutError):
