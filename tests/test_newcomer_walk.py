@@ -272,10 +272,11 @@ def test_a_state_dir_of_another_repo_is_refused_not_silently_used(
     second = make_repo(tmp_path / "second-project")
     config = write_config(tmp_path, second, fake_api)
     said = (
-        f"The state directory {state_dir} holds the work on {target_repo} (its git mirror), not "
-        f"on {second}: conversations there would go on in {target_repo}'s workspaces. Give "
-        f"this repo its own state directory (state_dir in the config), or move {state_dir} "
-        "away to start afresh."
+        f"The state directory {state_dir} holds the work on {target_repo} (its git mirror), "
+        f"not on {second}: conversations there would go on in its workspaces. The same repo "
+        f"at a new address: `git --git-dir={state_dir / 'git-mirror'} remote set-url origin "
+        "NEW-URL`. Another repo: give it its own state directory (state_dir in the config), "
+        f"or move {state_dir} away to start afresh."
     )
     for command in ("run", "chat"):
         assert main([command, "--config", str(config)]) == 2
@@ -286,3 +287,22 @@ def test_a_state_dir_of_another_repo_is_refused_not_silently_used(
     config.write_text(config.read_text().replace(str(second), f"{target_repo}/"))  # spelt apart
     assert main(["check", "--config", str(config)]) == 0
     assert "holds the work on" not in capsys.readouterr().out
+    # A token in the URL is the same repo, and never printed.
+    mirror = state_dir / "git-mirror"
+    subprocess.run(
+        ["git", "--git-dir", str(mirror), "remote", "set-url", "origin",
+         "https://bot:s3cret@git.example/team/repo.git"],
+        check=True,
+    )  # fmt: skip
+    config.write_text(
+        config.read_text().replace(f"{target_repo}/", "https://git.example/team/repo")
+    )
+    assert main(["check", "--config", str(config)]) == 0
+    assert "holds the work on" not in capsys.readouterr().out
+    config.write_text(
+        config.read_text().replace("https://git.example/team/repo", "https://git.example/o/x")
+    )
+    assert main(["check", "--config", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "holds the work on https://git.example/team/repo.git (its git mirror)" in out
+    assert "s3cret" not in out

@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import re
 import stat
 import subprocess
 import tempfile
@@ -150,16 +151,28 @@ def other_repos_state_problem(state_dir: Path, url: str, *, how: str) -> str | N
     origin = found.stdout.strip()
     if found.returncode != 0 or not origin or _same_repo(origin, url):
         return None
+    shown_origin, shown_url = _without_userinfo(origin), _without_userinfo(url)
     return (
-        f"The state directory {state_dir} holds the work on {origin} (its git mirror), not on "
-        f"{url}: conversations there would go on in {origin}'s workspaces. Give this repo "
-        f"its own state directory ({how}), or move {state_dir} away to start afresh."
+        f"The state directory {state_dir} holds the work on {shown_origin} (its git mirror), "
+        f"not on {shown_url}: conversations there would go on in its workspaces. The same "
+        f"repo at a new address: `git --git-dir={state_dir / 'git-mirror'} remote set-url "
+        f"origin NEW-URL`. Another repo: give it its own state directory ({how}), or move "
+        f"{state_dir} away to start afresh."
     )
+
+
+_USERINFO = re.compile(r"^([a-z][a-z0-9+.-]*://)[^/@]*@", re.IGNORECASE)
+
+
+def _without_userinfo(url: str) -> str:
+    """A URL without its ``user:token@`` (a token rotated in ``repo.url`` is the same repo,
+    and a message must not print it)."""
+    return _USERINFO.sub(r"\1", url)
 
 
 def _same_repo(origin: str, url: str) -> bool:
     def plain(text: str) -> str:
-        text = text.rstrip("/")
+        text = _without_userinfo(text).rstrip("/")
         text = text.removesuffix(".git") if not text.endswith("/.git") else text
         return str(Path(text).resolve()) if text.startswith("/") else text
 
