@@ -31,7 +31,12 @@ from gateway_bot.state.store import Store
 
 log = logging.getLogger(__name__)
 
-Route = Callable[[str], Awaitable[None]]
+AfterLock = Callable[[], Awaitable[None]]
+"""Work routing leaves for after the channel's lock (answering /diff, which reads the
+agent's workspace and can take its whole 120 s): run by the same intake job, under the same
+retries, with the lock released."""
+
+Route = Callable[[str], Awaitable[AfterLock | None]]
 """Routes one stored task by its id (``Router.route``); called under the channel's lock."""
 
 
@@ -53,7 +58,8 @@ class Intake:
     )
     """One per channel: its messages are routed one at a time, in arrival order."""
     _taking_in: set[str] = dataclasses.field(default_factory=set, init=False)
-    """Tasks with an intake job now (waiting for the lock, parsing or backing off)."""
+    """Tasks with an intake job now (waiting for the lock, parsing, backing off, or doing
+    what routing left for after the lock)."""
 
     async def submit(self, raw: RawMessage) -> bool:
         """Durably accept a message. Returns True once it is safe to ack at the source.
@@ -119,7 +125,10 @@ class Intake:
         their conversation (and commands take effect) in the order they arrived. A transport
         failure is retried with the lock released between attempts: one unreachable room
         never holds up the others. Routing is idempotent by task state, so an attempt that
-        failed half-way is safe to repeat."""
+        failed half-way is safe to repeat. What routing leaves for after the lock (a /diff)
+        is part of the attempt: a transient failure there routes the task again, and while
+        it runs the task stays in ``_taking_in`` (a channel taken in again meanwhile does not
+        start it twice)."""
         if channel is None:
             channel = (await self._store.get_task(task_id)).channel
         lock = self._locks[channel]
@@ -127,7 +136,9 @@ class Intake:
             async for attempt in retrying(f"{channel}: taking in task {task_id}", self._policy):
                 with attempt:
                     async with lock:
-                        await self._route(task_id)
+                        after_lock = await self._route(task_id)
+                    if after_lock is not None:
+                        await after_lock()
         except Exception as exc:
             if not is_transient(exc):
                 raise

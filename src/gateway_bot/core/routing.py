@@ -4,13 +4,15 @@ queue an engaging message in its conversation (``core/scheduler.py``).
 
 Split from ``core/service.py``; the intake around it (the store commit, the per-channel
 order and retries) is ``core/intake.py``: this module decides what a message IS and where
-it goes, and is called under the channel's intake lock.
+it goes, and is called under the channel's intake lock (what must not hold that lock, a
+/diff, it hands back to intake to run once the lock is released).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 from collections import defaultdict
 from collections.abc import Mapping
@@ -26,7 +28,7 @@ from gateway_bot.core.commands import Command, CommandName, UnknownCommand, pars
 from gateway_bot.core.conversation_mail import ConversationMailer
 from gateway_bot.core.delivery import ReplyDelivery
 from gateway_bot.core.engagement import engages, is_blank
-from gateway_bot.core.jobs import Jobs
+from gateway_bot.core.intake import AfterLock
 from gateway_bot.core.retries import is_transient
 from gateway_bot.core.schedule_proposals import ScheduleProposals, parse_proposal_action
 from gateway_bot.core.scheduler import Scheduler
@@ -54,25 +56,25 @@ class Router:
     schedules: ScheduleRunner | None
     _proposals: ScheduleProposals | None
     action_approvals: ActionApprovals | None
-    jobs: Jobs | None = None
-    """Where /diff runs, off the channel's intake lock (None: under it, as other commands)."""
     _diffs: defaultdict[str, asyncio.Lock] = dataclasses.field(
         default_factory=lambda: defaultdict(asyncio.Lock)
     )
     """One /diff at a time per channel, as under the intake lock: each holds a scratch
     repository, a git and threads of the daemon's."""
 
-    async def route(self, task_id: str) -> None:
+    async def route(self, task_id: str) -> AfterLock | None:
+        """Called under the channel's intake lock; returns what intake runs once it is
+        released (answering a /diff), in the same job and under the same retries."""
         task = await self._store.get_task(task_id)
         if task.state is TaskState.QUEUED:
             task = await self._store.transition(task_id, TaskState.AUTHENTICATING, known=task)
         elif task.state is not TaskState.AUTHENTICATING:
-            return  # routed by an earlier attempt that failed afterwards
+            return None  # routed by an earlier attempt that failed afterwards
         if self.schedules is not None:
             scheduled = await self.schedules.run_message(task)
             if scheduled is not None:
                 await self._route_scheduled(task, scheduled)
-                return
+                return None
         adapter = self._adapters[task.channel]
         try:
             message = await adapter.authenticate_and_parse(task.raw)
@@ -84,7 +86,7 @@ class Router:
             await self._store.transition(
                 task_id, TaskState.COMPLETED, reason=reason, error=exc.reason
             )
-            return
+            return None
         except Exception as exc:
             if is_transient(exc):
                 raise
@@ -96,7 +98,7 @@ class Router:
                 reason=CompletionReason.REJECTED,
                 error=f"could not be parsed: {type(exc).__name__}: {exc}",
             )
-            return
+            return None
         if message is None:
             await self._store.transition(
                 task_id,
@@ -104,14 +106,14 @@ class Router:
                 reason=CompletionReason.REJECTED,
                 error="nothing to act on",
             )
-            return
+            return None
         if isinstance(message, Decision):
             await self._apply_decision(task, message)
-            return
+            return None
         if isinstance(message, RoomInvite):
             await self._gate.admit_invite(task, message)
-            return
-        await self._route(task, message)
+            return None
+        return await self._route(task, message)
 
     async def _one_diff(
         self,
@@ -146,7 +148,7 @@ class Router:
             return
         await self._queue_engaging(task, task.parsed)
 
-    async def _route(self, task: TaskRecord, message: InboundMessage) -> None:
+    async def _route(self, task: TaskRecord, message: InboundMessage) -> AfterLock | None:
         """Engagement before the sender gate: only a message addressed to the bot can be
         held and carded, so strangers talking among themselves are never quoted to an
         owner, and their words never become context. Commands run at once for senders the
@@ -160,29 +162,28 @@ class Router:
                 await self._replies.answer_now(task, message, str(exc), CompletionReason.REJECTED)
             else:
                 await self._drop_untrusted(task, message, "command")
-            return
+            return None
         if command is not None:
             if not trusted:
                 await self._drop_untrusted(task, message, "command")
-                return
+                return None
             conversation = await self._conversation_for(message)
-            if command.name is CommandName.DIFF and self.jobs is not None:
+            if command.name is CommandName.DIFF:
                 # It reads the agent's workspace, which can make that take its whole 120 s
                 # (a FIFO where git reads a .gitignore): not with every message of the
-                # channel waiting behind it. A crash meanwhile leaves the task
-                # AUTHENTICATING, and the next start routes it again.
-                diff = self._one_diff(task, message, conversation, command)
-                self.jobs.spawn(diff, name=f"diff-{task.id}")
-            else:
-                await self._answer_command(task, message, conversation, command)
-            return
+                # channel waiting behind it. Intake runs it after the lock, in the task's
+                # intake job (its retries; a crash leaves the task AUTHENTICATING, and the
+                # next start routes it again).
+                return functools.partial(self._one_diff, task, message, conversation, command)
+            await self._answer_command(task, message, conversation, command)
+            return None
         room = self._access.room_settings(message.channel, message.room)
         started = await self._store.active_conversation(message.channel, message.conversation_key)
         if trusted and started is not None and self.action_approvals is not None:
             answered = await self.action_approvals.answer_reply(started.id, message)
             if answered is not None:
                 await self._replies.answer_now(task, message, answered, CompletionReason.SUCCESS)
-                return
+                return None
         if not engages(message, room, started is not None):
             if room.ignored is IgnoredMessages.ACCUMULATE and trusted:
                 line = ContextLine(message.sender_name, message.body, message.received_at)
@@ -195,7 +196,7 @@ class Router:
                 reason=CompletionReason.REJECTED,
                 error="not addressed to the bot",
             )
-            return
+            return None
         if is_blank(message.body) and not message.attachments:
             if trusted:
                 await self._replies.answer_now(
@@ -206,10 +207,11 @@ class Router:
                 )
             else:
                 await self._drop_untrusted(task, message, "empty message")
-            return
+            return None
         if not (await self._gate.admit(task, message)).admitted:
-            return
+            return None
         await self._queue_engaging(task, message)
+        return None
 
     async def _route_scheduled(self, task: TaskRecord, message: InboundMessage) -> None:
         """A schedule's run, as its creator's message: queued if the gate still trusts

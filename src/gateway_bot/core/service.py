@@ -30,7 +30,7 @@ from gateway_bot.core.channel import ChannelAdapter
 from gateway_bot.core.chat_commands import ChatCommands
 from gateway_bot.core.conversation_mail import ConversationMailer
 from gateway_bot.core.delivery import ReplyDelivery
-from gateway_bot.core.intake import Intake
+from gateway_bot.core.intake import AfterLock, Intake
 from gateway_bot.core.jobs import Jobs
 from gateway_bot.core.lanes import Executes
 from gateway_bot.core.recovery import Recovery
@@ -182,7 +182,6 @@ class GatewayService:
             self.schedules,
             proposals,
             self.action_approvals,
-            jobs=self._jobs,
         )
 
     @property
@@ -295,9 +294,9 @@ class GatewayService:
         or re-run."""
         await self._recovery.at_start()
 
-    async def _route(self, task_id: str) -> None:
+    async def _route(self, task_id: str) -> AfterLock | None:
         """Intake's routing step (the router is made last: it needs the optional parts)."""
-        await self._router.route(task_id)
+        return await self._router.route(task_id)
 
     async def _release_held(self, task_id: str) -> None:
         """An owner allowed the sender: the held message joins its conversation."""
