@@ -8,10 +8,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gateway_bot.sandbox.host_files import HostContextFiles
+from tests.fake_anthropic import FakeAnthropic
 
 
 def _context_files(root: Path) -> HostContextFiles:
@@ -63,3 +65,21 @@ def test_a_file_that_cannot_be_copied_stays_and_the_others_go_out(
     assert (files.outbox / "blocked.txt").read_text() == "kept for the next task"
     assert not (files.outbox / "report.txt").exists()
     assert "outbox file 'blocked.txt' not sent" in caplog.text
+
+
+def test_the_agent_gets_both_clashing_longest_names_sent_and_its_reply_read(
+    gateway: Any, config_path: Path, fake_api: FakeAnthropic
+) -> None:
+    chat = gateway("chat", "--config", str(config_path))
+    make_files = (
+        "RUN_BASH python3 -c \"[open('../outbox/' + 'a' * 250 + c + '.txt', 'w').write(c)"
+        " for c in ('_', chr(1))]\""
+    )
+    chat.send(make_files)
+    chat.expect(r"^agent> Echo: RUN_BASH")
+    first = chat.expect(r"^  \[file\] .*/sent/[0-9a-f]{12}/a{250}_\.txt$")
+    second = chat.expect(r"^  \[file\] .*/sent/[0-9a-f]{12}/a{249}-2\.txt$")
+    chat.finish()
+    sent = [Path(line.split("[file] ")[1]) for line in (first, second)]
+    assert sorted(path.read_text() for path in sent) == ["\x01", "_"]
+    assert chat.count(r"Internal error") == 0
