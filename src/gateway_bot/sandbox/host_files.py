@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import logging
 import os
 import shutil
 import stat
@@ -37,6 +38,8 @@ from gateway_bot.sandbox.home_files import make_home_dir, write_home_bytes
 from gateway_bot.sandbox.host_commands import remove_trees, run_git
 from gateway_bot.sandbox.workspace_changes import workspace_changes
 
+log = logging.getLogger(__name__)
+
 MAX_OUTBOX_FILE_BYTES = 1024 * 1024 * 1024
 """Outbox files larger than this stay where they are (no channel takes them anyway)."""
 MAX_OUTBOX_FILES = 20
@@ -51,6 +54,11 @@ puts git-lfs there, which then fetches from the URL the repo's ``.lfsconfig`` na
 the host's network). So the clone from the local mirror reads no config but its own (no
 credential, ``insteadOf`` or identity is needed for it) and runs no hook: repo content
 never picks a program the host runs. LFS files arrive as their pointers."""
+NAME_MAX_BYTES = 255
+"""A file name's longest, in bytes (``NAME_MAX`` of Linux file systems)."""
+_KEPT_SUFFIX_BYTES = 16
+"""A name shortened to fit keeps an extension of at most this many bytes (``.tar.gz``,
+``.docx``); a longer "extension" is just the name's end, cut like the rest."""
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
@@ -312,10 +320,19 @@ def _move_regular_files(source: Path, target: Path, skip: frozenset[str]) -> lis
                     MAX_OUTBOX_FILE_BYTES, budget
                 ):
                     continue
-                budget -= info.st_size
                 target.mkdir(parents=True, exist_ok=True)
                 shown = shown_name(name, {p.name for p in copied})
-                _copy_fd(fd, target / shown)
+                try:
+                    _copy_fd(fd, target / shown)
+                except OSError as exc:
+                    # One file that cannot be copied (a full disk, a name the file system
+                    # refuses) must not cost the task its other files and its reply: it
+                    # stays in the outbox, and the next task tries it again.
+                    log.warning("outbox file %r not sent: %s", shown, exc.strerror or exc)
+                    with contextlib.suppress(OSError):
+                        (target / shown).unlink()
+                    continue
+                budget -= info.st_size
             finally:
                 os.close(fd)
             copied.append(target / shown)
@@ -331,16 +348,35 @@ def shown_name(name: str, taken: set[str]) -> str:
     printable text (controls, line breaks, the bidi and zero-width format characters that
     make ``report\u202etxt.exe`` read as ``reportexe.txt``) as ``_``, and ``-2``, ``-3``...
     before the extension when that name is ``taken`` by another file of the task. Chat
-    shows it as the file's name, and logs print it."""
+    shows it as the file's name, and logs print it.
+
+    Two names of 255 bytes can clean to the same one, and ``-2`` would make it one the file
+    system refuses (ENAMETOOLONG): the stem is cut, on a character boundary, so that the
+    numbered name fits in NAME_MAX_BYTES; a short extension is kept."""
     clean = "".join("_" if unicodedata.category(c)[0] in "CZ" and c != " " else c for c in name)
-    if clean not in taken:
-        return clean
     stem, dot, suffix = clean.rpartition(".")
     stem, suffix = (stem, f".{suffix}") if dot and stem else (clean, "")
+    candidate = _fitted(stem, "", suffix)
     number = 2
-    while f"{stem}-{number}{suffix}" in taken:
+    while candidate in taken:
+        candidate = _fitted(stem, f"-{number}", suffix)
         number += 1
-    return f"{stem}-{number}{suffix}"
+    return candidate
+
+
+def _fitted(stem: str, number: str, suffix: str) -> str:
+    """``stem + number + suffix`` in at most NAME_MAX_BYTES, cut on character boundaries
+    (the cleaned names hold no surrogates, so each encodes): the stem gives way for a short
+    extension; a long one (past _KEPT_SUFFIX_BYTES, just the name's end) is cut itself. The
+    number is always kept, so the names the caller tries differ."""
+    if len(suffix.encode()) <= _KEPT_SUFFIX_BYTES:
+        return _cut(stem, NAME_MAX_BYTES - len(f"{number}{suffix}".encode())) + number + suffix
+    head = _cut(stem, NAME_MAX_BYTES - len(number.encode())) + number
+    return _cut(head + suffix, NAME_MAX_BYTES)
+
+
+def _cut(text: str, limit: int) -> str:
+    return text.encode()[: max(limit, 0)].decode("utf-8", "ignore")
 
 
 def _copy_fd(fd: int, destination: Path) -> None:

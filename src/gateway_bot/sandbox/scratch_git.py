@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import resource
 import shutil
 from pathlib import Path
 
@@ -46,7 +47,7 @@ class ScratchGit:
     def __init__(self) -> None:
         self._git = shutil.which("git") or "git"
         prlimit = shutil.which("prlimit")  # util-linux, as setpriv and unshare
-        self._limit = [prlimit, f"--as={MAX_ADDRESS_SPACE}", "--"] if prlimit else []
+        self._limit = [prlimit, f"--as={address_space_cap()}:", "--"] if prlimit else []
 
     async def text(
         self,
@@ -85,6 +86,17 @@ class ScratchGit:
             last = stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or ["failed"]
             raise ScratchGitError(f"git {args[0]}: {last[0]}")
         return stdout
+
+
+def address_space_cap() -> int:
+    """The soft limit git gets: MAX_ADDRESS_SPACE, or the daemon's hard limit when that is
+    lower (systemd's ``LimitAS=``, ``ulimit -v``). Only the soft limit is set (``--as=N:``
+    keeps the hard one): raising a hard limit is refused without CAP_SYS_RESOURCE (EPERM),
+    which made every /diff fail on such a host."""
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard == resource.RLIM_INFINITY:
+        return MAX_ADDRESS_SPACE
+    return min(MAX_ADDRESS_SPACE, hard)
 
 
 def _fixed_env(home: Path) -> dict[str, str]:
