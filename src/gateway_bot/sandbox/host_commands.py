@@ -19,18 +19,24 @@ async def remove_trees(paths: Sequence[Path]) -> None:
     """Delete ``paths`` with GNU rm, which walks iteratively and never follows a link
     (an agent's tree may be thousands of levels deep, where ``shutil.rmtree`` dies of
     recursion), and stays on each path's file system. Raises OSError naming the failure."""
+    code, stderr = await run_quietly("rm", "-rf", "--one-file-system", "--", *map(str, paths))
+    if code != 0:
+        raise OSError(f"removing {', '.join(map(str, paths))} failed: {stderr[-300:]}")
+
+
+async def run_quietly(*argv: str) -> tuple[int, str]:
+    """A host command with no input and no output but its errors: (exit code, stderr).
+    In a session of its own, killed with what it started when the caller is cancelled."""
     process = await asyncio.create_subprocess_exec(
-        "rm", "-rf", "--one-file-system", "--", *map(str, paths),
+        *argv,
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
         start_new_session=True,
-    )  # fmt: skip
+    )
     async with reaped(process):
         _, stderr = await process.communicate()
-    if process.returncode != 0:
-        problem = stderr.decode(errors="replace")[-300:]
-        raise OSError(f"removing {', '.join(map(str, paths))} failed: {problem}")
+    return process.returncode or 0, stderr.decode(errors="replace")
 
 
 async def run_git(

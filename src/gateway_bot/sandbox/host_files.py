@@ -34,6 +34,7 @@ from gateway_bot.sandbox.context_files import (
     WorkspaceSetupFailed,
 )
 from gateway_bot.sandbox.disk_usage import DiskUsage, measure
+from gateway_bot.sandbox.fd_copy import copy_at_most
 from gateway_bot.sandbox.home_files import make_home_dir, write_home_bytes
 from gateway_bot.sandbox.host_commands import remove_trees, run_git
 from gateway_bot.sandbox.workspace_changes import workspace_changes
@@ -387,14 +388,6 @@ def _copy_fd(fd: int, destination: Path) -> None:
         destination.unlink()
         out = os.open(destination, flags, 0o600)
     try:
-        remaining = MAX_OUTBOX_FILE_BYTES
-        while remaining > 0:
-            chunk = os.read(fd, min(1024 * 1024, remaining))
-            if not chunk:
-                break
-            remaining -= len(chunk)
-            view = memoryview(chunk)
-            while view:
-                view = view[os.write(out, view) :]
+        copy_at_most(fd, out, MAX_OUTBOX_FILE_BYTES)
     finally:
         os.close(out)

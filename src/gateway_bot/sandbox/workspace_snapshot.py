@@ -29,6 +29,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gateway_bot.sandbox.fd_copy import copy_at_most
+
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 MAX_COPIED_BYTES = 512 * 1024 * 1024
@@ -338,20 +340,7 @@ def _link_regular(dir_fd: int, name: str, target: Path, budget: _CopyBudget) -> 
             )
         budget.left -= checked.st_size
         with open(target, "xb") as out:
-            _copy_at_most(fd, out.fileno(), checked.st_size, budget.stop)
+            stop = budget.stop
+            copy_at_most(fd, out.fileno(), checked.st_size, lambda: given_up(stop))
     finally:
         os.close(fd)
-
-
-def _copy_at_most(source: int, out: int, size: int, stop: threading.Event) -> None:
-    """Copy up to ``size`` bytes from ``source`` (the agent may still be writing it)."""
-    remaining = size
-    while remaining > 0:
-        given_up(stop)
-        chunk = os.read(source, min(remaining, 1024 * 1024))
-        if not chunk:
-            return
-        remaining -= len(chunk)
-        view = memoryview(chunk)
-        while view:
-            view = view[os.write(out, view) :]

@@ -9,7 +9,6 @@ from the host; environment variables come with each exec.
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import json
 import logging
@@ -24,7 +23,7 @@ from podman.errors import NotFound
 
 from gateway_bot.config.sandbox import LimitSettings
 from gateway_bot.sandbox.base import ExecutionContext, SandboxPaths
-from gateway_bot.sandbox.child import reaped
+from gateway_bot.sandbox.host_commands import run_quietly
 from gateway_bot.sandbox.podman.proxy import (
     LABEL_CONTEXT,
     LABEL_DEPLOYMENT,
@@ -109,17 +108,9 @@ async def hand_over(directories: Sequence[Path], uid: int) -> None:
     stale = [str(p) for p in directories if p.exists() and p.lstat().st_uid != uid]
     if not stale:
         return
-    process = await asyncio.create_subprocess_exec(
-        "chown", "-R", "-P", "-h", f"{uid}:{uid}", "--", *stale,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-        start_new_session=True,
-    )  # fmt: skip
-    async with reaped(process):
-        _, stderr = await process.communicate()
-    if process.returncode != 0:
-        log.warning("chown of %s: %s", ", ".join(stale), stderr.decode(errors="replace")[-500:])
+    code, stderr = await run_quietly("chown", "-R", "-P", "-h", f"{uid}:{uid}", "--", *stale)
+    if code != 0:
+        log.warning("chown of %s: %s", ", ".join(stale), stderr[-500:])
 
 
 TRUST_CA = ["sh", "-c", "update-ca-certificates >/dev/null 2>&1 || true"]
