@@ -81,6 +81,16 @@ def plain(text: str) -> str:
     return _MARKDOWN_PUNCTUATION.sub(r"\\\1", text)
 
 
+_MARKDOWN_ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")
+
+
+def shown_as_text(text: str) -> str:
+    """Markdown's backslash escapes undone, for a card's title, button labels or
+    notification text where a channel shows them as they are (not rendered as markdown):
+    ``plain``'s escapes of a stranger's name (``\\<``, ``\\[``) would show as backslashes."""
+    return _MARKDOWN_ESCAPE.sub(r"\1", text)
+
+
 _BIDI_SHOWN = re.compile(f"[{_BIDI}]")
 
 

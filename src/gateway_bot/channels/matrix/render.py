@@ -27,6 +27,7 @@ from markdown_it.renderer import RendererProtocol
 from markdown_it.token import Token
 from markdown_it.utils import EnvType, OptionsDict
 
+from gateway_bot.core.approval_cards import shown_as_text
 from gateway_bot.domain.messages import Card, Progress, Reply
 
 JsonDict = dict[str, Any]
@@ -37,8 +38,6 @@ _USAGE_RESERVE = 300
 """Bytes kept free in the last part for the usage line."""
 
 MENTIONS = "m.mentions"
-_MARKDOWN_ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")
-"""A markdown backslash escape (the core escapes strangers' names in cards)."""
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
 
 
@@ -260,18 +259,12 @@ def notice_content(text: str) -> JsonDict:
 # -- cards ---------------------------------------------------------------------------------
 
 
-def _as_shown(text: str) -> str:
-    """A card's title or button label, shown as is (not rendered as markdown): the core's
-    markdown escapes of a stranger's name (``\\<``, ``\\[``) would show as backslashes."""
-    return _MARKDOWN_ESCAPE.sub(r"\1", text)
-
-
 def card_content(card: Card, card_key: str) -> JsonDict:
     """A card: title, body, and how to press each button (react with its emoji). The
     buttons travel in the event under ``card_key`` so a reaction can be read back later."""
     buttons = [b for b in card.buttons if b.emoji]
-    how = " · ".join(f"{b.emoji} {_as_shown(b.label)}" for b in buttons)
-    title = _as_shown(card.title)
+    how = " · ".join(f"{b.emoji} {shown_as_text(b.label)}" for b in buttons)
+    title = shown_as_text(card.title)
     plain = f"{title}\n\n{card.body}"
     formatted = f"<p><strong>{html.escape(title)}</strong></p>{markdown_to_html(card.body)}"
     if how:

@@ -14,13 +14,13 @@ ours, so every ``& < >`` that is not markup this module generated is escaped wit
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlparse
 
 from slackify_markdown.slackify import SlackifyMarkdown  # type: ignore[import-untyped]
 
+from gateway_bot.core.approval_cards import shown_as_text
 from gateway_bot.domain.messages import Card, Progress, Reply
 
 MESSAGE_LIMIT = 3500
@@ -217,14 +217,14 @@ def done_text(reply: Reply, steps: Sequence[str]) -> str:
 def card_blocks(card: Card, *, with_buttons: bool = True) -> list[dict[str, Any]]:
     """A section with the title and body, then one button per card button."""
     body = to_mrkdwn(card.body) if card.body.strip() else ""
-    text = f"*{escape(unescape_markdown(card.title))}*" + (f"\n{body}" if body else "")
+    text = f"*{escape(shown_as_text(card.title))}*" + (f"\n{body}" if body else "")
     blocks: list[dict[str, Any]] = [
         {"type": "section", "text": {"type": "mrkdwn", "text": text[:SECTION_LIMIT]}}
     ]
     if with_buttons and card.buttons:
         elements = []
         for button in card.buttons:
-            name = unescape_markdown(button.label)  # plain text: the core's escapes go
+            name = shown_as_text(button.label)  # plain text: the core's escapes go
             label = f"{button.emoji} {name}".strip() if button.emoji else name
             element: dict[str, Any] = {
                 "type": "button",
@@ -241,14 +241,4 @@ def card_blocks(card: Card, *, with_buttons: bool = True) -> list[dict[str, Any]
 
 def card_fallback(card: Card) -> str:
     """The notification text and what clients without Block Kit show."""
-    return escape(unescape_markdown(f"{card.title}: {card.body}"))[:MESSAGE_LIMIT]
-
-
-_MARKDOWN_ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")
-
-
-def unescape_markdown(text: str) -> str:
-    """Markdown's backslash escapes undone, for text shown as is (a card's title and its
-    notification text): the core escapes a stranger's name as markdown (``\\<``, ``\\[``),
-    and the backslashes would show. ``escape`` still applies after."""
-    return _MARKDOWN_ESCAPE.sub(r"\1", text)
+    return escape(shown_as_text(f"{card.title}: {card.body}"))[:MESSAGE_LIMIT]
