@@ -23,9 +23,9 @@ from pathlib import Path
 from tests.fake_anthropic import FakeAnthropic
 
 from gateway_bot.agents.base import AgentEvent, AgentRequest, AgentRunner, WarmSettings
-from gateway_bot.agents.claude_code import ClaudeCodeRunner, locate_command
+from gateway_bot.agents.claude.runner import ClaudeCodeRunner, locate_command
+from gateway_bot.agents.claude.warm import WarmClaudeRunner
 from gateway_bot.agents.event_log import EventLog
-from gateway_bot.agents.warm_session import WarmClaudeRunner
 from gateway_bot.sandbox.base import ExecutionContext
 from gateway_bot.sandbox.host import HostSandbox
 

@@ -240,7 +240,7 @@ def gateway() -> Iterator[Any]:
         *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
     ) -> GatewayProcess:
         """``env``: more variables for the process (a test hook such as the schedules'
-        clock, ``core/schedule_test_clock.py``)."""
+        clock, ``core/schedules/test_clock.py``)."""
         process = GatewayProcess(*args, cwd=cwd, env=env)
         started.append(process)
         return process

@@ -20,14 +20,14 @@ from gateway_bot.config.action_rules import (
 )
 from gateway_bot.config.repo import parse_repo_config
 from gateway_bot.config.yaml_tags import ConfigError
-from gateway_bot.core.action_policy import (
+from gateway_bot.core.actions.budget import budget_request, spent_and_last
+from gateway_bot.core.actions.policy import (
     ToolCall,
     evaluate,
     merge_repo_policy,
     signature,
     simple_commands,
 )
-from gateway_bot.core.budget import budget_request, spent_and_last
 
 DEFAULT = ActionApprovalSettings()
 

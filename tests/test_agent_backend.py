@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from gateway_bot.agent_setup import (
+from gateway_bot.agents.claude.runner import CLAUDE_CODE
+from gateway_bot.agents.registry import backend_named
+from gateway_bot.config.server import build_server_config, load_server_config
+from gateway_bot.runtime.agent_setup import (
     agent_environment,
     agent_image_files,
     check_agent_setup,
     describe_backends,
 )
-from gateway_bot.agents.claude_code import CLAUDE_CODE
-from gateway_bot.agents.registry import backend_named
-from gateway_bot.config.server import build_server_config, load_server_config
 from gateway_bot.sandbox.egress.allowlist import parse_allowlist
 from gateway_bot.sandbox.egress.rules import decide, decide_connect
 from tests.test_config import run_cli
@@ -101,7 +101,7 @@ def test_gemini_is_in_the_image_and_the_environment_only_when_enabled(
 
 def test_each_cli_gets_only_its_own_vendors_key() -> None:
     from gateway_bot.agents.enabled import AgentSet, EnabledAgent
-    from gateway_bot.agents.gemini_cli import GEMINI_CLI
+    from gateway_bot.agents.gemini.runner import GEMINI_CLI
 
     agents = AgentSet(
         "claude-code",
@@ -116,7 +116,7 @@ def test_each_cli_gets_only_its_own_vendors_key() -> None:
 
 
 def test_geminis_key_stays_with_the_proxy_for_its_model_api_only() -> None:
-    from gateway_bot.agents.gemini_cli import GEMINI_CLI
+    from gateway_bot.agents.gemini.runner import GEMINI_CLI
 
     rules = parse_allowlist(None, GEMINI_CLI.model_api_rules({}))
     path = "/v1beta/models/gemini-2.5-pro:streamGenerateContent"

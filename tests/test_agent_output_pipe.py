@@ -11,7 +11,7 @@ import os
 import time
 from pathlib import Path
 
-from gateway_bot.agents.claude_code import QUIET_ENV, locate_command
+from gateway_bot.agents.claude.runner import QUIET_ENV, locate_command
 from gateway_bot.sandbox.child import spawn_fed
 from tests.fake_anthropic import FakeAnthropic
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from gateway_bot.channels.matrix.render import card_content, markdown_to_html
 from gateway_bot.channels.slack.render import card_blocks, card_fallback, to_mrkdwn
-from gateway_bot.core.approval_cards import HeldSummary, pending_card, plain
+from gateway_bot.core.admission.cards import HeldSummary, pending_card, plain
 from gateway_bot.domain.messages import Button, Card
 from gateway_bot.domain.records import ApprovalRecord, ApprovalState
 

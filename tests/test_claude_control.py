@@ -9,12 +9,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway_bot.agents.base import AgentRequest, PermissionAnswer
-from gateway_bot.agents.claude_code import ClaudeCodeRunner
-from gateway_bot.agents.claude_control import (
+from gateway_bot.agents.claude.control import (
     HOOK_SETTINGS,
     answer_control_request,
     parse_control_request,
 )
+from gateway_bot.agents.claude.runner import ClaudeCodeRunner
 
 LINE = json.dumps(
     {

@@ -11,7 +11,7 @@ from gateway_bot.agents.base import (
     ToolResultEvent,
     ToolUseEvent,
 )
-from gateway_bot.agents.claude_stream import parse_stream_line
+from gateway_bot.agents.claude.stream import parse_stream_line
 
 
 def line(data: object) -> str:

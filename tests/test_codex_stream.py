@@ -10,7 +10,7 @@ from gateway_bot.agents.base import (
     ToolResultEvent,
     ToolUseEvent,
 )
-from gateway_bot.agents.codex_stream import parse_stream_line, shown_command
+from gateway_bot.agents.codex.stream import parse_stream_line, shown_command
 from gateway_bot.agents.registry import parse_any_line
 
 RUN = [

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway_bot.approvals_command import run_decision
-from gateway_bot.control_socket import ControlServer, ask_daemon, socket_path
+from gateway_bot.cli.approvals import run_decision
 from gateway_bot.core.application import Application, DaemonLiveState
+from gateway_bot.runtime.control_socket import ControlServer, ask_daemon, socket_path
 from tests.core.conftest import World
 from tests.test_dashboard_security import NoContainers
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestServer
 
-from gateway_bot.agents.claude_stream import parse_stream_line
+from gateway_bot.agents.claude.stream import parse_stream_line
 from gateway_bot.config.dashboard import DashboardSettings
 from gateway_bot.core.application import Application, DaemonLiveState
 from gateway_bot.core.feed import ChangeFeed

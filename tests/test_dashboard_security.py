@@ -19,13 +19,13 @@ import pytest
 from aiohttp import ClientResponse, ClientSession, CookieJar
 from aiohttp.test_utils import TestServer
 
-from gateway_bot.agents.claude_stream import parse_stream_line
+from gateway_bot.agents.claude.stream import parse_stream_line
 from gateway_bot.config.dashboard import DashboardSettings
 from gateway_bot.config.server import build_server_config
 from gateway_bot.config.yaml_tags import ConfigError
 from gateway_bot.core.application import Application, DaemonLiveState
 from gateway_bot.core.feed import ChangeFeed
-from gateway_bot.core.workspaces import Workspaces
+from gateway_bot.core.workspaces.directories import Workspaces
 from gateway_bot.dashboard.context import APPLICATION
 from gateway_bot.dashboard.server import build_app
 from gateway_bot.dashboard.sessions import COOKIE_NAME, SessionSigner, load_or_make_key

@@ -4,7 +4,7 @@ function everywhere, and the texts they showed before the move."""
 
 from __future__ import annotations
 
-from gateway_bot import status_format
+from gateway_bot.cli import status_format
 from gateway_bot.dashboard import views
 from gateway_bot.domain import display
 

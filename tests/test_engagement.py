@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from gateway_bot.config.access import AccessSettings, EngageMode, RoomSettings
-from gateway_bot.core.engagement import engages
+from gateway_bot.core.admission.engagement import engages
 from gateway_bot.domain.messages import InboundMessage
 
 ROOM = InboundMessage(

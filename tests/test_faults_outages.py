@@ -28,7 +28,7 @@ pytestmark = pytest.mark.faults
 
 
 def channel_health(state_dir: Path, channel: str) -> dict[str, Any] | None:
-    """The channel's entry in the daemon's status snapshot (``core/status_snapshot.py``)."""
+    """The channel's entry in the daemon's status snapshot (``core/status/snapshot.py``)."""
     try:
         snapshot = json.loads((state_dir / "daemon-status.json").read_text())
     except (OSError, ValueError):

@@ -10,7 +10,7 @@ from gateway_bot.agents.base import (
     ToolResultEvent,
     ToolUseEvent,
 )
-from gateway_bot.agents.gemini_stream import parse_stream_line
+from gateway_bot.agents.gemini.stream import parse_stream_line
 from gateway_bot.agents.registry import parse_any_line
 
 INIT = (

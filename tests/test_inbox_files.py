@@ -9,7 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from gateway_bot.core.inbox_files import InboxError, InboxWriter, safe_filename, size_text
+from gateway_bot.core.workspaces.inbox_files import (
+    InboxError,
+    InboxWriter,
+    safe_filename,
+    size_text,
+)
 
 
 def test_hostile_names_become_plain_names_in_the_inbox(tmp_path: Path) -> None:

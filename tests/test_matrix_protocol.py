@@ -27,7 +27,7 @@ from gateway_bot.channels.matrix.members import RoomMembers
 from gateway_bot.channels.matrix.render import finished_content, markdown_to_html, split_markdown
 from gateway_bot.config.server import build_server_config, load_server_config
 from gateway_bot.config.yaml_tags import ConfigError
-from gateway_bot.core.inbox_files import safe_filename
+from gateway_bot.core.workspaces.inbox_files import safe_filename
 from gateway_bot.domain.messages import Reply, Usage
 
 BOT = "@gateway:example.org"

@@ -9,7 +9,7 @@ import asyncio
 import subprocess
 from pathlib import Path
 
-from gateway_bot.core.workspaces import Workspaces
+from gateway_bot.core.workspaces.directories import Workspaces
 from tests.conftest import GIT_IDENTITY, make_repo
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway_bot.core.workspaces import GitError, Workspaces
+from gateway_bot.core.workspaces.directories import GitError, Workspaces
 from gateway_bot.sandbox.context_files import WorkspaceSetupFailed
 from gateway_bot.sandbox.host_files import HostContextFiles
 from tests.conftest import GIT_IDENTITY, GatewayProcess, make_repo, write_config

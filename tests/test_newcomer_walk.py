@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from gateway_bot import check_command, cli_config
+from gateway_bot.cli import check as check_command
+from gateway_bot.cli import config_source as cli_config
 from gateway_bot.cli import main
 from gateway_bot.config.repo import parse_repo_config
 from gateway_bot.config.server import load_server_config

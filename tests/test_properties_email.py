@@ -24,7 +24,7 @@ from gateway_bot.channels.email.mime import (
     thread_of_our_id,
 )
 from gateway_bot.channels.email.quotes import html_to_text
-from gateway_bot.core.inbox_files import safe_filename
+from gateway_bot.core.workspaces.inbox_files import safe_filename
 
 _HEADER_PIECES = [
     b"From: a@example.org\r\n",

@@ -17,16 +17,16 @@ from pathlib import Path
 
 import pytest
 
+from gateway_bot.cli.status_sections import group_text
 from gateway_bot.config.access import AccessSettings
-from gateway_bot.core.action_approvals import ActionApprovals, ActionDecision, ActionRequest
-from gateway_bot.core.listener_lease import LeaseKeeper
+from gateway_bot.core.actions.approvals import ActionApprovals, ActionDecision, ActionRequest
+from gateway_bot.core.replicas.lease_keeper import LeaseKeeper
 from gateway_bot.domain.lifecycle import TaskState
 from gateway_bot.domain.messages import InboundMessage, RawMessage, Reply
 from gateway_bot.state.action_approvals_store import SqliteActionApprovals
 from gateway_bot.state.database import Database
 from gateway_bot.state.leases_store import LeaseStore, read_group
 from gateway_bot.state.sqlite_store import SqliteStore
-from gateway_bot.status_sections import group_text
 
 LEASE_S = 1.5
 

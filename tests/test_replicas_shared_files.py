@@ -18,7 +18,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from gateway_bot.core.workspaces import Workspaces
+from gateway_bot.core.workspaces.directories import Workspaces
 from gateway_bot.sandbox import shared_lock
 from gateway_bot.sandbox.egress.rules import EgressRule
 from gateway_bot.sandbox.podman.proxy import EgressProxy

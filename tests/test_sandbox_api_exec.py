@@ -15,8 +15,8 @@ from typing import TypeVar
 
 import pytest
 
-from gateway_bot.agent_setup import agent_image_files
 from gateway_bot.config.server import load_server_config
+from gateway_bot.runtime.agent_setup import agent_image_files
 from gateway_bot.sandbox.base import ExecutionContext, SandboxProcess, SandboxUnavailable
 from gateway_bot.sandbox.child import STDERR_LIMIT, STDOUT_LINE_LIMIT
 from gateway_bot.sandbox.podman.api_exec import PodmanApiExecProcess

@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gateway_bot.agent_setup import agent_image_files
 from gateway_bot.config.server import load_server_config
+from gateway_bot.runtime.agent_setup import agent_image_files
 from gateway_bot.sandbox.base import ExecutionContext
 from gateway_bot.sandbox.canary import Target, probe
 from gateway_bot.sandbox.podman.sandbox import PodmanSandbox

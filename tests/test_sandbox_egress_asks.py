@@ -15,8 +15,8 @@ import asyncio
 import json
 from pathlib import Path
 
-from gateway_bot.agent_setup import agent_image_files
 from gateway_bot.config.server import load_server_config
+from gateway_bot.runtime.agent_setup import agent_image_files
 from gateway_bot.sandbox.base import ExecutionContext
 from gateway_bot.sandbox.egress.git_push import ZERO_SHA, RefUpdate
 from gateway_bot.sandbox.egress.held import HeldRequest

@@ -10,8 +10,8 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from gateway_bot.agent_setup import agent_image_files
 from gateway_bot.config.server import load_server_config
+from gateway_bot.runtime.agent_setup import agent_image_files
 from gateway_bot.sandbox.base import ExecutionContext
 from gateway_bot.sandbox.podman.sandbox import PodmanSandbox
 from tests.sandbox_fixtures import SandboxSetup, podman

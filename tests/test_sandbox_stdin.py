@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway_bot.agent_setup import agent_image_files
 from gateway_bot.config.server import load_server_config
+from gateway_bot.runtime.agent_setup import agent_image_files
 from gateway_bot.sandbox.base import ExecutionContext, Sandbox
 from gateway_bot.sandbox.host import HostSandbox
 from gateway_bot.sandbox.podman.sandbox import PodmanSandbox

@@ -3,7 +3,7 @@ the Slack thread (fake Slack) or the Matrix room (real Synapse) it was made in. 
 schedule request is a card there: a stranger's press changes nothing, the asker's Allow
 creates the schedule.
 
-Time is moved with the schedules' test clock (``core/schedule_test_clock.py``): the test
+Time is moved with the schedules' test clock (``core/schedules/test_clock.py``): the test
 writes a number of seconds into a file the daemon was told about, so a run due "in 2
 hours" is due now."""
 
@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gateway_bot.core.schedule_test_clock import TEST_CLOCK_ENV
+from gateway_bot.core.schedules.test_clock import TEST_CLOCK_ENV
 from tests.fake_anthropic import FakeAnthropic
 from tests.fake_slack import FakeSlack
 from tests.synapse_fixtures import (

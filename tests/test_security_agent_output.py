@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from gateway_bot import approvals_command
 from gateway_bot.agents.base import ToolUseEvent
-from gateway_bot.agents.claude_stream import parse_stream_line
+from gateway_bot.agents.claude.stream import parse_stream_line
 from gateway_bot.agents.registry import parse_any_line
-from gateway_bot.core.timeline import agent_entries
-from gateway_bot.service_unit import UnitSettings, UnsafeUnitValue, render_unit
+from gateway_bot.cli import approvals as approvals_command
+from gateway_bot.core.conversations.timeline import agent_entries
+from gateway_bot.runtime.service_unit import UnitSettings, UnsafeUnitValue, render_unit
 
 
 def _bash(timeout: object) -> str:

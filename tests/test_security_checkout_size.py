@@ -1,4 +1,4 @@
-"""Attacks on the measurement of a checkout before it is made (core/checkout_size.py): a
+"""Attacks on the measurement of a checkout before it is made (core/workspaces/checkout_size.py): a
 repo whose trees share subtrees lists millions of files from a few KB of objects, and a tag
 named like the default branch points the measurement (and the repo config) elsewhere."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gateway_bot.config.repo import REPO_CONFIG_PATH
-from gateway_bot.core.workspaces import Workspaces
+from gateway_bot.core.workspaces.directories import Workspaces
 from gateway_bot.sandbox.context_files import WorkspaceSetupFailed
 from gateway_bot.sandbox.host_files import HostContextFiles
 from tests.conftest import GIT_IDENTITY, make_repo

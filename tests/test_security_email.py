@@ -20,7 +20,7 @@ from gateway_bot.channels.email.auth import Refused, check_dmarc, single_sender
 from gateway_bot.channels.email.compose import Outgoing, build_mail, read_files
 from gateway_bot.channels.email.quotes import MAX_HTML_CHARS, html_to_text
 from gateway_bot.config.channels import EmailChannelSettings
-from gateway_bot.core.inbox_files import InboxWriter
+from gateway_bot.core.workspaces.inbox_files import InboxWriter
 from gateway_bot.domain.messages import InboundMessage, RawMessage
 from gateway_bot.state.database import Database
 from tests.email_fixtures import ALICE, TRUSTED_ID, mail, passed, text_of

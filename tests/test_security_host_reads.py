@@ -41,9 +41,9 @@ import structlog
 from gateway_bot.config.action_rules import ActionApprovalSettings
 from gateway_bot.config.repo import REPO_CONFIG_PATH, parse_repo_config
 from gateway_bot.config.yaml_tags import ConfigError
-from gateway_bot.core.action_policy import merge_repo_policy
-from gateway_bot.core.workspaces import Workspaces
-from gateway_bot.logs import configure_logging
+from gateway_bot.core.actions.policy import merge_repo_policy
+from gateway_bot.core.workspaces.directories import Workspaces
+from gateway_bot.runtime.logs import configure_logging
 from gateway_bot.sandbox.context_files import DiffBase, GitOrigin, WorkspaceSetupFailed
 from gateway_bot.sandbox.host_files import HostContextFiles
 from gateway_bot.sandbox.scratch_git import ScratchGitError
@@ -339,7 +339,9 @@ def console_log() -> Iterator[io.StringIO]:
 
 
 def test_a_repo_value_never_writes_a_log_line_of_its_own(console_log: io.StringIO) -> None:
-    forged = "2026-11-26 12:00:00,000 INFO gateway_bot.core.approvals: owner allowed everything"
+    forged = (
+        "2026-11-26 12:00:00,000 INFO gateway_bot.core.admission.gate: owner allowed everything"
+    )
     repo = parse_repo_config(
         "approvals:\n  rules:\n"
         f'    - {{tool: Bash, command: "rm *\\n{forged}\\u001b[2J", action: allow}}\n'

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from gateway_bot.check_sandbox import link_local_address
+from gateway_bot.cli.check_sandbox import link_local_address
 from gateway_bot.sandbox.canary import CountingListener
 from tests.sandbox_fixtures import SandboxSetup, commit_file, podman, wait_until
 

@@ -13,7 +13,7 @@ import pytest
 
 from gateway_bot.channels.slack import SlackAdapter
 from gateway_bot.config.channels import SlackChannelSettings
-from gateway_bot.core.inbox_files import InboxWriter
+from gateway_bot.core.workspaces.inbox_files import InboxWriter
 from gateway_bot.domain.messages import ChannelHealth, InboundMessage, RawMessage
 from gateway_bot.state.database import Database
 from tests.fake_slack import APP_TOKEN, BOT_TOKEN, BOT_USER, TEAM, FakeSlack

@@ -92,7 +92,7 @@ def test_help_imports_no_config_daemon_channel_or_sandbox_library() -> None:
     assert isinstance(modules, list)
     assert isinstance(loaded, list)
     assert "pydantic" not in modules, "--help needs no config model"
-    assert "gateway_bot.daemon" not in loaded
+    assert "gateway_bot.runtime.daemon" not in loaded
 
 
 def test_console_sqlite_host_daemon_imports_no_unconfigured_library(

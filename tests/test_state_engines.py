@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from gateway_bot.channels.email.store import EmailStore
+from gateway_bot.cli.state import migrate_all, owners
 from gateway_bot.state.database import Database, Dialects, StateTarget
 from gateway_bot.state.postgres_sql import placeholders, postgres_ddl
-from gateway_bot.state_command import migrate_all, owners
 
 
 def test_placeholders_leave_quoted_text_alone() -> None:

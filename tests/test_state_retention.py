@@ -20,9 +20,9 @@ from gateway_bot.channels.matrix.store import MatrixStateStore
 from gateway_bot.channels.slack.records import SlackRecords
 from gateway_bot.config.server import build_server_config
 from gateway_bot.config.yaml_tags import ConfigError
-from gateway_bot.daemon import Daemon
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState
 from gateway_bot.domain.messages import InboundMessage, RawMessage, Reply
+from gateway_bot.runtime.daemon import Daemon
 from gateway_bot.state.database import Database, StateTarget
 from gateway_bot.state.postgres_sql import placeholders
 from gateway_bot.state.sqlite_store import SqliteStore

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import structlog
 
-from gateway_bot.logs import configure_logging
+from gateway_bot.runtime.logs import configure_logging
 from tests.conftest import write_config
 from tests.fake_anthropic import FakeAnthropic
 
@@ -125,6 +125,6 @@ def test_a_real_daemon_logs_json_with_the_tasks_ids(
     for line in (running[0], done[0]):
         assert line["task_id"] == task_id
         assert re.fullmatch(r"[0-9a-f]{8}", line["conversation_id"])
-        assert line["logger"] == "gateway_bot.core.scheduler"
+        assert line["logger"] == "gateway_bot.core.conversations.queue"
     assert any(line["event"] == "shutting down" for line in lines)
     assert all("task_id" not in line for line in lines if line["event"] == "shutting down")

@@ -17,8 +17,8 @@ import signal
 from pathlib import Path
 
 from gateway_bot.agents.base import AgentEvent, AgentRequest, InitEvent, WarmSettings
+from gateway_bot.agents.claude.warm import WarmClaudeRunner
 from gateway_bot.agents.event_log import EventLog
-from gateway_bot.agents.warm_session import WarmClaudeRunner
 from gateway_bot.sandbox.host import HostSandbox
 from tests.conftest import _descendants
 from tests.test_warm_sessions import make_context

@@ -16,9 +16,9 @@ from pathlib import Path
 import yaml
 
 from gateway_bot.agents.base import AgentEvent, AgentRequest, WarmSettings
-from gateway_bot.agents.claude_code import locate_command
+from gateway_bot.agents.claude.runner import locate_command
+from gateway_bot.agents.claude.warm import WarmClaudeRunner
 from gateway_bot.agents.event_log import EventLog
-from gateway_bot.agents.warm_session import WarmClaudeRunner
 from gateway_bot.sandbox.base import ExecutionContext
 from gateway_bot.sandbox.host import HostSandbox
 from tests.conftest import _alive, live_processes

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from gateway_bot.config.action_rules import ActionApprovalSettings
-from gateway_bot.core.action_approvals import ActionRequest
+from gateway_bot.core.actions.approvals import ActionRequest
+from gateway_bot.core.actions.network import network_asker
 from gateway_bot.core.application import Application, DaemonLiveState
-from gateway_bot.core.chat_commands import not_yours
-from gateway_bot.core.network_approvals import network_asker
+from gateway_bot.core.commands.effects import not_yours
 from gateway_bot.domain.lifecycle import TaskState
 from gateway_bot.state.database import StateTarget
 from tests.core.conftest import World

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway_bot.core.chat_commands import not_yours
-from gateway_bot.core.schedule_request_file import BadRequest, ScheduleAsk
+from gateway_bot.core.commands.effects import not_yours
+from gateway_bot.core.schedules.request_file import BadRequest, ScheduleAsk
 from gateway_bot.state.database import StateTarget
 from tests.core.fakes import BareChannel
 from tests.core.test_schedules import ScheduleWorld

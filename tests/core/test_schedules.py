@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from gateway_bot.core.schedule_rules import USAGE, show_time
-from gateway_bot.core.schedules import ScheduleRunner
+from gateway_bot.core.schedules.rules import USAGE, show_time
+from gateway_bot.core.schedules.runner import ScheduleRunner
 from gateway_bot.core.service import GatewayService
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState
 from gateway_bot.domain.messages import RawMessage

@@ -22,12 +22,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gateway_bot.service_unit import DEFAULT_NAME
-from gateway_bot.state_command import add_state_commands
+from gateway_bot.cli.state import add_state_commands
+from gateway_bot.runtime.service_unit import DEFAULT_NAME
 
 if TYPE_CHECKING:
     from gateway_bot.config.server import ServerConfig
-    from gateway_bot.daemon import Daemon
+    from gateway_bot.runtime.daemon import Daemon
 
 EXIT_CONFIG = 2
 
@@ -117,10 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     add_state_commands(commands)
     args = parser.parse_args(argv)
     if args.command == "state":
-        from gateway_bot.state_command import run_state_copy
+        from gateway_bot.cli.state import run_state_copy
 
         return run_state_copy(args.source, args.target, replace=args.replace)
-    from gateway_bot.cli_config import (
+    from gateway_bot.cli.config_source import (
         BUILT_IN,
         built_in_config,
         built_in_dotenv_dir,
@@ -129,24 +129,24 @@ def main(argv: list[str] | None = None) -> int:
     from gateway_bot.config.server import build_server_config
 
     if args.command == "check":
-        from gateway_bot.check_command import run_check
+        from gateway_bot.cli.check import run_check
 
         return run_check(args.config, canary=args.sandbox)
     if args.command == "image":
-        from gateway_bot.image_command import run_image
+        from gateway_bot.cli.image import run_image
 
         return run_image(args)
     if args.command == "install-service":
         return _install_service(args)
     if args.command == "matrix":
-        from gateway_bot.matrix_commands import bootstrap_cross_signing
+        from gateway_bot.channels.matrix.commands import bootstrap_cross_signing
 
         matrix_config = load_config(args.config)
         return EXIT_CONFIG if matrix_config is None else bootstrap_cross_signing(matrix_config)
     if args.command in ("status", "approvals", "approve", "deny", "migrate"):
-        from gateway_bot.approvals_command import run_decision, run_list
-        from gateway_bot.state_command import run_migrate
-        from gateway_bot.status_command import run_status
+        from gateway_bot.cli.approvals import run_decision, run_list
+        from gateway_bot.cli.state import run_migrate
+        from gateway_bot.cli.status import run_status
 
         # Not built_in_config: these only read or ask the daemon, never make the sample repo.
         status_config = (
@@ -168,15 +168,15 @@ def main(argv: list[str] | None = None) -> int:
         return run_status(
             status_config.state_dir, as_json=args.json, state_url=status_config.state.url
         )
-    from gateway_bot.agent_setup import agent_environment, check_agent_setup
-    from gateway_bot.cli_preflight import (
+    from gateway_bot.cli.preflight import (
         DaemonLock,
         local_repo_problem,
         other_repos_state_problem,
         state_dir_problem,
     )
     from gateway_bot.config.channels import ChannelsSettings, ConsoleChannelSettings
-    from gateway_bot.logs import configure_logging
+    from gateway_bot.runtime.agent_setup import agent_environment, check_agent_setup
+    from gateway_bot.runtime.logs import configure_logging
 
     config = load_config(args.config) if args.config else built_in_config()
     if config is None:
@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
 
 async def _serve(config: ServerConfig, agent_env: dict[str, str], *, chat: bool, new: bool) -> int:
     from gateway_bot.channels.factory import create_adapters
-    from gateway_bot.daemon import Daemon
+    from gateway_bot.runtime.daemon import Daemon
     from gateway_bot.sandbox.base import SandboxUnavailable
     from gateway_bot.state.database import Database, StateUnavailable
 
@@ -348,8 +348,8 @@ async def _stop_sandbox(daemon: Daemon) -> None:
 
 
 def _install_service(args: argparse.Namespace) -> int:
-    from gateway_bot.cli_config import load_config
-    from gateway_bot.service_unit import (
+    from gateway_bot.cli.config_source import load_config
+    from gateway_bot.runtime.service_unit import (
         UnitSettings,
         UnsafeUnitValue,
         default_unit_dir,

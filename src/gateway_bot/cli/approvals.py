@@ -18,11 +18,11 @@ import sys
 import time
 from pathlib import Path
 
-from gateway_bot.control_socket import DaemonUnreachable, ask_daemon
+from gateway_bot.cli.status import EXIT_NO_STATE, approval_json
+from gateway_bot.cli.status_format import age, preview, printable, table
 from gateway_bot.domain.records import ApprovalRecord
+from gateway_bot.runtime.control_socket import DaemonUnreachable, ask_daemon
 from gateway_bot.state.sqlite_store import SqliteStore
-from gateway_bot.status_command import EXIT_NO_STATE, approval_json
-from gateway_bot.status_format import age, preview, printable, table
 
 EXIT_REFUSED = 1
 EXIT_NO_DAEMON = 4

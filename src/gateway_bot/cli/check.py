@@ -17,7 +17,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from gateway_bot.agent_setup import (
+from gateway_bot.channels.matrix.commands import describe_e2ee
+from gateway_bot.cli import EXIT_CONFIG
+from gateway_bot.cli.config_source import (
+    BUILT_IN,
+    built_in_config,
+    built_in_dotenv_dir,
+    load_config,
+    sample_repo_path,
+)
+from gateway_bot.cli.preflight import (
+    local_repo_problem,
+    other_repos_state_problem,
+    state_dir_problem,
+)
+from gateway_bot.runtime.agent_setup import (
     agent_backend,
     agent_command,
     agent_environment,
@@ -26,20 +40,6 @@ from gateway_bot.agent_setup import (
     describe_backends,
     model_api_on_loopback,
 )
-from gateway_bot.cli import EXIT_CONFIG
-from gateway_bot.cli_config import (
-    BUILT_IN,
-    built_in_config,
-    built_in_dotenv_dir,
-    load_config,
-    sample_repo_path,
-)
-from gateway_bot.cli_preflight import (
-    local_repo_problem,
-    other_repos_state_problem,
-    state_dir_problem,
-)
-from gateway_bot.matrix_commands import describe_e2ee
 from gateway_bot.sandbox.base import Sandbox, SandboxUnavailable
 from gateway_bot.sandbox.factory import create_sandbox
 
@@ -97,7 +97,7 @@ def run_check(config_path: Path | None, *, canary: bool = False) -> int:
     for line in describe_e2ee(config):
         print(line)
     if canary:
-        from gateway_bot.check_sandbox import check_sandbox
+        from gateway_bot.cli.check_sandbox import check_sandbox
 
         return check_sandbox(config, config_path or config.state_dir)
     return 0

@@ -17,8 +17,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from gateway_bot.agent_setup import agent_image_files
 from gateway_bot.config.server import ServerConfig
+from gateway_bot.runtime.agent_setup import agent_image_files
 from gateway_bot.sandbox.base import ExecutionContext, SandboxUnavailable
 from gateway_bot.sandbox.canary import CanaryReport, CountingListener, Target, probe
 from gateway_bot.sandbox.factory import create_sandbox

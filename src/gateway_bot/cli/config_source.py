@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gateway_bot.cli_preflight import state_dir_problem
+from gateway_bot.cli.preflight import state_dir_problem
 from gateway_bot.config.server import (
     ServerConfig,
     build_server_config,

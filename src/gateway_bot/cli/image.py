@@ -14,9 +14,9 @@ import argparse
 import asyncio
 import sys
 
-from gateway_bot.agent_setup import agent_image_files
 from gateway_bot.cli import EXIT_CONFIG
-from gateway_bot.cli_config import built_in_config, load_config
+from gateway_bot.cli.config_source import built_in_config, load_config
+from gateway_bot.runtime.agent_setup import agent_image_files
 from gateway_bot.sandbox.base import SandboxUnavailable
 from gateway_bot.sandbox.podman import commands as image_commands
 from gateway_bot.sandbox.podman.cli_call import PodmanCommandError

@@ -3,7 +3,7 @@ tasks, parked replies, pending approvals and schedules of a deployment, as a tab
 
 Tasks and approvals come from the state database, opened read-only (WAL lets it be read
 while the daemon writes). Channel health and containers live in the daemon's memory: they
-come from its status snapshot (``core/status_snapshot.py``), and when that daemon is not
+come from its status snapshot (``core/status/snapshot.py``), and when that daemon is not
 running the output says so, showing the last health it reported.
 
 Exit codes: 0 the status was shown (also when no daemon runs: the note says so), 3 there is
@@ -19,9 +19,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gateway_bot.cli.status_format import age, preview, table
+from gateway_bot.cli.status_sections import (
+    action_json,
+    actions_text,
+    group_json,
+    group_text,
+    pending_actions,
+    read_replicas,
+)
 from gateway_bot.core.application import Application, ChannelView, Overview
-from gateway_bot.core.schedule_rules import show_time
-from gateway_bot.core.status_snapshot import (
+from gateway_bot.core.schedules.rules import show_time
+from gateway_bot.core.status.snapshot import (
     Snapshot,
     daemon_alive,
     not_running_note,
@@ -32,15 +41,6 @@ from gateway_bot.domain.records import ApprovalRecord, TaskRecord
 from gateway_bot.sandbox.base import SandboxContainer
 from gateway_bot.state.schedules_store import SqliteSchedules
 from gateway_bot.state.sqlite_store import SqliteStore
-from gateway_bot.status_format import age, preview, table
-from gateway_bot.status_sections import (
-    action_json,
-    actions_text,
-    group_json,
-    group_text,
-    pending_actions,
-    read_replicas,
-)
 
 EXIT_NO_STATE = 3
 

@@ -9,11 +9,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from gateway_bot.cli.status_format import age, preview, table
 from gateway_bot.state.action_approvals_store import OWNER as ACTIONS_OWNER
 from gateway_bot.state.action_approvals_store import ActionApprovalRecord, SqliteActionApprovals
 from gateway_bot.state.leases_store import GroupView, read_group
 from gateway_bot.state.sqlite_store import SqliteStore
-from gateway_bot.status_format import age, preview, table
 
 
 async def pending_actions(database: Path | str) -> list[ActionApprovalRecord]:

@@ -12,7 +12,7 @@ import aiohttp_jinja2
 from aiohttp import web
 
 from gateway_bot.core.application import Application
-from gateway_bot.core.schedule_rules import show_time
+from gateway_bot.core.schedules.rules import show_time
 from gateway_bot.dashboard import charts
 from gateway_bot.dashboard.context import APPLICATION, CSRF, SETTINGS, SIGNER
 from gateway_bot.dashboard.sessions import COOKIE_NAME

@@ -11,28 +11,28 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from gateway_bot.agent_setup import (
+from gateway_bot.agents.registry import parse_any_line
+from gateway_bot.config.server import ServerConfig
+from gateway_bot.core.actions.network import network_asker
+from gateway_bot.core.application import Application, DaemonLiveState
+from gateway_bot.core.channel import ChannelAdapter
+from gateway_bot.core.conversations.executor import AgentDefaults, TaskExecutor
+from gateway_bot.core.fault_points import check_fault_point
+from gateway_bot.core.feed import ChangeFeed
+from gateway_bot.core.replicas.duties import Replicas
+from gateway_bot.core.schedules.test_clock import schedule_test_clock
+from gateway_bot.core.service import GatewayService
+from gateway_bot.core.status.snapshot import SnapshotWriter, snapshot_path
+from gateway_bot.core.workspaces.directories import Workspaces
+from gateway_bot.core.workspaces.reports import WorkspaceReports
+from gateway_bot.domain.lifecycle import TaskState
+from gateway_bot.runtime.agent_setup import (
     agent_backend,
     agent_image_files,
     agent_set,
     model_api_on_loopback,
 )
-from gateway_bot.agents.registry import parse_any_line
-from gateway_bot.config.server import ServerConfig
-from gateway_bot.control_socket import ControlServer
-from gateway_bot.core.application import Application, DaemonLiveState
-from gateway_bot.core.channel import ChannelAdapter
-from gateway_bot.core.executor import AgentDefaults, TaskExecutor
-from gateway_bot.core.fault_points import check_fault_point
-from gateway_bot.core.feed import ChangeFeed
-from gateway_bot.core.network_approvals import network_asker
-from gateway_bot.core.replicas import Replicas
-from gateway_bot.core.schedule_test_clock import schedule_test_clock
-from gateway_bot.core.service import GatewayService
-from gateway_bot.core.status_snapshot import SnapshotWriter, snapshot_path
-from gateway_bot.core.workspace_diff import WorkspaceReports
-from gateway_bot.core.workspaces import Workspaces
-from gateway_bot.domain.lifecycle import TaskState
+from gateway_bot.runtime.control_socket import ControlServer
 from gateway_bot.sandbox.base import HoldsEgress
 from gateway_bot.sandbox.factory import create_sandbox
 from gateway_bot.state.action_approvals_store import SqliteActionApprovals
@@ -324,7 +324,7 @@ class Daemon:
 
 def _schedule_clock() -> dict[str, Any]:
     """The schedules' clock and sleep: the real ones, unless a test set its hook
-    (``core/schedule_test_clock.py``)."""
+    (``core/schedules/test_clock.py``)."""
     clock = schedule_test_clock(os.environ)
     if clock is None:
         return {}

@@ -9,7 +9,7 @@ line logged meanwhile, by any module, in that task or the asyncio tasks it start
 them.
 
 ``console`` (the default) keeps the familiar one-line shape,
-``2026-11-26 03:20:34,123 INFO gateway_bot.core.scheduler: message [task_id=... ...]``;
+``2026-11-26 03:20:34,123 INFO gateway_bot.core.conversations.queue: message [task_id=... ...]``;
 ``json`` writes one JSON object per line (``timestamp`` in UTC ISO 8601, ``level``,
 ``logger``, ``event``, the bound ids, ``exception`` with the traceback) for a log
 collector.

@@ -1,6 +1,6 @@
 """Schedules the agent proposed (``outbox/schedule.json``), waiting for a person's yes or
 no, in the shared database (owner "schedule_proposals"). Written by
-``core/schedule_proposals.py`` only. A proposal is decided once: ``decide`` moves it from
+``core/schedules/proposals.py`` only. A proposal is decided once: ``decide`` moves it from
 pending in one guarded update, so two presses (or a press and ``!approve``) create at most
 one schedule.
 """

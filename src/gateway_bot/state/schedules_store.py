@@ -1,6 +1,6 @@
 """Schedules and their runs in the shared database (owner "schedules", tables
 ``schedules`` and ``schedule_runs``). One writer: the schedule runner and the /schedule
-commands (``core/schedules.py``).
+commands (``core/schedules/runner.py``).
 
 A run is identified by (schedule id, due time). ``claim_run`` records it and moves the
 schedule's next due time in one transaction, before anything is queued: a crash after it

@@ -12,7 +12,7 @@ and waits for ``{"type": "control_response", "response": {"subtype": "success",
 ``"behavior": "deny", "message": "…"``, which the model reads as the tool's error). Default
 mode lets read-only commands (``ls``, ``cat``) run without asking, so a PreToolUse hook
 given on the command line answers ``ask`` for every call: every call then comes to the
-daemon, which applies the project's own policy (``core/action_policy.py``).
+daemon, which applies the project's own policy (``core/actions/policy.py``).
 
 Given as ``--settings`` (flag settings outrank the user's and the project's), with
 ``disableAllHooks: false`` and ``defaultMode: default``: a ``.claude/settings.json`` the agent

@@ -24,13 +24,13 @@ from gateway_bot.agents.base import (
     WarmRunner,
     WarmSettings,
 )
-from gateway_bot.agents.claude_control import (
+from gateway_bot.agents.claude.control import (
     PERMISSION_FLAGS,
     answer_control_request,
     parse_control_request,
     user_message_line,
 )
-from gateway_bot.agents.claude_stream import CREDENTIALS_REFUSED, parse_stream_line
+from gateway_bot.agents.claude.stream import CREDENTIALS_REFUSED, parse_stream_line
 from gateway_bot.agents.cli_install import api_origin, pinned_or_on_path
 from gateway_bot.agents.event_log import EventLog
 from gateway_bot.sandbox.base import (
@@ -52,7 +52,7 @@ QUIET_ENV = {
 BLOCKED_TOOLS = "AskUserQuestion,EnterPlanMode,ExitPlanMode,EnterWorktree,ExitWorktree"
 BLOCKED_TOOLS_WITH_APPROVALS = "EnterPlanMode,ExitPlanMode,EnterWorktree,ExitWorktree"
 """With action approvals someone can answer the agent's questions: AskUserQuestion is a
-card in the conversation (``core/tool_permissions.py``)."""
+card in the conversation (``core/actions/tool_permissions.py``)."""
 """Interactive-only tools: nobody is at a terminal to answer them, and a worktree the agent
 switched into would leave the conversation's workspace (CLI 2.1.197 offers all five to
 ``-p`` runs unless they are named here; the first three it already drops by itself)."""
@@ -254,7 +254,7 @@ def image_files(program: Path) -> dict[str, Path]:
 
 def make_warm_runner(command: Sequence[str], settings: WarmSettings) -> WarmRunner:
     """Imported here: the warm runner builds on this module's cold one."""
-    from gateway_bot.agents.warm_session import WarmClaudeRunner
+    from gateway_bot.agents.claude.warm import WarmClaudeRunner
 
     return WarmClaudeRunner(command, settings)
 

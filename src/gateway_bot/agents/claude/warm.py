@@ -40,13 +40,13 @@ from gateway_bot.agents.base import (
     ResultEvent,
     WarmSettings,
 )
-from gateway_bot.agents.claude_code import ClaudeCodeRunner, agent_env, unresumable
-from gateway_bot.agents.claude_control import (
+from gateway_bot.agents.claude.control import (
     answer_control_request,
     parse_control_request,
     user_message_line,
 )
-from gateway_bot.agents.claude_stream import CREDENTIALS_REFUSED, parse_stream_line
+from gateway_bot.agents.claude.runner import ClaudeCodeRunner, agent_env, unresumable
+from gateway_bot.agents.claude.stream import CREDENTIALS_REFUSED, parse_stream_line
 from gateway_bot.agents.event_log import EventLog
 from gateway_bot.sandbox.base import ExecutionContext, Sandbox, SandboxProcess
 

@@ -25,8 +25,8 @@ from pathlib import Path
 from gateway_bot.agents.backend import AgentBackend
 from gateway_bot.agents.base import AgentOutcome, AgentRequest, OnEvent
 from gateway_bot.agents.cli_install import api_origin, pinned_or_on_path
-from gateway_bot.agents.cli_run import CliRun, run_cli
-from gateway_bot.agents.codex_stream import parse_stream_line
+from gateway_bot.agents.cli_process import CliRun, run_cli
+from gateway_bot.agents.codex.stream import parse_stream_line
 from gateway_bot.agents.event_log import EventLog
 from gateway_bot.sandbox.base import ExecutionContext, InjectedCredential, Sandbox
 

@@ -26,7 +26,7 @@ from gateway_bot.agents.base import (
     ToolResultEvent,
     ToolUseEvent,
 )
-from gateway_bot.agents.claude_stream import one_line, path_tail
+from gateway_bot.agents.claude.stream import one_line, path_tail
 
 _SHELL_WRAPPER = re.compile(r"^(?:/bin/|/usr/bin/)?(?:ba)?sh -l?c '(.*)'$", re.DOTALL)
 

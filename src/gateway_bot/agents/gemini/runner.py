@@ -26,9 +26,9 @@ from pathlib import Path
 from gateway_bot.agents.backend import AgentBackend
 from gateway_bot.agents.base import AgentOutcome, AgentRequest, OnEvent
 from gateway_bot.agents.cli_install import api_origin, pinned_or_on_path
-from gateway_bot.agents.cli_run import CliRun, run_cli
+from gateway_bot.agents.cli_process import CliRun, run_cli
 from gateway_bot.agents.event_log import EventLog
-from gateway_bot.agents.gemini_stream import parse_stream_line
+from gateway_bot.agents.gemini.stream import parse_stream_line
 from gateway_bot.sandbox.base import ExecutionContext, InjectedCredential, Sandbox
 
 NAME = "gemini-cli"
@@ -62,7 +62,7 @@ _UNRESUMABLE = re.compile(
     r"Invalid session identifier|Error resuming session|\[API Error: .*\b4\d\d\b", re.IGNORECASE
 )
 
-LAUNCHER = Path(__file__).with_name("gemini-launcher.sh")
+LAUNCHER = Path(__file__).with_name("launcher.sh")
 """The image's ``gemini``: node running the bundle copied beside it."""
 
 

@@ -24,7 +24,7 @@ from gateway_bot.agents.base import (
     ToolResultEvent,
     ToolUseEvent,
 )
-from gateway_bot.agents.claude_stream import one_line, path_tail
+from gateway_bot.agents.claude.stream import one_line, path_tail
 
 _TOOL_ARGUMENT = {
     "run_shell_command": "command",

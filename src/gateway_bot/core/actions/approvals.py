@@ -25,7 +25,7 @@ replica holding the channel's listener, which records the decision in the shared
 wakes it at once when the press lands on its own replica); a single daemon polls nothing.
 
 The request and decision values, and the reading of a decided row, are in
-core/action_requests.py (re-exported here).
+core/actions/requests.py (re-exported here).
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from gateway_bot.config.access import AccessSettings
 from gateway_bot.config.action_rules import Deciders
-from gateway_bot.core.action_cards import as_text, closed_card, pending_card
-from gateway_bot.core.action_requests import (
+from gateway_bot.core.actions.cards import as_text, closed_card, pending_card
+from gateway_bot.core.actions.requests import (
     MAX_PENDING_PER_CONVERSATION,
     TOO_MANY_PENDING,
     ActionDecision,
@@ -48,7 +48,7 @@ from gateway_bot.core.action_requests import (
     answer_of,
     decision_of,
 )
-from gateway_bot.core.card_posting import post_card
+from gateway_bot.core.admission.card_posting import post_card
 from gateway_bot.core.channel import CardButtons, ChannelAdapter
 from gateway_bot.domain.lifecycle import TaskState
 from gateway_bot.domain.messages import InboundMessage

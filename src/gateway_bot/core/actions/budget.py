@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gateway_bot.core.action_approvals import ActionRequest
+from gateway_bot.core.actions.approvals import ActionRequest
 from gateway_bot.domain.records import TaskRecord
 
 BUDGET_RULE = "agent.budget_usd"

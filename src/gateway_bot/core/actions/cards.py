@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime
 from zoneinfo import ZoneInfo
 
-from gateway_bot.core.approval_cards import plain, preview
+from gateway_bot.core.admission.cards import plain, preview
 from gateway_bot.domain.messages import Button, Card
 from gateway_bot.state.action_approvals_store import (
     ABANDONED,

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from gateway_bot.core.action_approvals import ActionApprovals, ActionRequest
+from gateway_bot.core.actions.approvals import ActionApprovals, ActionRequest
 
 
 class HeldNetworkRequest(Protocol):

@@ -2,7 +2,7 @@
 (``ActionRequest``), the decision it gets back (``ActionDecision``), the ``AskAction`` the
 asking layers are given, and how a decided row or a typed answer reads as a decision.
 
-Apart from ``ActionApprovals`` (core/action_approvals.py: cards, waits, records, who may
+Apart from ``ActionApprovals`` (core/actions/approvals.py: cards, waits, records, who may
 decide) because these are plain values and pure functions with no state, channel or
 replica in them: the layers that ask (the tool-call hook, the proxy, the budget) need
 only the values, and the readings can be checked without a running approval service.

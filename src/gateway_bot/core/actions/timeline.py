@@ -3,7 +3,7 @@ decided what and when, and whose presses were refused."""
 
 from __future__ import annotations
 
-from gateway_bot.core.timeline import TimelineEntry
+from gateway_bot.core.conversations.timeline import TimelineEntry
 from gateway_bot.state.action_approvals_store import (
     ALLOWED,
     DENIED,

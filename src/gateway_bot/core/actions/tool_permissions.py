@@ -18,8 +18,8 @@ from typing import Any
 
 from gateway_bot.agents.base import PermissionAnswer
 from gateway_bot.config.action_rules import ActionApprovalSettings, RuleAction
-from gateway_bot.core.action_approvals import ActionRequest, AskAction
-from gateway_bot.core.action_policy import ToolCall, evaluate, signature
+from gateway_bot.core.actions.approvals import ActionRequest, AskAction
+from gateway_bot.core.actions.policy import ToolCall, evaluate, signature
 
 log = logging.getLogger(__name__)
 

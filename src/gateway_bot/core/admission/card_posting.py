@@ -10,7 +10,7 @@ cannot be edited, so it goes out again only when it would quote more held messag
 most ``SHOWN_MESSAGES`` times per card), and of the decided states only expiry is told
 (a decision by command is answered by that command).
 
-Kept apart from the gate (``core/approvals.py``), which decides who is held and what a
+Kept apart from the gate (``core/admission/gate.py``), which decides who is held and what a
 decision does; both hold this module's ``lock``, so an edit of a pending card never lands
 after the edit that decided it, and "shown" is exactly what the card said at the decision.
 """
@@ -23,7 +23,7 @@ from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from gateway_bot.config.access import AccessSettings
-from gateway_bot.core.approval_cards import (
+from gateway_bot.core.admission.cards import (
     SHOWN_MESSAGES,
     HeldSummary,
     Outcome,

@@ -12,7 +12,7 @@ the card quoted; Deny drops them all; an undecided card expires. Owners can take
 approval back with ``/revoke``.
 
 Cards themselves (posting, coalesced edits, retries, the text card of a channel without
-buttons) are ``core/card_posting.py``'s; their wording ``core/approval_cards.py``'s.
+buttons) are ``core/admission/card_posting.py``'s; their wording ``core/admission/cards.py``'s.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from gateway_bot.config.access import AccessSettings, SenderPolicy
-from gateway_bot.core.approval_cards import Outcome, preview, room_label
-from gateway_bot.core.card_posting import CARD_REFRESH_S, CardPosting
+from gateway_bot.core.admission.card_posting import CARD_REFRESH_S, CardPosting
+from gateway_bot.core.admission.cards import Outcome, preview, room_label
 from gateway_bot.core.channel import ChannelAdapter, RoomInvitations
+from gateway_bot.core.commands.revoke import revoke_approval
 from gateway_bot.core.retries import DEFAULT_POLICY, RetryPolicy
-from gateway_bot.core.revocations import revoke_approval
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState
 from gateway_bot.domain.messages import InboundMessage, RoomInvite
 from gateway_bot.domain.records import ApprovalRecord, ApprovalState, TaskRecord
@@ -254,7 +254,7 @@ class Gatekeeper:
         return text + "."
 
     async def revoke(self, channel: str, revoker_id: str, here: str, argument: str) -> str:
-        """``/revoke USER [everywhere | ROOM]`` (``core/revocations.py``)."""
+        """``/revoke USER [everywhere | ROOM]`` (``core/commands/revoke.py``)."""
         return await revoke_approval(
             self._store.approvals, self._access, channel, revoker_id, here, argument
         )

@@ -12,9 +12,10 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from gateway_bot.config.repo import MODEL_NAME
-from gateway_bot.core.action_approvals import ActionApprovals
-from gateway_bot.core.approvals import Gatekeeper
-from gateway_bot.core.commands import (
+from gateway_bot.core.actions.approvals import ActionApprovals
+from gateway_bot.core.admission.gate import Gatekeeper
+from gateway_bot.core.commands.mail import ConversationMailer
+from gateway_bot.core.commands.parse import (
     HELP_TEXT,
     ArgumentError,
     Command,
@@ -23,12 +24,11 @@ from gateway_bot.core.commands import (
     free_text,
     leading_words,
 )
-from gateway_bot.core.conversation_mail import ConversationMailer
-from gateway_bot.core.lanes import RunningTask
-from gateway_bot.core.schedule_commands import SCHEDULE_COMMANDS, ScheduleCommands
-from gateway_bot.core.schedule_proposals import ScheduleProposals
-from gateway_bot.core.status import describe_model, describe_status
-from gateway_bot.core.workspace_diff import WorkspaceReports
+from gateway_bot.core.commands.schedule import SCHEDULE_COMMANDS, ScheduleCommands
+from gateway_bot.core.conversations.lanes import RunningTask
+from gateway_bot.core.schedules.proposals import ScheduleProposals
+from gateway_bot.core.status.answer import describe_model, describe_status
+from gateway_bot.core.workspaces.reports import WorkspaceReports
 from gateway_bot.domain.lifecycle import TaskState
 from gateway_bot.domain.messages import InboundMessage, Reply
 from gateway_bot.domain.records import ConversationRecord

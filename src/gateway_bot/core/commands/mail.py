@@ -32,7 +32,7 @@ from collections.abc import Mapping
 
 from gateway_bot.config.access import AccessSettings
 from gateway_bot.core.channel import ChannelAdapter, ConversationMail, MailRequest
-from gateway_bot.core.commands import UnknownCommand, parse_command
+from gateway_bot.core.commands.parse import UnknownCommand, parse_command
 from gateway_bot.core.retries import DEFAULT_POLICY, RetryPolicy, call_channel
 from gateway_bot.domain.lifecycle import TaskState
 from gateway_bot.domain.messages import InboundMessage, JsonDict, Reply

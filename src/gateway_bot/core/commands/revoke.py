@@ -1,6 +1,6 @@
 """``/revoke``: an owner takes back the approvals a sender was given, in one room or all.
 
-Kept apart from the gate (``core/approvals.py``): it reads and removes memberships and
+Kept apart from the gate (``core/admission/gate.py``): it reads and removes memberships and
 answers, and has nothing to do with cards or held messages.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 import logging
 
 from gateway_bot.config.access import AccessSettings
-from gateway_bot.core.approval_cards import room_label
-from gateway_bot.core.commands import command_words
+from gateway_bot.core.admission.cards import room_label
+from gateway_bot.core.commands.parse import command_words
 from gateway_bot.state.store import ApprovalStore
 
 log = logging.getLogger(__name__)

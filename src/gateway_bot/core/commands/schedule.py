@@ -11,8 +11,8 @@ normalized rule and the next three runs in the schedule's zone.
 from __future__ import annotations
 
 from gateway_bot.config.access import AccessSettings
-from gateway_bot.core.commands import Command, CommandName, command_words
-from gateway_bot.core.schedule_rules import (
+from gateway_bot.core.commands.parse import Command, CommandName, command_words
+from gateway_bot.core.schedules.rules import (
     USAGE,
     Rule,
     ScheduleError,
@@ -22,7 +22,7 @@ from gateway_bot.core.schedule_rules import (
     shortest_gap_minutes,
     show_time,
 )
-from gateway_bot.core.schedules import ScheduleRunner, rule_of
+from gateway_bot.core.schedules.runner import ScheduleRunner, rule_of
 from gateway_bot.domain.messages import InboundMessage
 from gateway_bot.state.schedules_store import ACTIVE, PAUSED, REMOVED, ScheduleRecord
 
@@ -109,7 +109,7 @@ class ScheduleCommands:
 
     async def create(self, origin: InboundMessage, rule: Rule, prompt: str) -> str:
         """Check everything, save, echo the rule and its next runs: for /schedule and for
-        an agent's proposal someone allowed (``core/schedule_proposals.py``)."""
+        an agent's proposal someone allowed (``core/schedules/proposals.py``)."""
         if refused := await self.refusal(origin, rule):
             return refused
         upcoming = next_runs(rule, self._runner.clock(), 3)

@@ -91,7 +91,7 @@ class ReplyDelivery:
     ) -> None:
         """The end of an executed task. Returns once the task is completed or parked.
         ``closing`` (the finished steps) closes the progress display once the reply is out.
-        ``record`` (replicas, ``core/replicas.py``) stores the reply in place of the store's
+        ``record`` (replicas, ``core/replicas/duties.py``) stores the reply in place of the store's
         ``record_reply`` and says False when this replica's claim on the conversation was
         taken over: the reply is then neither stored nor sent (the new holder runs it)."""
         if record is None:

@@ -22,17 +22,17 @@ from gateway_bot.config.action_rules import ActionApprovalSettings
 from gateway_bot.config.repo import REPO_CONFIG_PATH, RepoConfig, parse_repo_config
 from gateway_bot.config.server import ExecutionSettings
 from gateway_bot.config.yaml_tags import ConfigError
-from gateway_bot.core.action_approvals import AskAction
-from gateway_bot.core.action_policy import merge_repo_policy
-from gateway_bot.core.budget import budget_request, spent_and_last
+from gateway_bot.core.actions.approvals import AskAction
+from gateway_bot.core.actions.budget import budget_request, spent_and_last
+from gateway_bot.core.actions.policy import merge_repo_policy
+from gateway_bot.core.actions.tool_permissions import ConversationToolPermissions
 from gateway_bot.core.channel import AttachmentDownloads
-from gateway_bot.core.disk_quota import MB, DiskLimit
+from gateway_bot.core.conversations.prompts import build_prompt, context_lost_prompt
 from gateway_bot.core.fault_points import reached
-from gateway_bot.core.inbox_files import InboxWriter, candidate_names
-from gateway_bot.core.prompts import build_prompt, context_lost_prompt
-from gateway_bot.core.schedule_request_file import RequestFile, take_request_file
-from gateway_bot.core.tool_permissions import ConversationToolPermissions
-from gateway_bot.core.workspaces import GitError, Workspaces
+from gateway_bot.core.schedules.request_file import RequestFile, take_request_file
+from gateway_bot.core.workspaces.directories import GitError, Workspaces
+from gateway_bot.core.workspaces.disk_quota import MB, DiskLimit
+from gateway_bot.core.workspaces.inbox_files import InboxWriter, candidate_names
 from gateway_bot.domain.lifecycle import CompletionReason
 from gateway_bot.domain.messages import InboundMessage, Reply, Usage
 from gateway_bot.domain.records import ConversationRecord

@@ -2,7 +2,7 @@
 lane, re-run after a restart too) and never run elsewhere; its sender is told once; between
 tries a pause stands in for the run, so /status shows why it waits and /stop can end it.
 
-Apart from the scheduler (``core/scheduler.py`` had grown past 400 lines), which runs a
+Apart from the scheduler (``core/conversations/queue.py`` had grown past 400 lines), which runs a
 task and hands this module the ones whose host was unreachable.
 """
 
@@ -12,15 +12,15 @@ import asyncio
 import logging
 
 from gateway_bot.core.channel import ChannelAdapter
-from gateway_bot.core.delivery import ReplyDelivery
-from gateway_bot.core.lanes import (
+from gateway_bot.core.conversations.delivery import ReplyDelivery
+from gateway_bot.core.conversations.lanes import (
     STOPPED_TEXT,
     ConversationClaims,
     ConversationLane,
     RunningTask,
     fenced_record,
 )
-from gateway_bot.core.queue_notices import QueueNotices
+from gateway_bot.core.conversations.queue_notices import QueueNotices
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState
 from gateway_bot.domain.messages import InboundMessage, Reply
 from gateway_bot.sandbox.base import HostUnreachable

@@ -1,4 +1,4 @@
-"""What the scheduler (``core/scheduler.py``) keeps per conversation and what it needs of
+"""What the scheduler (``core/conversations/queue.py``) keeps per conversation and what it needs of
 the rest: the running task /stop and /status read, a conversation's lane, the executor it
 hands a task to, and the replicas' claims it asks before running one. Apart so that
 readers of a running task (the chat commands) need not import the scheduler itself.
@@ -14,8 +14,8 @@ from typing import Any, Protocol
 
 from gateway_bot.agents.base import OnEvent
 from gateway_bot.core.channel import AttachmentDownloads
-from gateway_bot.core.executor import TaskResult
-from gateway_bot.core.progress import ProgressReporter
+from gateway_bot.core.conversations.executor import TaskResult
+from gateway_bot.core.conversations.progress import ProgressReporter
 from gateway_bot.domain.messages import InboundMessage, Reply
 from gateway_bot.domain.records import ConversationRecord
 
@@ -37,7 +37,7 @@ class Executes(Protocol):
 
 
 class ConversationClaims(Protocol):
-    """Several replicas on one database (``core/replicas.py``): which conversations this
+    """Several replicas on one database (``core/replicas/duties.py``): which conversations this
     replica may run now. Absent (None) for a single daemon, which runs everything it
     queues without asking anyone."""
 

@@ -34,13 +34,10 @@ import structlog
 
 from gateway_bot.agents.base import ToolUseEvent
 from gateway_bot.core.channel import ChannelAdapter, ProgressDisplay, attachment_downloads
-from gateway_bot.core.delivery import ReplyDelivery
-from gateway_bot.core.disk_holds import DiskHolds
-from gateway_bot.core.executor import TaskResult
-from gateway_bot.core.fault_points import reached
-from gateway_bot.core.host_waits import HostWaits
-from gateway_bot.core.jobs import Jobs
-from gateway_bot.core.lanes import (
+from gateway_bot.core.conversations.delivery import ReplyDelivery
+from gateway_bot.core.conversations.executor import TaskResult
+from gateway_bot.core.conversations.host_waits import HostWaits
+from gateway_bot.core.conversations.lanes import (
     STOPPED_TEXT,
     ConversationClaims,
     ConversationLane,
@@ -48,10 +45,13 @@ from gateway_bot.core.lanes import (
     RunningTask,
     fenced_record,
 )
-from gateway_bot.core.progress import ProgressReporter
-from gateway_bot.core.queue_notices import QueueNotices
+from gateway_bot.core.conversations.progress import ProgressReporter
+from gateway_bot.core.conversations.queue_notices import QueueNotices
+from gateway_bot.core.fault_points import reached
+from gateway_bot.core.intake.flush_holds import DiskHolds
+from gateway_bot.core.jobs import Jobs
 from gateway_bot.core.retries import DEFAULT_POLICY, RetryPolicy
-from gateway_bot.core.schedule_request_file import RequestFile
+from gateway_bot.core.schedules.request_file import RequestFile
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState
 from gateway_bot.domain.messages import InboundMessage, Reply
 from gateway_bot.domain.records import TaskRecord
@@ -98,10 +98,10 @@ class Scheduler:
         """Per task taken in before its message was on disk: the flush its notices wait
         for (``hold_notices``); gone once the flush is done."""
         self.claims: ConversationClaims | None = None
-        """Set for a replica of several (``core/replicas.py``); None: a single daemon."""
+        """Set for a replica of several (``core/replicas/duties.py``); None: a single daemon."""
         self.on_schedule_request: OnScheduleRequest | None = None
         """Given the agent's ``outbox/schedule.json`` after the reply (the service sets it
-        when schedules are on: ``core/schedule_proposals.py``)."""
+        when schedules are on: ``core/schedules/proposals.py``)."""
 
     @property
     def running_tasks(self) -> Mapping[str, RunningTask]:

@@ -3,7 +3,7 @@
 refusal of a message its conversation has no room for, and (``core/host_waits``) that the
 task waits for its host.
 
-Apart from the scheduler (``core/scheduler.py`` had grown past 400 lines), which decides
+Apart from the scheduler (``core/conversations/queue.py`` had grown past 400 lines), which decides
 what runs when; here is only how a notice goes out. Each is best effort: a job of its own,
 retried by the channel policy, then given up (logged); people may miss a notice, and no
 notice ever decides whether a task runs.

@@ -9,7 +9,7 @@ stays unreachable goes back to QUEUED, and the service's periodic sweep takes it
 
 Split from ``core/service.py``, which keeps the lifecycle around it (start, the sweeps,
 recovery, shutdown, the replicas' hooks): this module holds the path from a channel's
-``submit`` to ``core/routing.py``, and which tasks are being taken in now.
+``submit`` to ``core/intake/routing.py``, and which tasks are being taken in now.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 
 from gateway_bot.core.channel import ChannelAdapter
+from gateway_bot.core.conversations.queue import Scheduler
 from gateway_bot.core.fault_points import reached
 from gateway_bot.core.jobs import Jobs
 from gateway_bot.core.retries import RetryPolicy, is_transient, retrying
-from gateway_bot.core.scheduler import Scheduler
 from gateway_bot.domain.lifecycle import TaskState
 from gateway_bot.domain.messages import RawMessage
 from gateway_bot.state.store import Store

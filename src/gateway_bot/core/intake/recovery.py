@@ -6,7 +6,7 @@ in again, a run whose reply is stored is delivered (never run again), an interru
 goes back to pending and runs again; at start, parked replies are sent again.
 
 Split from ``core/service.py``, which decides when recovery runs (at start for a single
-daemon, per claimed conversation for a replica of several: ``core/replicas.py``).
+daemon, per claimed conversation for a replica of several: ``core/replicas/duties.py``).
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from gateway_bot.core.delivery import ReplyDelivery
-from gateway_bot.core.intake import Intake
+from gateway_bot.core.conversations.delivery import ReplyDelivery
+from gateway_bot.core.conversations.queue import Scheduler
+from gateway_bot.core.intake.intake import Intake
 from gateway_bot.core.jobs import Jobs
-from gateway_bot.core.scheduler import Scheduler
 from gateway_bot.domain.lifecycle import TaskState
 from gateway_bot.state.store import Store
 
@@ -58,7 +58,7 @@ class Recovery:
     async def conversation(self, conversation_id: str) -> None:
         """A replica that just claimed a conversation finishes what the previous holder
         left, oldest first: a stored reply is delivered, an interrupted run goes back to
-        pending. The caller then queues the pending tasks (``core/replicas.py``)."""
+        pending. The caller then queues the pending tasks (``core/replicas/duties.py``)."""
         for task in await self._store.conversation_tasks(
             conversation_id, [TaskState.EXECUTING, TaskState.PENDING]
         ):

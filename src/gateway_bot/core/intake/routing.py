@@ -1,9 +1,9 @@
 """Routing a stored message: authenticate and parse it by its channel, then answer a
 command at once, apply a card decision, admit an invitation, drop what strangers said, or
-queue an engaging message in its conversation (``core/scheduler.py``).
+queue an engaging message in its conversation (``core/conversations/queue.py``).
 
 Split from ``core/service.py``; the intake around it (the store commit, the per-channel
-order and retries) is ``core/intake.py``: this module decides what a message IS and where
+order and retries) is ``core/intake/intake.py``: this module decides what a message IS and where
 it goes, and is called under the channel's intake lock (what must not hold that lock, a
 /diff, it hands back to intake to run once the lock is released).
 """
@@ -18,21 +18,21 @@ from collections import defaultdict
 from collections.abc import Mapping
 
 from gateway_bot.config.access import AccessSettings, IgnoredMessages
-from gateway_bot.core.action_approvals import ActionApprovals
-from gateway_bot.core.action_cards import parse_action_id
-from gateway_bot.core.approval_cards import parse_approval_action
-from gateway_bot.core.approvals import Gatekeeper
+from gateway_bot.core.actions.approvals import ActionApprovals
+from gateway_bot.core.actions.cards import parse_action_id
+from gateway_bot.core.admission.cards import parse_approval_action
+from gateway_bot.core.admission.engagement import engages, is_blank
+from gateway_bot.core.admission.gate import Gatekeeper
 from gateway_bot.core.channel import AuthenticationError, ChannelAdapter, SenderRecheck
-from gateway_bot.core.chat_commands import ChatCommands
-from gateway_bot.core.commands import Command, CommandName, UnknownCommand, parse_command
-from gateway_bot.core.conversation_mail import ConversationMailer
-from gateway_bot.core.delivery import ReplyDelivery
-from gateway_bot.core.engagement import engages, is_blank
-from gateway_bot.core.intake import AfterLock
+from gateway_bot.core.commands.effects import ChatCommands
+from gateway_bot.core.commands.mail import ConversationMailer
+from gateway_bot.core.commands.parse import Command, CommandName, UnknownCommand, parse_command
+from gateway_bot.core.conversations.delivery import ReplyDelivery
+from gateway_bot.core.conversations.queue import Scheduler
+from gateway_bot.core.intake.intake import AfterLock
 from gateway_bot.core.retries import is_transient
-from gateway_bot.core.schedule_proposals import ScheduleProposals, parse_proposal_action
-from gateway_bot.core.scheduler import Scheduler
-from gateway_bot.core.schedules import ScheduleRunner
+from gateway_bot.core.schedules.proposals import ScheduleProposals, parse_proposal_action
+from gateway_bot.core.schedules.runner import ScheduleRunner
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState
 from gateway_bot.domain.messages import Decision, InboundMessage, RoomInvite
 from gateway_bot.domain.records import ContextLine, ConversationRecord, TaskRecord

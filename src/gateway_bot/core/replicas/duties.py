@@ -5,7 +5,7 @@ What one replica does (``ha.enabled``; a single daemon has none of this and poll
 * heartbeats its row in ``ha_replicas`` every ``lease/3``; a row whose time ran out is a
   dead replica: whoever notices first buries it, and its conversation claims become free;
 * runs each channel listener (not the console, which is per process) only while it holds
-  that channel's lease (``core/listener_lease.py``); on taking one it first takes up the
+  that channel's lease (``core/replicas/lease_keeper.py``); on taking one it first takes up the
   messages the previous holder stored but had not routed;
 * runs the service's shared sweep (approval cards, parked replies) only under the "sweep"
   lease;
@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from gateway_bot.config.ha import HaSettings
 from gateway_bot.core.channel import ChannelAdapter, SendsWhereItListens
-from gateway_bot.core.listener_lease import LeaseKeeper
+from gateway_bot.core.replicas.lease_keeper import LeaseKeeper
 from gateway_bot.core.service import GatewayService
 from gateway_bot.domain.messages import Reply
 from gateway_bot.state.leases_store import LeaseStore

@@ -1,11 +1,11 @@
 """Schedules the agent proposes: never created silently, only when a person allows them.
 
-After a task whose agent left ``outbox/schedule.json`` (``core/schedule_request_file.py``),
+After a task whose agent left ``outbox/schedule.json`` (``core/schedules/request_file.py``),
 the request is checked like ``/schedule`` (zone, rule, a run left, interval, the
 conversation's limit) and the conversation gets a card: Allow / Deny buttons where the
 channel has them (``CardButtons``), else a notice saying to reply ``!approve CODE`` or
 ``!deny CODE``, the same commands and the same card path as sender approvals
-(``core/approvals.py``); action ids are ``schedule:CODE:allow`` so the gate never mistakes
+(``core/admission/gate.py``); action ids are ``schedule:CODE:allow`` so the gate never mistakes
 one for its own. A request that cannot be used gets a note saying why, and no card.
 
 Who decides: an owner or admin (as for any approval), or the person whose message the agent
@@ -24,16 +24,16 @@ import logging
 from collections.abc import Mapping
 
 from gateway_bot.config.access import AccessSettings
-from gateway_bot.core.approval_cards import plain, preview
-from gateway_bot.core.card_posting import TEXT_CARD_REF, post_card
+from gateway_bot.core.admission.card_posting import TEXT_CARD_REF, post_card
+from gateway_bot.core.admission.cards import plain, preview
 from gateway_bot.core.channel import CardButtons, ChannelAdapter
-from gateway_bot.core.schedule_commands import ScheduleCommands
-from gateway_bot.core.schedule_request_file import (
+from gateway_bot.core.commands.schedule import ScheduleCommands
+from gateway_bot.core.schedules.request_file import (
     REQUEST_FILE,
     BadRequest,
     RequestFile,
 )
-from gateway_bot.core.schedule_rules import (
+from gateway_bot.core.schedules.rules import (
     Rule,
     ScheduleError,
     next_runs,

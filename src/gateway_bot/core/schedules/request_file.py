@@ -6,7 +6,7 @@ The agent proposes a scheduled run by writing, in its outbox::
 
 ``when`` is what ``/schedule`` takes as WHEN (a phrase, or a cron rule, quoted or not);
 ``tz`` is optional (the conversation's zone otherwise). Nothing is created from it: the
-conversation gets a card to allow or deny (``core/schedule_proposals.py``).
+conversation gets a card to allow or deny (``core/schedules/proposals.py``).
 
 The outbox is the agent's: the entry may be a link to a host file, a FIFO, a directory or
 gigabytes. So it is taken through the sandbox (``ContextFiles.take_outbox_file``): only a

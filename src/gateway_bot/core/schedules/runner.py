@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from gateway_bot.config.access import ScheduleLimits
 from gateway_bot.core.channel import ChannelAdapter
-from gateway_bot.core.schedule_rules import Rule, prompt_preview, show_time, slots_until
+from gateway_bot.core.schedules.rules import Rule, prompt_preview, show_time, slots_until
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState
 from gateway_bot.domain.messages import InboundMessage, RawMessage
 from gateway_bot.domain.records import TaskRecord
@@ -91,7 +91,7 @@ class ScheduleRunner:
         self._wake = asyncio.Event()
         self._loop: asyncio.Task[None] | None = None
         self.fires_here: Callable[[str], bool] | None = None
-        """Set under replicas (``core/replicas.py``): whether this replica fires a channel's
+        """Set under replicas (``core/replicas/duties.py``): whether this replica fires a channel's
         runs, i.e. holds its listener (the run's intake and notices belong there; a Matrix
         run could not be announced anywhere else). None: a single daemon fires them all."""
         self._left_elsewhere = False

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gateway_bot.config.yaml_tags import ConfigError
-from gateway_bot.core.checkout_size import CheckoutTooBig, refuse_checkout_over
-from gateway_bot.core.schedule_request_file import REQUEST_FILE
+from gateway_bot.core.schedules.request_file import REQUEST_FILE
+from gateway_bot.core.workspaces.checkout_size import CheckoutTooBig, refuse_checkout_over
 from gateway_bot.sandbox import shared_lock
 from gateway_bot.sandbox.base import ExecutionContext
 from gateway_bot.sandbox.context_files import ContextFiles, GitOrigin, WorkspaceSetupFailed
@@ -285,7 +285,7 @@ class Workspaces:
         re-sent after a crash still finds its files. Symlinks and special files are left
         behind: a link could point at a host file the agent must not exfiltrate. Channels
         read only the copies in sent/, which the sandbox cannot see. ``schedule.json`` is
-        never taken: it is the agent's schedule request (``core/schedule_request_file.py``).
+        never taken: it is the agent's schedule request (``core/schedules/request_file.py``).
         """
         into = self.dirs(conversation_id).sent / task_id
         return await files.take_outbox(into, frozenset({REQUEST_FILE}))

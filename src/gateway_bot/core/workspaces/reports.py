@@ -14,7 +14,7 @@ import re
 import secrets
 from pathlib import Path
 
-from gateway_bot.core.workspaces import Workspaces
+from gateway_bot.core.workspaces.directories import Workspaces
 from gateway_bot.domain.messages import Reply
 from gateway_bot.sandbox.base import Sandbox
 from gateway_bot.sandbox.context_files import DiffBase
