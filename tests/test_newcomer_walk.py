@@ -142,7 +142,7 @@ def test_the_built_in_config_reads_the_key_from_the_projects_dotenv(
     # The README puts the key in .env at the project root; scripts/chat.sh read it, but
     # the launcher's `gateway-bot chat` did not, and said "No model credentials: set
     # ANTHROPIC_API_KEY ... in .env" to a user whose key was in that .env.
-    assert cli_config.built_in_dotenv_dir() == Path(cli_config.__file__).resolve().parents[2]
+    assert cli_config.built_in_dotenv_dir() == Path(cli_config.__file__).resolve().parents[3]
     project = tmp_path / "project"
     project.mkdir()
     (project / ".env").write_text("ANTHROPIC_API_KEY=sk-from-dotenv\n")

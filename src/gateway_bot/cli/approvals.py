@@ -3,7 +3,7 @@
 
 The list is read from the state database opened read-only, as ``status`` reads it, so it
 works with or without a daemon. A decision is asked of the running daemon over its control
-socket (``control_socket.py``) and recorded as OWNER's decision, exactly as if OWNER pressed
+socket (``runtime/control_socket.py``) and recorded as OWNER's decision, exactly as if OWNER pressed
 the card's button; OWNER must be an owner or admin of the approval's channel.
 
 Exit codes: 0 listed or decided, 1 refused (no such pending approval, not an owner), 3 no
@@ -18,14 +18,12 @@ import sys
 import time
 from pathlib import Path
 
-from gateway_bot.cli.status import EXIT_NO_STATE, approval_json
+from gateway_bot.cli.exit_codes import EXIT_NO_DAEMON, EXIT_NO_STATE, EXIT_REFUSED
+from gateway_bot.cli.status import approval_json
 from gateway_bot.cli.status_format import age, preview, printable, table
 from gateway_bot.domain.records import ApprovalRecord
 from gateway_bot.runtime.control_socket import DaemonUnreachable, ask_daemon
 from gateway_bot.state.sqlite_store import SqliteStore
-
-EXIT_REFUSED = 1
-EXIT_NO_DAEMON = 4
 
 
 def run_list(state_dir: Path, *, as_json: bool, state_url: str | None = None) -> int:

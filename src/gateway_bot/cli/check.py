@@ -3,9 +3,9 @@
 It prints what a deployment would run with (state, repo, channels, the agent CLI and its
 backends), warns of what would stop the agent (credentials), checks that the sandbox can
 run, and says how the agent will reach its model API; ``--sandbox`` then runs the canary
-(``check_sandbox.py``). Exit 2 when the config or the set-up is wrong, else 0.
+(``cli/check_sandbox.py``). Exit 2 when the config or the set-up is wrong, else 0.
 
-Apart from cli.py (the parser and the other commands) because it is the one command that
+Apart from cli/ (the parser and the other commands) because it is the one command that
 looks at every part of a deployment; it is imported only when ``check`` runs.
 """
 
@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from gateway_bot.channels.matrix.commands import describe_e2ee
-from gateway_bot.cli import EXIT_CONFIG
 from gateway_bot.cli.config_source import (
     BUILT_IN,
     built_in_config,
@@ -26,6 +25,7 @@ from gateway_bot.cli.config_source import (
     load_config,
     sample_repo_path,
 )
+from gateway_bot.cli.exit_codes import EXIT_CONFIG
 from gateway_bot.cli.preflight import (
     local_repo_problem,
     other_repos_state_problem,

@@ -2,7 +2,7 @@
 (console channel, SQLite state, the git repo we are in or a sample repo made on first use),
 and how an invalid one is told to the user (its source, then one line per problem).
 
-Apart from cli.py (the commands) because every command needs a config the same way and
+Apart from cli/ (the commands) because every command needs a config the same way and
 none of them needs to know how the built-in one is assembled.
 """
 
@@ -33,6 +33,15 @@ def load_config(path: Path) -> ServerConfig | None:
         return None
 
 
+def operator_config(path: Path | None) -> ServerConfig | None:
+    """The config of an operator's command (``status``, ``approvals``, ``approve``, ``deny``,
+    ``migrate``): the file given, else the built-in one's state, never making the sample
+    repo (these only read the state or ask the daemon)."""
+    if path is not None:
+        return load_config(path)
+    return build_server_config({"repo": {"url": "."}, "channels": {"console": {}}}, BUILT_IN)
+
+
 def built_in_config(*, make_sample: bool = True) -> ServerConfig | None:
     """The embedded default: console channel, SQLite state, the git repo we are in (or a
     sample repo made on first use; ``make_sample=False``: only named, for ``check``)."""
@@ -58,7 +67,7 @@ def built_in_dotenv_dir() -> Path | None:
     """Where the built-in config reads ``.env``: the project root of the checkout this runs
     from, the file scripts/chat.sh reads (README), so ``gateway-bot chat`` from any
     directory finds the key put there. None for an install that is no checkout."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     return root if (root / "pyproject.toml").is_file() and (root / "scripts").is_dir() else None
 
 

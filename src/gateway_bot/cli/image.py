@@ -4,7 +4,7 @@
 enabled agent CLIs' files) and the egress proxy's; ``bootstrap`` makes the Debian base image with
 debootstrap, for hosts that reach no registry. Progress goes to stdout; exit 2 on failure.
 
-Apart from cli.py because only this command and the podman sandbox build images; it is
+Apart from cli/ because only this command and the podman sandbox build images; it is
 imported only when ``image`` runs, so no other command pays for the podman modules.
 """
 
@@ -14,8 +14,8 @@ import argparse
 import asyncio
 import sys
 
-from gateway_bot.cli import EXIT_CONFIG
 from gateway_bot.cli.config_source import built_in_config, load_config
+from gateway_bot.cli.exit_codes import EXIT_CONFIG
 from gateway_bot.runtime.agent_setup import agent_image_files
 from gateway_bot.sandbox.base import SandboxUnavailable
 from gateway_bot.sandbox.podman import commands as image_commands

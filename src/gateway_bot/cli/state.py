@@ -6,13 +6,13 @@ lives here, above the layers, rather than in ``state`` (which never imports a ch
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sqlite3
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from gateway_bot.cli.exit_codes import EXIT_REFUSED
 from gateway_bot.state import migrations as core
 from gateway_bot.state.backend import is_postgres_url
 from gateway_bot.state.copy import CopiedTable, CopyRefused, copy_state
@@ -23,8 +23,6 @@ from gateway_bot.state.database import (
     StateTarget,
     StateUnavailable,
 )
-
-EXIT_REFUSED = 1
 
 
 def owners() -> dict[str, Sequence[Migration]]:
@@ -55,23 +53,6 @@ def owners() -> dict[str, Sequence[Migration]]:
         actions.OWNER: actions.MIGRATIONS,
         ha.OWNER: ha.HA_MIGRATIONS,
     }
-
-
-def add_state_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    migrate = commands.add_parser(
-        "migrate", help="bring the state database's schema up to date, then exit"
-    )
-    migrate.add_argument("--config", type=Path, help="server config (default: built-in)")
-    state = commands.add_parser("state", help="the state database")
-    state_commands = state.add_subparsers(dest="state_command", required=True)
-    copy = state_commands.add_parser(
-        "copy", help="copy a SQLite state database into another (PostgreSQL), verified"
-    )
-    copy.add_argument("--from", dest="source", required=True, help="sqlite:///path/state.db")
-    copy.add_argument("--to", dest="target", required=True, help="postgresql://... URL")
-    copy.add_argument(
-        "--replace", action="store_true", help="empty the target's tables first (else refused)"
-    )
 
 
 def run_migrate(target: StateTarget) -> int:

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gateway_bot.cli.exit_codes import EXIT_NO_STATE
 from gateway_bot.cli.status_format import age, preview, table
 from gateway_bot.cli.status_sections import (
     action_json,
@@ -41,8 +42,6 @@ from gateway_bot.domain.records import ApprovalRecord, TaskRecord
 from gateway_bot.sandbox.base import SandboxContainer
 from gateway_bot.state.schedules_store import SqliteSchedules
 from gateway_bot.state.sqlite_store import SqliteStore
-
-EXIT_NO_STATE = 3
 
 
 class SnapshotLiveState:
