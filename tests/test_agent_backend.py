@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway_bot.agents.claude.runner import CLAUDE_CODE
+from gateway_bot.agents.claude.backend import CLAUDE_CODE
 from gateway_bot.agents.registry import backend_named
 from gateway_bot.config.server import build_server_config, load_server_config
 from gateway_bot.runtime.agent_setup import (

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway_bot.agents.claude.runner import CLAUDE_CODE, injected_credentials
+from gateway_bot.agents.claude.backend import CLAUDE_CODE
+from gateway_bot.agents.claude.runner import injected_credentials
 from gateway_bot.config.yaml_tags import ConfigError
 from gateway_bot.sandbox.egress import allowlist
 from gateway_bot.sandbox.egress.rules import (

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway_bot.agents.claude.runner import CLAUDE_CODE
+from gateway_bot.agents.claude.backend import CLAUDE_CODE
 from gateway_bot.agents.enabled import AgentSet, EnabledAgent
 from gateway_bot.config.server import ExecutionSettings
 from gateway_bot.core.application import Application, DaemonLiveState

@@ -1,7 +1,7 @@
-"""The application API: what the CLI, the chat commands and (next) the dashboard ask of a
+"""The application API: what the CLI, the chat commands and the dashboard ask of a
 deployment, in one place, so each front end is a rendering of the same answers.
 
-Two ways to build it. Inside the daemon (``daemon.py``) it has the live service: it can stop
+Two ways to build it. Inside the daemon (``runtime/daemon.py``) it has the live service: it can stop
 a task and decide an approval, and reads channel health and containers from memory. In
 another process (``gateway-bot status``) it has the state database opened read-only and a
 ``LiveState`` read from the daemon's status snapshot (``core/status/snapshot.py``); the

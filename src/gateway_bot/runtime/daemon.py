@@ -58,7 +58,7 @@ class Daemon:
         agent_env: Mapping[str, str],
         database: Database | None = None,
     ) -> None:
-        """``database``: the state database the channels' stores were built on (cli.py
+        """``database``: the state database the channels' stores were built on (cli/
         makes it before the adapters); the store opens it and every owner migrates in it."""
         check_fault_point(os.environ)  # tests only: a typo'd point fails here, loudly
         self.config = config

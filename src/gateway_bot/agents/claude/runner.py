@@ -14,15 +14,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from gateway_bot.agents.backend import AgentBackend
 from gateway_bot.agents.base import (
     AgentOutcome,
     AgentRequest,
     InitEvent,
     OnEvent,
     ResultEvent,
-    WarmRunner,
-    WarmSettings,
 )
 from gateway_bot.agents.claude.control import (
     PERMISSION_FLAGS,
@@ -250,33 +247,3 @@ def image_files(program: Path) -> dict[str, Path]:
     package's native build) goes into the image as ``claude``, the name repo Containerfiles
     copy too."""
     return {"claude": program.resolve()}
-
-
-def make_warm_runner(command: Sequence[str], settings: WarmSettings) -> WarmRunner:
-    """Imported here: the warm runner builds on this module's cold one."""
-    from gateway_bot.agents.claude.warm import WarmClaudeRunner
-
-    return WarmClaudeRunner(command, settings)
-
-
-CLAUDE_CODE = AgentBackend(
-    name="claude-code",
-    default_command=("claude",),
-    make_runner=ClaudeCodeRunner,
-    parse_stream_line=parse_stream_line,
-    env_names=MODEL_ENV,
-    base_url_env="ANTHROPIC_BASE_URL",
-    default_api_url=DEFAULT_API_URL,
-    credentials_problem=credentials_problem,
-    injected_credentials=injected_credentials,
-    locate_command=locate_command,
-    image_files=image_files,
-    install_hint=(
-        "run `bash scripts/setup.sh` (it installs the pinned Claude Code under .tools/), "
-        "install it yourself (npm install -g @anthropic-ai/claude-code), "
-        "or set agent.command in the config"
-    ),
-    make_warm_runner=make_warm_runner,
-    asks_tool_calls=True,
-)
-"""The Claude Code CLI (``claude -p``, stream-json): the default backend."""

@@ -1,5 +1,5 @@
 """The Matrix channel's command-line parts: the encryption lines ``check`` prints, and
-``gateway-bot matrix bootstrap-cross-signing``. Kept out of ``cli.py`` so the CLI stays a
+``gateway-bot matrix bootstrap-cross-signing``. Kept out of ``cli/`` so the CLI stays a
 dispatcher; both open the deployment's state database, never a new device."""
 
 from __future__ import annotations

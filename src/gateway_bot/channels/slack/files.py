@@ -29,7 +29,6 @@ from gateway_bot.domain.messages import Attachment, JsonDict
 log = logging.getLogger(__name__)
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._ -]+")
-_MB = 1024 * 1024
 
 
 @dataclass(frozen=True)

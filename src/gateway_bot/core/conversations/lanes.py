@@ -104,7 +104,3 @@ class ConversationLane:
         it" before the progress display; it never decides whether the task runs."""
         self.drainer: asyncio.Task[None] | None = None
         self.running: RunningTask | None = None
-        self.agent_session: object | None = None
-        """Reserved for the warm agent session (a long-lived agent process kept between
-        turns): it belongs to the conversation, lives as long as its lane, and is what
-        ``_execute`` will hand the executor instead of starting the agent afresh."""

@@ -1,5 +1,5 @@
-"""The per-conversation scheduler: each conversation's queue, its running task, ``/stop``,
-its progress display, and (next) its warm agent session.
+"""The per-conversation scheduler: each conversation's queue, its running task, ``/stop``
+and its progress display (the warm agent session is the runner's: ``agents/claude/warm.py``).
 
 Semantics, aiojobs-style: ``queue`` (a routed message) and ``enqueue`` (a recovered one)
 spawn a conversation's drainer when it has none; at most one task runs per conversation, in
@@ -192,10 +192,6 @@ class Scheduler:
         """The task is queued (or running) here."""
         lane = self._lanes.get(conversation_id)
         return lane is not None and task_id in lane.queue
-
-    def busy_lanes(self) -> int:
-        """Conversations with a task queued or running here."""
-        return sum(1 for lane in self._lanes.values() if lane.queue)
 
     def stop(self, conversation_id: str) -> RunningTask | None:
         """/stop: cancel the conversation's running task; None when nothing runs."""
