@@ -29,8 +29,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from tests.fake_anthropic import FakeAnthropic
-from tests.sandbox_fixtures import Relay
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.sandbox_fixtures import Relay
 
 from bench.report import Section, at_least_ratio_row, info_row
 from gateway_bot.agents.claude.runner import QUIET_ENV

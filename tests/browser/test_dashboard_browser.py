@@ -22,10 +22,8 @@ import yaml
 from playwright.sync_api import Browser, Dialog, Page, expect, sync_playwright
 
 from tests.conftest import write_config
-from tests.fake_anthropic import FakeAnthropic
-from tests.fake_slack import FakeSlack
-from tests.test_dashboard_run import TOKEN, dashboard_url
-from tests.test_slack_daemon import (
+from tests.integration.dashboard.test_dashboard_run import TOKEN, dashboard_url
+from tests.integration.slack.test_slack_daemon import (
     ALICE,
     APPROVALS,
     BOB,
@@ -35,6 +33,8 @@ from tests.test_slack_daemon import (
     slack_config,
     start_socket_daemon,
 )
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.fake_slack import FakeSlack
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [

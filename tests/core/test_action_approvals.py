@@ -3,7 +3,7 @@ store with the fake channel and agent: the card shows the exact command and the 
 people who may decide do, Always remembers that exact action in this conversation only, a
 timeout denies and says so, a restart closes the old card and the task asks again, and the
 agent's question is a card with one button per option. (The real CLI's side:
-tests/test_action_approvals_claude.py.)"""
+tests/integration/agents/test_action_approvals_claude.py.)"""
 
 from __future__ import annotations
 

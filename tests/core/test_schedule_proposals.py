@@ -2,7 +2,8 @@
 is a notice naming the codes, only the asker or an owner can decide by command, a second
 decision changes nothing, Allow checks again (a time passed meanwhile is refused), and an
 unusable request gets a note and no card. (Buttons, reactions and the real request file:
-tests/test_schedules_channels.py and tests/test_schedule_proposals_console.py.)"""
+tests/integration/schedules/test_schedules_channels.py and
+tests/integration/schedules/test_schedule_proposals_console.py.)"""
 
 from __future__ import annotations
 

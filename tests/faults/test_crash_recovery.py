@@ -11,7 +11,7 @@ from gateway_bot.domain.lifecycle import TaskState
 from gateway_bot.domain.messages import RawMessage, Reply
 from gateway_bot.state.sqlite_store import SqliteStore
 from tests.conftest import write_config
-from tests.fake_anthropic import FakeAnthropic
+from tests.support.fake_anthropic import FakeAnthropic
 
 
 def test_killed_mid_task_the_restart_answers_once(

@@ -15,7 +15,7 @@ Every channel walks at least ten points: its own (source redelivery and acknowle
 its posts, SMTP), the delivery points where channels differ (each keeps a reply from going
 out twice its own way), and the core's points between intake and delivery, which the
 console walks in full. The agent is
-``tests/fast_agent.py``'s script: the daemon is under test, not the model.
+``tests/support/fast_agent.py``'s script: the daemon is under test, not the model.
 """
 
 from __future__ import annotations
@@ -36,14 +36,14 @@ import pytest
 
 from gateway_bot.core.fault_points import FAULT_POINT_ENV, POINTS, check_fault_point
 from tests.conftest import GatewayProcess, write_config
-from tests.email_fixtures import ALICE as MAIL_ALICE
-from tests.email_fixtures import Dovecot, SmtpCatcher, email_config, mail, text_of
-from tests.fake_anthropic import FakeAnthropic
-from tests.fake_slack import APP_TOKEN, BOT_TOKEN, TEAM, FakeSlack
-from tests.fast_agent import fast_agent_sections
-from tests.synapse_fixtures import SynapseServer, bot_text, matrix_config, membership
+from tests.support.email_fixtures import ALICE as MAIL_ALICE
+from tests.support.email_fixtures import Dovecot, SmtpCatcher, email_config, mail, text_of
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.fake_slack import APP_TOKEN, BOT_TOKEN, TEAM, FakeSlack
+from tests.support.fast_agent import fast_agent_sections
+from tests.support.synapse_fixtures import SynapseServer, bot_text, matrix_config, membership
 
-pytestmark = pytest.mark.faults
+pytestmark = pytest.mark.slow
 
 DEATH_TIMEOUT_S = 120.0
 

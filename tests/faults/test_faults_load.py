@@ -3,7 +3,7 @@
 each conversation's replies in the order its messages were sent.
 
 What is under test is the daemon (intake, the per-conversation scheduler, the channel's
-sends), not the model: the agent is ``tests/fast_agent.py``'s script, on the host sandbox.
+sends), not the model: the agent is ``tests/support/fast_agent.py``'s script, on the host sandbox.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 
 from tests.conftest import write_config
-from tests.fake_anthropic import FakeAnthropic
-from tests.fake_slack import APP_TOKEN, BOT_TOKEN, TEAM, FakeSlack
-from tests.fast_agent import fast_agent_sections
-from tests.synapse_fixtures import SynapseServer, bot_text, matrix_config, membership
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.fake_slack import APP_TOKEN, BOT_TOKEN, TEAM, FakeSlack
+from tests.support.fast_agent import fast_agent_sections
+from tests.support.synapse_fixtures import SynapseServer, bot_text, matrix_config, membership
 
-pytestmark = pytest.mark.faults
+pytestmark = pytest.mark.slow
 
 CONVERSATIONS = 20
 SECONDS = int(os.environ.get("GATEWAY_BOT_LOAD_SECONDS", "2"))

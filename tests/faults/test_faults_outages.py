@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 
 from tests.conftest import write_config
-from tests.email_fixtures import ALICE, Dovecot, SmtpCatcher, email_config, mail, text_of
-from tests.fake_anthropic import FakeAnthropic
-from tests.fake_slack import APP_TOKEN, BOT_TOKEN, TEAM, FakeSlack
-from tests.fast_agent import fast_agent_sections
-from tests.synapse_fixtures import SynapseServer, bot_text, matrix_config, membership
+from tests.support.email_fixtures import ALICE, Dovecot, SmtpCatcher, email_config, mail, text_of
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.fake_slack import APP_TOKEN, BOT_TOKEN, TEAM, FakeSlack
+from tests.support.fast_agent import fast_agent_sections
+from tests.support.synapse_fixtures import SynapseServer, bot_text, matrix_config, membership
 
-pytestmark = pytest.mark.faults
+pytestmark = pytest.mark.slow
 
 
 def channel_health(state_dir: Path, channel: str) -> dict[str, Any] | None:

@@ -25,20 +25,10 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.email_fixtures import ALICE, Dovecot, SmtpCatcher, email_config, mail, text_of
-from tests.fake_anthropic import FakeAnthropic
-from tests.fake_slack import SIGNING_SECRET, FakeSlack
-from tests.synapse_fixtures import (
-    SynapseServer,
-    bot_text,
-    content_of,
-    matrix_config,
-    membership,
-)
-from tests.test_slack_daemon import (
+from tests.integration.slack.test_slack_daemon import (
     ALICE as SLACK_ALICE,
 )
-from tests.test_slack_daemon import (
+from tests.integration.slack.test_slack_daemon import (
     GENERAL,
     MENTION,
     free_port,
@@ -46,8 +36,21 @@ from tests.test_slack_daemon import (
     slack_config,
     wait_listening,
 )
+from tests.support.email_fixtures import ALICE, Dovecot, SmtpCatcher, email_config, mail, text_of
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.fake_slack import SIGNING_SECRET, FakeSlack
+from tests.support.paths import CORPUS as CORPUS_DIR
+from tests.support.synapse_fixtures import (
+    SynapseServer,
+    bot_text,
+    content_of,
+    matrix_config,
+    membership,
+)
 
-CORPUS = Path(__file__).parent / "corpus"
+pytestmark = pytest.mark.slow
+
+CORPUS = CORPUS_DIR
 EMAIL_CASES = sorted((CORPUS / "email").glob("*.eml"))
 MAX_MAIL_BYTES = 200_000
 """The daemon's ``max_mail_bytes`` here, so an oversized case stays small on disk."""

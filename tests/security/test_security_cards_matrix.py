@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.fake_anthropic import FakeAnthropic
-from tests.synapse_fixtures import (
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.synapse_fixtures import (
     SynapseServer,
     bot_text,
     from_user,

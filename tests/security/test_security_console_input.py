@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.fake_anthropic import FakeAnthropic
+from tests.support.fake_anthropic import FakeAnthropic
 
 STRICT = {"PYTHONIOENCODING": "utf-8:strict"}
 """What Python does under en_US.UTF-8 (the C.UTF-8 locale of this machine is lenient)."""

@@ -23,8 +23,8 @@ from gateway_bot.config.channels import EmailChannelSettings
 from gateway_bot.core.workspaces.inbox_files import InboxWriter
 from gateway_bot.domain.messages import InboundMessage, RawMessage
 from gateway_bot.state.database import Database
-from tests.email_fixtures import ALICE, TRUSTED_ID, mail, passed, text_of
-from tests.smtp_catcher import SmtpCatcher
+from tests.support.email_fixtures import ALICE, TRUSTED_ID, mail, passed, text_of
+from tests.support.smtp_catcher import SmtpCatcher
 
 BOT = "bot@example.test"
 

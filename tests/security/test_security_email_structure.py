@@ -10,7 +10,7 @@ from email.utils import make_msgid
 from pathlib import Path
 from typing import Any
 
-from tests.email_fixtures import (
+from tests.support.email_fixtures import (
     ALICE,
     DOMAIN,
     Dovecot,
@@ -20,7 +20,7 @@ from tests.email_fixtures import (
     passed,
     text_of,
 )
-from tests.fake_anthropic import FakeAnthropic
+from tests.support.fake_anthropic import FakeAnthropic
 
 LEVELS = 1200
 """Deeper than the interpreter's recursion limit (1000): about 50 kB of mail."""

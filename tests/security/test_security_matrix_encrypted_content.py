@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.fake_anthropic import FakeAnthropic
-from tests.synapse_fixtures import SynapseServer, bot_text, matrix_config, membership
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.synapse_fixtures import SynapseServer, bot_text, matrix_config, membership
 
 
 async def test_encrypted_content_of_the_wrong_types_is_still_answered(

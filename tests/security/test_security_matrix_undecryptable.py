@@ -13,8 +13,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from tests.fake_anthropic import FakeAnthropic
-from tests.synapse_fixtures import SynapseServer, bot_text, matrix_config, membership
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.synapse_fixtures import SynapseServer, bot_text, matrix_config, membership
 
 LINK = "[Verify the bot here](https://evil.test/verify)"
 

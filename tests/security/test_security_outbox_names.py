@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from gateway_bot.sandbox.host_files import HostContextFiles
-from tests.fake_anthropic import FakeAnthropic
+from tests.support.fake_anthropic import FakeAnthropic
 
 
 def _context_files(root: Path) -> HostContextFiles:

@@ -12,9 +12,9 @@ from typing import Any
 import yaml
 
 from tests.conftest import write_config
-from tests.fake_anthropic import FakeAnthropic
-from tests.fake_slack import APP_TOKEN, BOT_TOKEN, BOT_USER, TEAM, FakeSlack
-from tests.sandbox_fixtures import SandboxSetup, commit_file, wait_until
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.fake_slack import APP_TOKEN, BOT_TOKEN, BOT_USER, TEAM, FakeSlack
+from tests.support.sandbox_fixtures import SandboxSetup, commit_file, wait_until
 
 ALICE, GENERAL = "U0ALICE", "C0GENERAL"
 MENTION = f"<@{BOT_USER}>"

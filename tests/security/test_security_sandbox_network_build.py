@@ -16,7 +16,7 @@ import pytest
 
 from gateway_bot.cli.check_sandbox import link_local_address
 from gateway_bot.sandbox.canary import CountingListener
-from tests.sandbox_fixtures import SandboxSetup, commit_file, podman, wait_until
+from tests.support.sandbox_fixtures import SandboxSetup, commit_file, podman, wait_until
 
 
 def test_a_repo_containerfile_with_the_cve_2024_1753_mount_is_refused_before_any_build(

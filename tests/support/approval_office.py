@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.fake_anthropic import FakeAnthropic
-from tests.synapse_fixtures import (
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.synapse_fixtures import (
     Human,
     SynapseServer,
     bot_text,

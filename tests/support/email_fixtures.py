@@ -1,6 +1,6 @@
 """Real mail servers for the email channel's tests: Dovecot (IMAP, with LMTP to deliver the
 users' mail) from a temp config on 127.0.0.1, one per session, and an aiosmtpd server that
-catches what the bot sends (``tests/smtp_catcher.py``), plus the mail the tests write.
+catches what the bot sends (``tests/support/smtp_catcher.py``), plus the mail the tests write.
 
 Dovecot runs from ``dovecot -c CONF -F`` and reads nothing under /etc. Its passdb is
 static (any user, password ``secret``), so each test takes a fresh mailbox
@@ -34,8 +34,8 @@ import pytest
 from imapclient import IMAPClient
 
 from tests.conftest import write_config
-from tests.fake_anthropic import FakeAnthropic
-from tests.smtp_catcher import SmtpCatcher, free_port
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.smtp_catcher import SmtpCatcher, free_port
 
 PASSWORD = "secret"
 DOMAIN = "example.test"

@@ -7,7 +7,7 @@ The CLI honours ``GOOGLE_GEMINI_BASE_URL`` (http only on loopback) with
 ``tools[].functionDeclarations``, ``systemInstruction``, and ``contents`` whose first user
 entry is a ``<session_context>`` block), and plain ``:generateContent`` for side requests
 (model routing, loop checks: JSON answers under a ``responseSchema``). The key comes in
-``x-goog-api-key``. Script, as ``tests/fake_anthropic.py``:
+``x-goog-api-key``. Script, as ``tests/support/fake_anthropic.py``:
 
 * a main request whose newest user content is a prompt gets one ``functionCall`` of
   ``run_shell_command`` (``echo tool-ran``, or the command after ``RUN_BASH``);
@@ -26,7 +26,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.loopback_server import LoopbackServer
+from tests.support.loopback_server import LoopbackServer
 
 JSON = dict[str, Any]
 _CONTEXT = "<session_context>"

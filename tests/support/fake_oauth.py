@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from tests.smtp_catcher import free_port
+from tests.support.smtp_catcher import free_port
 
 TENANT = "test-tenant"
 

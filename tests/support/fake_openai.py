@@ -7,7 +7,7 @@ looked up by id), ``Authorization: Bearer <key>``, tools as ``function`` entries
 (``exec_command`` with ``{"cmd": ...}`` when code mode is off) and ``input`` items:
 ``message`` (roles developer/user/assistant, ``input_text`` / ``output_text`` parts; the
 first user message is an ``<environment_context>`` block), ``function_call``,
-``function_call_output``, ``reasoning``. Script, as ``tests/fake_anthropic.py``:
+``function_call_output``, ``reasoning``. Script, as ``tests/support/fake_anthropic.py``:
 
 * a request whose newest input item is a user prompt gets one ``function_call`` of
   ``exec_command`` (``echo tool-ran``, or the command after ``RUN_BASH``);
@@ -28,7 +28,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.loopback_server import LoopbackServer
+from tests.support.loopback_server import LoopbackServer
 
 JSON = dict[str, Any]
 _CONTEXT = "<environment_context>"

@@ -1,7 +1,7 @@
 """An aiohttp server on 127.0.0.1 in its own thread, for the fake model APIs.
 
 Sync and async tests share one fake per session: its loop must be neither blocked by the
-test nor owned by it. ``tests/fake_anthropic.py`` has its own copy of this; the fakes of the
+test nor owned by it. ``tests/support/fake_anthropic.py`` has its own copy of this; the fakes of the
 Gemini API and the OpenAI Responses API build on this one.
 """
 

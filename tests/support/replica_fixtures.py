@@ -20,7 +20,7 @@ from typing import Any
 
 from gateway_bot.state.database import Database
 from tests.conftest import write_config
-from tests.fake_anthropic import FakeAnthropic
+from tests.support.fake_anthropic import FakeAnthropic
 
 LEASE_S = 3.0
 """For a test in which a replica dies or stops: its work moves within seconds."""

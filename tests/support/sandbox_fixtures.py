@@ -29,7 +29,7 @@ import pytest
 from gateway_bot.config.sandbox import PodmanSettings
 from gateway_bot.sandbox.podman.service import PodmanService
 from tests.conftest import GIT_IDENTITY, gateway_env, write_config
-from tests.fake_anthropic import FakeAnthropic
+from tests.support.fake_anthropic import FakeAnthropic
 
 PODMAN = "podman"
 IP_FREEBIND = getattr(socket, "IP_FREEBIND", 15)

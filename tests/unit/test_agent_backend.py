@@ -19,7 +19,7 @@ from gateway_bot.runtime.agent_setup import (
 )
 from gateway_bot.sandbox.egress.allowlist import parse_allowlist
 from gateway_bot.sandbox.egress.rules import decide, decide_connect
-from tests.test_config import run_cli
+from tests.integration.cli.test_config import run_cli
 
 
 def test_claude_code_is_the_default_backend_and_the_older_spelling_still_names_it() -> None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import PROJECT_ROOT
+
+ROOT = PROJECT_ROOT
 
 
 def test_import_contracts_are_kept() -> None:

@@ -1,6 +1,6 @@
 """The control protocol between the daemon and Claude Code's permission prompts (issue 20):
 request lines parsed, answers written in the shape CLI 2.1.197 takes (checked end to end in
-tests/test_action_approvals_claude.py)."""
+tests/integration/agents/test_action_approvals_claude.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Codex CLI's ``exec --json`` lines (recorded from 0.169 against tests/fake_openai.py) as
+"""Codex CLI's ``exec --json`` lines (recorded from 0.169 against tests/support/fake_openai.py) as
 the project's typed events."""
 
 from __future__ import annotations

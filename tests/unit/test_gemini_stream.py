@@ -1,4 +1,4 @@
-"""Gemini CLI's stream-json lines (recorded from 0.61 against tests/fake_gemini.py) as the
+"""Gemini CLI's stream-json lines (recorded from 0.61 against tests/support/fake_gemini.py) as the
 project's typed events, and the combined parser a conversation's events.jsonl is read with."""
 
 from __future__ import annotations

@@ -4,7 +4,6 @@ are cut, which names are safe."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +28,7 @@ from gateway_bot.config.server import build_server_config, load_server_config
 from gateway_bot.config.yaml_tags import ConfigError
 from gateway_bot.core.workspaces.inbox_files import safe_filename
 from gateway_bot.domain.messages import Reply, Usage
+from tests.support.paths import EXAMPLES
 
 BOT = "@gateway:example.org"
 
@@ -222,7 +222,7 @@ def test_file_names_are_made_safe(name: str, safe: str) -> None:
 
 def test_the_example_config_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MATRIX_BOT_PASSWORD", "secret")
-    config = load_server_config(Path(__file__).parent.parent / "examples" / "matrix.yaml")
+    config = load_server_config(EXAMPLES / "matrix.yaml")
     matrix = config.channels.matrix
     assert matrix is not None
     assert matrix.password == "secret"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from gateway_bot.agents.claude.runner import QUIET_ENV, locate_command
 from gateway_bot.sandbox.child import spawn_fed
-from tests.fake_anthropic import FakeAnthropic
+from tests.support.fake_anthropic import FakeAnthropic
 
 
 def busy_until_gone(pid: int, timeout: float = 120) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import write_config
-from tests.fake_anthropic import FakeAnthropic
+from tests.support.fake_anthropic import FakeAnthropic
 
 
 def test_a_file_the_agent_writes_to_the_outbox_goes_out_once(

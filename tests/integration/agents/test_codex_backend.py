@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import write_config
-from tests.fake_anthropic import FakeAnthropic
-from tests.fake_openai import FakeOpenAI
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.fake_openai import FakeOpenAI
 
 
 @pytest.fixture(scope="session")

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import make_repo, write_config
-from tests.fake_anthropic import FakeAnthropic
-from tests.fake_gemini import FakeGemini
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.fake_gemini import FakeGemini
 
 
 @pytest.fixture(scope="session")

@@ -18,8 +18,8 @@ import subprocess
 import sys
 
 from tests.conftest import gateway_env
-from tests.fake_anthropic import FakeAnthropic
-from tests.sandbox_fixtures import (
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.sandbox_fixtures import (
     SandboxSetup,
     current_image,
     http_via_proxy,

@@ -16,12 +16,16 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
+
 from gateway_bot.agents.base import AgentEvent, AgentRequest, InitEvent, WarmSettings
 from gateway_bot.agents.claude.warm import WarmClaudeRunner
 from gateway_bot.agents.event_log import EventLog
 from gateway_bot.sandbox.host import HostSandbox
 from tests.conftest import _descendants
-from tests.test_warm_sessions import make_context
+from tests.integration.agents.test_warm_sessions import make_context
+
+pytestmark = pytest.mark.slow
 
 SESSIONS = 500
 

@@ -22,8 +22,8 @@ from gateway_bot.agents.event_log import EventLog
 from gateway_bot.sandbox.base import ExecutionContext
 from gateway_bot.sandbox.host import HostSandbox
 from tests.conftest import _alive, live_processes
-from tests.fake_anthropic import FakeAnthropic
-from tests.test_host_stop import _kill_leftovers, processes_with, sleep_argument
+from tests.integration.sandbox.test_host_stop import _kill_leftovers, processes_with, sleep_argument
+from tests.support.fake_anthropic import FakeAnthropic
 
 WARM_FLAG = "--input-format stream-json"
 

@@ -11,12 +11,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.fake_anthropic import FakeAnthropic
-from tests.fake_slack import OTHER_TEAM, FakeSlack
-from tests.synapse_fixtures import SynapseServer, bot_edit, bot_text, matrix_config, membership
-from tests.test_action_approvals_claude import PUSH, _bare_remote, _remote_log
-from tests.test_schedules_channels import card_buttons
-from tests.test_slack_daemon import ALICE, GENERAL, MENTION, people, slack_config
+import pytest
+
+from tests.integration.agents.test_action_approvals_claude import PUSH, _bare_remote, _remote_log
+from tests.integration.schedules.test_schedules_channels import card_buttons
+from tests.integration.slack.test_slack_daemon import ALICE, GENERAL, MENTION, people, slack_config
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.fake_slack import OTHER_TEAM, FakeSlack
+from tests.support.synapse_fixtures import (
+    SynapseServer,
+    bot_edit,
+    bot_text,
+    matrix_config,
+    membership,
+)
+
+pytestmark = pytest.mark.slow
 
 APPROVALS = {"agent": {"approvals": {}, "timeout_seconds": 120}}
 

@@ -12,9 +12,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tests.fake_anthropic import FakeAnthropic
-from tests.git_http_server import GitHttpServer
-from tests.sandbox_fixtures import Relay, SandboxSetup, commit_file
+import pytest
+
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.git_http_server import GitHttpServer
+from tests.support.sandbox_fixtures import Relay, SandboxSetup, commit_file
+
+pytestmark = pytest.mark.slow
 
 IDENTITY = "-c user.name=Agent -c user.email=agent@example.test"
 

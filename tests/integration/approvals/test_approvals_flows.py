@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import re
 
-from tests import approval_office
-from tests.approval_office import card_ready, localpart, reaction
-from tests.fake_anthropic import FakeAnthropic
-from tests.synapse_fixtures import bot_edit, bot_text, membership
+from tests.support import approval_office
+from tests.support.approval_office import card_ready, localpart, reaction
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.synapse_fixtures import bot_edit, bot_text, membership
 
 office = approval_office.office
 

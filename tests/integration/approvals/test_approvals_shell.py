@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import gateway_env
-from tests.fake_anthropic import FakeAnthropic
-from tests.fake_slack import FakeSlack
-from tests.test_slack_daemon import (
+from tests.integration.slack.test_slack_daemon import (
     ALICE,
     APPROVALS,
     BOB,
@@ -26,6 +26,10 @@ from tests.test_slack_daemon import (
     slack_config,
     start_socket_daemon,
 )
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.fake_slack import FakeSlack
+
+pytestmark = pytest.mark.slow
 
 ACCESS = {
     "owners": {"slack": [ALICE]},

@@ -9,10 +9,10 @@ import asyncio
 import re
 from collections.abc import Awaitable, Callable
 
-from tests import approval_office
-from tests.approval_office import Office, card_ready, reaction
-from tests.fake_anthropic import FakeAnthropic
-from tests.synapse_fixtures import Human, bot_edit, bot_text
+from tests.support import approval_office
+from tests.support.approval_office import Office, card_ready, reaction
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.synapse_fixtures import Human, bot_edit, bot_text
 
 office = approval_office.office
 

@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 from tests.conftest import live_processes
-from tests.fake_anthropic import FakeAnthropic
-from tests.sandbox_fixtures import SandboxSetup, podman
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.sandbox_fixtures import SandboxSetup, podman
 
 
 def _states(sandbox: SandboxSetup) -> dict[str, str]:

@@ -20,7 +20,7 @@ from gateway_bot.cli.approvals import run_decision
 from gateway_bot.core.application import Application, DaemonLiveState
 from gateway_bot.runtime.control_socket import ControlServer, ask_daemon, socket_path
 from tests.core.conftest import World
-from tests.test_dashboard_security import NoContainers
+from tests.integration.dashboard.test_dashboard_security import NoContainers
 
 NOBODY = 65534
 CONNECT_AS_NOBODY = """

@@ -21,9 +21,10 @@ import pytest
 import yaml
 
 from tests.conftest import GIT_IDENTITY
-from tests.fake_anthropic import FakeAnthropic
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.paths import PROJECT_ROOT
 
-PROJECT = Path(__file__).resolve().parent.parent
+PROJECT = PROJECT_ROOT
 COPIED = ("pyproject.toml", "uv.lock", "README.md", "Containerfile", "src", "scripts")
 COPIED_TOO = ("examples", "images")
 SYSTEM_PATH = "/usr/bin:/bin"

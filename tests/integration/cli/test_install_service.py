@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import gateway_env, write_config
-from tests.fake_anthropic import FakeAnthropic
+from tests.support.fake_anthropic import FakeAnthropic
 
 AWKWARD = "my conf 100% $HOME.yaml"
 

@@ -17,7 +17,7 @@ from gateway_bot.config.repo import parse_repo_config
 from gateway_bot.config.server import load_server_config
 from gateway_bot.config.yaml_tags import ConfigError
 from tests.conftest import write_config
-from tests.fake_anthropic import FakeAnthropic
+from tests.support.fake_anthropic import FakeAnthropic
 
 
 def test_an_unknown_time_zone_is_a_config_error_not_a_failure_of_every_task(

@@ -21,7 +21,7 @@ from gateway_bot.config.repo import parse_repo_config
 from gateway_bot.config.server import load_server_config
 from gateway_bot.config.yaml_tags import ConfigError
 from tests.conftest import gateway_env, make_repo, write_config
-from tests.fake_anthropic import FakeAnthropic
+from tests.support.fake_anthropic import FakeAnthropic
 
 
 def test_a_key_the_model_api_refuses_is_one_clear_line_not_minutes_of_silence(

@@ -19,7 +19,7 @@ from gateway_bot.domain.lifecycle import TaskState
 from gateway_bot.domain.messages import InboundMessage, RawMessage
 from gateway_bot.state.sqlite_store import SqliteStore
 from tests.conftest import gateway_env
-from tests.fake_anthropic import FakeAnthropic
+from tests.support.fake_anthropic import FakeAnthropic
 
 
 def status(config: Path, *more: str) -> subprocess.CompletedProcess[str]:

@@ -20,7 +20,7 @@ import structlog
 
 from gateway_bot.runtime.logs import configure_logging
 from tests.conftest import write_config
-from tests.fake_anthropic import FakeAnthropic
+from tests.support.fake_anthropic import FakeAnthropic
 
 log = logging.getLogger("gateway_bot.tests.logs")
 

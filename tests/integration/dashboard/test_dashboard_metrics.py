@@ -29,8 +29,8 @@ from gateway_bot.dashboard.sessions import load_or_make_key
 from gateway_bot.sandbox.base import SandboxContainer
 from tests.conftest import write_config
 from tests.core.conftest import World
-from tests.fake_anthropic import FakeAnthropic
-from tests.test_dashboard_run import dashboard_url
+from tests.integration.dashboard.test_dashboard_run import dashboard_url
+from tests.support.fake_anthropic import FakeAnthropic
 
 TOKEN = "correct-horse-battery-staple"
 METRICS_TOKEN = "a-scrapers-own-token-0123"

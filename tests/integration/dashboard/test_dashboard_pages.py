@@ -33,8 +33,8 @@ from gateway_bot.domain.records import TaskRecord
 from gateway_bot.sandbox.base import SandboxContainer
 from gateway_bot.sandbox.host import HostSandbox
 from tests.core.conftest import World
-from tests.test_dashboard_run import next_event
-from tests.test_dashboard_security import TOKEN, Dashboard
+from tests.integration.dashboard.test_dashboard_run import next_event
+from tests.integration.dashboard.test_dashboard_security import TOKEN, Dashboard
 
 EVIL_URL = 'http://evil.example/<script>alert("net")</script>"><img src=x onerror=alert(2)>'
 EVIL_LINE = "<svg onload=alert(3)>not json"

@@ -15,7 +15,7 @@ from typing import Any
 from aiohttp import ClientResponse, ClientSession, CookieJar
 
 from tests.conftest import write_config
-from tests.fake_anthropic import FakeAnthropic
+from tests.support.fake_anthropic import FakeAnthropic
 
 TOKEN = "a-dashboard-token-for-tests"
 

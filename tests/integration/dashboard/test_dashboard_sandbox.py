@@ -12,9 +12,9 @@ from typing import Any
 import yaml
 from aiohttp import ClientSession, CookieJar
 
-from tests.fake_anthropic import FakeAnthropic
-from tests.sandbox_fixtures import SandboxSetup
-from tests.test_dashboard_run import TOKEN, dashboard_url
+from tests.integration.dashboard.test_dashboard_run import TOKEN, dashboard_url
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.sandbox_fixtures import SandboxSetup
 
 
 async def test_the_conversation_page_shows_its_container_and_network_log(

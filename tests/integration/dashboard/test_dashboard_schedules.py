@@ -17,7 +17,7 @@ from gateway_bot.core.feed import ChangeFeed
 from gateway_bot.dashboard.server import build_app
 from gateway_bot.dashboard.sessions import load_or_make_key
 from tests.core.test_schedules import ScheduleWorld
-from tests.test_dashboard_security import TOKEN, Dashboard, NoContainers
+from tests.integration.dashboard.test_dashboard_security import TOKEN, Dashboard, NoContainers
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.email_fixtures import (
+from tests.support.email_fixtures import (
     ALICE,
     DOMAIN,
     OUR_ID,
@@ -23,7 +23,9 @@ from tests.email_fixtures import (
     passed,
     text_of,
 )
-from tests.fake_anthropic import FakeAnthropic
+from tests.support.fake_anthropic import FakeAnthropic
+
+pytestmark = pytest.mark.slow
 
 _started: list[Any] = []
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.email_fixtures import (
+from tests.support.email_fixtures import (
     ALICE,
     DOMAIN,
     OUR_ID,
@@ -24,8 +24,10 @@ from tests.email_fixtures import (
     mail,
     text_of,
 )
-from tests.fake_anthropic import FakeAnthropic
-from tests.fake_slack import APP_TOKEN, BOT_TOKEN, TEAM, FakeSlack
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.fake_slack import APP_TOKEN, BOT_TOKEN, TEAM, FakeSlack
+
+pytestmark = pytest.mark.slow
 
 BOB = f"bob@{DOMAIN}"
 OWNER, APPROVALS = "U0OWNER", "C0APPROVALS"

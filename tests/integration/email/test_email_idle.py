@@ -16,7 +16,9 @@ import pytest
 
 from gateway_bot.channels.email import imap
 from gateway_bot.config.channels import EmailChannelSettings
-from tests.email_fixtures import PASSWORD, TRUSTED_ID, Dovecot, mail
+from tests.support.email_fixtures import PASSWORD, TRUSTED_ID, Dovecot, mail
+
+pytestmark = pytest.mark.slow
 
 
 def _settings(dovecot: Dovecot, mailbox: str) -> EmailChannelSettings:

@@ -8,12 +8,16 @@ import asyncio
 import time
 from pathlib import Path
 
+import pytest
+
 from gateway_bot.channels.email.listener import EmailListener
 from gateway_bot.channels.email.store import EmailStore
 from gateway_bot.config.channels import EmailChannelSettings
 from gateway_bot.domain.messages import RawMessage
 from gateway_bot.state.database import Database
-from tests.email_fixtures import PASSWORD, TRUSTED_ID, Dovecot, mail
+from tests.support.email_fixtures import PASSWORD, TRUSTED_ID, Dovecot, mail
+
+pytestmark = pytest.mark.slow
 
 FOLDER = "Work"
 

@@ -13,12 +13,15 @@ import pytest
 
 from gateway_bot.channels.email.oauth import TokenError, TokenSource
 from gateway_bot.config.channels import EmailChannelSettings
-from tests.email_fixtures import ALICE, Dovecot, SmtpCatcher, email_config, mail, text_of
-from tests.fake_anthropic import FakeAnthropic
-from tests.fake_oauth import FakeOAuth
+from tests.support.email_fixtures import ALICE, Dovecot, SmtpCatcher, email_config, mail, text_of
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.fake_oauth import FakeOAuth
 
 CLIENT_ID, SECRET = "client-1", "client-secret-1"
-pytestmark = pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS"),
+]
 
 
 @pytest.fixture

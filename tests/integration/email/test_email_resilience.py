@@ -17,7 +17,7 @@ from gateway_bot.channels.email.store import EmailStore
 from gateway_bot.config.channels import EmailChannelSettings
 from gateway_bot.domain.messages import RawMessage
 from gateway_bot.state.database import Database
-from tests.email_fixtures import (
+from tests.support.email_fixtures import (
     ALICE,
     PASSWORD,
     TRUSTED_ID,
@@ -27,7 +27,9 @@ from tests.email_fixtures import (
     mail,
     text_of,
 )
-from tests.fake_anthropic import FakeAnthropic
+from tests.support.fake_anthropic import FakeAnthropic
+
+pytestmark = pytest.mark.slow
 
 _started: list[Any] = []
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.email_fixtures import (
+from tests.support.email_fixtures import (
     ALICE,
     DOMAIN,
     TRUSTED_ID,
@@ -26,15 +26,17 @@ from tests.email_fixtures import (
     mail,
     text_of,
 )
-from tests.fake_anthropic import FakeAnthropic
-from tests.sandbox_fixtures import SandboxSetup
-from tests.synapse_fixtures import (
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.sandbox_fixtures import SandboxSetup
+from tests.support.synapse_fixtures import (
     MatrixAccount,
     SynapseServer,
     bot_text,
     content_of,
     membership,
 )
+
+pytestmark = pytest.mark.slow
 
 BOB = f"bob@{DOMAIN}"
 CAROL = f"carol@{DOMAIN}"

@@ -25,7 +25,7 @@ from gateway_bot.domain.messages import (
     Usage,
 )
 from gateway_bot.state.database import Database
-from tests.synapse_fixtures import (
+from tests.support.synapse_fixtures import (
     Event,
     Human,
     MatrixAccount,
@@ -36,6 +36,8 @@ from tests.synapse_fixtures import (
     membership,
     relation_of,
 )
+
+pytestmark = pytest.mark.slow
 
 APPROVAL = Card(
     title="Allow Mallory in Project room?",

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.fake_anthropic import FakeAnthropic
-from tests.synapse_fixtures import (
+import pytest
+
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.synapse_fixtures import (
     SynapseServer,
     bot_edit,
     bot_text,
@@ -14,6 +16,8 @@ from tests.synapse_fixtures import (
     membership,
     relation_of,
 )
+
+pytestmark = pytest.mark.slow
 
 
 def _reaction(event_id: str, key: str) -> dict[str, object]:

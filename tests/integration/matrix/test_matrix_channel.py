@@ -7,8 +7,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests.fake_anthropic import FakeAnthropic
-from tests.synapse_fixtures import (
+import pytest
+
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.synapse_fixtures import (
     SynapseServer,
     bot_edit,
     bot_text,
@@ -17,6 +19,8 @@ from tests.synapse_fixtures import (
     membership,
     relation_of,
 )
+
+pytestmark = pytest.mark.slow
 
 USAGE = r"\$\d+\.\d{4} · \d+ turns? · \d+\.\d s$"
 

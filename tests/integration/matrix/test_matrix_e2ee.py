@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.fake_anthropic import FakeAnthropic
-from tests.synapse_fixtures import (
+import pytest
+
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.synapse_fixtures import (
     DECRYPTED,
     SynapseServer,
     bot_edit,
@@ -17,6 +19,8 @@ from tests.synapse_fixtures import (
     membership,
     relation_of,
 )
+
+pytestmark = pytest.mark.slow
 
 
 async def test_encrypted_dm_gets_encrypted_ack_progress_reply_and_files(

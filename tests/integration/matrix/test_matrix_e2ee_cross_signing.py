@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from gateway_bot.channels.matrix import MatrixAdapter
@@ -21,8 +22,10 @@ from gateway_bot.channels.matrix.session import MatrixSession
 from gateway_bot.config.channels import MatrixChannelSettings
 from gateway_bot.domain.messages import ChannelHealth, RawMessage
 from gateway_bot.state.database import Database
-from tests.fake_anthropic import FakeAnthropic
-from tests.synapse_fixtures import SynapseServer, matrix_config
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.synapse_fixtures import SynapseServer, matrix_config
+
+pytestmark = pytest.mark.slow
 
 
 def _unb64(text: str) -> bytes:

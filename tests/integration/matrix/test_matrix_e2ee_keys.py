@@ -11,12 +11,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from gateway_bot.channels.matrix import MatrixAdapter
 from gateway_bot.config.channels import MatrixChannelSettings
 from gateway_bot.domain.messages import ChannelHealth, InboundMessage, RawMessage
 from gateway_bot.state.database import Database
-from tests.fake_anthropic import FakeAnthropic
-from tests.synapse_fixtures import (
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.synapse_fixtures import (
     DECRYPTED,
     Human,
     SynapseServer,
@@ -25,6 +27,8 @@ from tests.synapse_fixtures import (
     membership,
     relation_of,
 )
+
+pytestmark = pytest.mark.slow
 
 
 def _config(tmp_path, target_repo, fake_api, synapse, bot, alice, **e2ee):  # type: ignore[no-untyped-def]

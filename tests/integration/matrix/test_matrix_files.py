@@ -6,13 +6,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.fake_anthropic import FakeAnthropic
-from tests.synapse_fixtures import (
+import pytest
+
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.synapse_fixtures import (
     SynapseServer,
     bot_text,
     matrix_config,
     membership,
 )
+
+pytestmark = pytest.mark.slow
 
 
 async def test_file_in_and_file_out(

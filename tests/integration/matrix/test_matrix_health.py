@@ -18,7 +18,9 @@ from gateway_bot.channels.matrix import MatrixAdapter
 from gateway_bot.config.channels import MatrixChannelSettings
 from gateway_bot.domain.messages import ChannelHealth, InboundMessage, RawMessage
 from gateway_bot.state.database import Database
-from tests.synapse_fixtures import SynapseServer, membership
+from tests.support.synapse_fixtures import SynapseServer, membership
+
+pytestmark = pytest.mark.slow
 
 
 class SwitchableProxy:

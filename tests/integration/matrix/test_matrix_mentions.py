@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from gateway_bot.channels.matrix.render import (
     card_content,
@@ -21,8 +22,8 @@ from gateway_bot.channels.matrix.render import (
     without_mentions,
 )
 from gateway_bot.domain.messages import Button, Card, Reply
-from tests.fake_anthropic import FakeAnthropic
-from tests.synapse_fixtures import (
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.synapse_fixtures import (
     Event,
     Human,
     SynapseServer,
@@ -31,6 +32,8 @@ from tests.synapse_fixtures import (
     membership,
     relation_of,
 )
+
+pytestmark = pytest.mark.slow
 
 PIXEL = "https://tracker.example/pixel.png"
 

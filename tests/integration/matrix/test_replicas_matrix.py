@@ -7,7 +7,7 @@ wakes up to find its late reply refused (the claim's fencing token).
 Matrix conversations run on the replica holding the Matrix listener (the channel
 ``SendsWhereItListens``: its login and device crypto live with the listener), so here the
 survivor of a kill takes the listener and then the dead replica's conversations. The agent
-and the deployment are tests/replica_fixtures.py's."""
+and the deployment are tests/support/replica_fixtures.py's."""
 
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.fake_anthropic import FakeAnthropic
-from tests.replica_fixtures import Deployment, tasks_run, wait_for
-from tests.synapse_fixtures import (
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.replica_fixtures import Deployment, tasks_run, wait_for
+from tests.support.synapse_fixtures import (
     Event,
     Human,
     MatrixAccount,

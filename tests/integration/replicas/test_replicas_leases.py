@@ -28,6 +28,8 @@ from gateway_bot.state.database import Database
 from gateway_bot.state.leases_store import LeaseStore, read_group
 from gateway_bot.state.sqlite_store import SqliteStore
 
+pytestmark = pytest.mark.slow
+
 LEASE_S = 1.5
 
 

@@ -4,7 +4,8 @@ changes; an ``asyncio.Lock`` keeps apart only one process's coroutines.
 The git mirror: every task refreshes it before it runs and clones its conversation's
 workspace from it. Two replicas' first tasks cloned into the same ``git-mirror.partial`` at
 once, one of them answered "Could not prepare the workspace" (or an internal error), and the
-mirror could be left broken for every task after (tests/test_replicas_slack.py then waited
+mirror could be left broken for every task after
+(tests/integration/slack/test_replicas_slack.py then waited
 for an "Echo" answer that never came).
 
 Each replica here is an object of its own on one directory, with its own in-process lock as
@@ -18,11 +19,15 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from gateway_bot.core.workspaces.directories import Workspaces
 from gateway_bot.sandbox import shared_lock
 from gateway_bot.sandbox.egress.rules import EgressRule
 from gateway_bot.sandbox.podman.proxy import EgressProxy
 from tests.conftest import GIT_IDENTITY, make_repo
+
+pytestmark = pytest.mark.slow
 
 REPLICAS = 3
 

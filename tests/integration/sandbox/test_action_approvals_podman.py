@@ -6,11 +6,14 @@ by itself) still reaches the daemon, whose rule refuses it."""
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
-from tests.fake_anthropic import FakeAnthropic
-from tests.sandbox_fixtures import SandboxSetup, commit_file
-from tests.test_action_approvals_claude import HOSTILE_SETTINGS
+from tests.integration.agents.test_action_approvals_claude import HOSTILE_SETTINGS
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.sandbox_fixtures import SandboxSetup, commit_file
+
+pytestmark = pytest.mark.slow
 
 
 def test_in_the_container_the_repos_settings_cannot_skip_the_daemons_rules(

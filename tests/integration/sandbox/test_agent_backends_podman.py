@@ -1,6 +1,7 @@
 """Gemini CLI and Codex inside the real agent container, behind the egress proxy, each
 against its fake API on the host's loopback (reached through the daemon's model relay, as
-tests/test_local_model_endpoint.py shows for Claude Code). The image holds the enabled
+tests/integration/agents/test_local_model_endpoint.py shows for Claude Code). The image holds
+the enabled
 CLI; the real key stays with the proxy, which adds it on the way to the model API."""
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ from typing import Any
 import pytest
 
 from tests.conftest import write_config
-from tests.fake_gemini import FakeGemini
-from tests.fake_openai import FakeOpenAI
-from tests.sandbox_fixtures import SandboxSetup
+from tests.support.fake_gemini import FakeGemini
+from tests.support.fake_openai import FakeOpenAI
+from tests.support.sandbox_fixtures import SandboxSetup
+
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture

@@ -14,10 +14,7 @@ import time
 from pathlib import Path
 
 from tests.conftest import GIT_IDENTITY, make_repo, write_config
-from tests.fake_anthropic import FakeAnthropic
-from tests.fake_slack import FakeSlack, file_content
-from tests.sandbox_fixtures import SandboxSetup
-from tests.test_slack_daemon import (
+from tests.integration.slack.test_slack_daemon import (
     ALICE,
     GENERAL,
     MENTION,
@@ -25,6 +22,9 @@ from tests.test_slack_daemon import (
     slack_config,
     start_socket_daemon,
 )
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.fake_slack import FakeSlack, file_content
+from tests.support.sandbox_fixtures import SandboxSetup
 
 AGENT_GIT = "git -c user.name=Agent -c user.email=agent@example.test"
 

@@ -10,8 +10,8 @@ import secrets
 from pathlib import Path
 
 from tests.conftest import write_config
-from tests.fake_anthropic import FakeAnthropic
-from tests.test_host_stop import processes_with
+from tests.integration.sandbox.test_host_stop import processes_with
+from tests.support.fake_anthropic import FakeAnthropic
 
 QUOTA_STOP = (
     r"^error> The task was stopped: this conversation's files take [\d.]+ MB, over its "

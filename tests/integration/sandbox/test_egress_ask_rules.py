@@ -2,7 +2,7 @@
 
 The proxy is less trusted than the daemon, and what a push carries is the agent's: each
 test here is written as what a hostile agent or a compromised proxy would try. The whole
-path through real podman and mitmproxy is in tests/test_sandbox_egress_asks.py.
+path through real podman and mitmproxy is in tests/integration/sandbox/test_sandbox_egress_asks.py.
 """
 
 from __future__ import annotations

@@ -15,10 +15,23 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.fake_anthropic import FakeAnthropic
-from tests.fake_slack import FakeSlack
-from tests.synapse_fixtures import SynapseServer, bot_edit, bot_text, matrix_config, membership
-from tests.test_slack_daemon import ALICE, GENERAL, MENTION, people, slack_config, start_daemon
+from tests.integration.slack.test_slack_daemon import (
+    ALICE,
+    GENERAL,
+    MENTION,
+    people,
+    slack_config,
+    start_daemon,
+)
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.fake_slack import FakeSlack
+from tests.support.synapse_fixtures import (
+    SynapseServer,
+    bot_edit,
+    bot_text,
+    matrix_config,
+    membership,
+)
 
 
 def sleep_argument() -> str:

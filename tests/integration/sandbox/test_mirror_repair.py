@@ -20,8 +20,8 @@ from gateway_bot.core.workspaces.directories import GitError, Workspaces
 from gateway_bot.sandbox.context_files import WorkspaceSetupFailed
 from gateway_bot.sandbox.host_files import HostContextFiles
 from tests.conftest import GIT_IDENTITY, GatewayProcess, make_repo, write_config
-from tests.fake_anthropic import FakeAnthropic
-from tests.fast_agent import fast_agent_sections
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.fast_agent import fast_agent_sections
 
 REPAIRED = "cloning it again"
 

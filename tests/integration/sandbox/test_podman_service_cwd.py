@@ -11,7 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from tests.sandbox_fixtures import podman, podman_run_flags
+from tests.support.sandbox_fixtures import podman, podman_run_flags
 
 _START = textwrap.dedent(
     """

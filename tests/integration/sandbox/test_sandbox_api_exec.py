@@ -21,8 +21,8 @@ from gateway_bot.sandbox.base import ExecutionContext, SandboxProcess, SandboxUn
 from gateway_bot.sandbox.child import STDERR_LIMIT, STDOUT_LINE_LIMIT
 from gateway_bot.sandbox.podman.api_exec import PodmanApiExecProcess
 from gateway_bot.sandbox.podman.sandbox import PodmanSandbox
-from tests.sandbox_fixtures import SandboxSetup, podman, wait_until
-from tests.test_sandbox_stdin import make_context
+from tests.integration.sandbox.test_sandbox_stdin import make_context
+from tests.support.sandbox_fixtures import SandboxSetup, podman, wait_until
 
 T = TypeVar("T")
 DEADLINE_S = 180

@@ -15,7 +15,7 @@ from gateway_bot.sandbox.base import ExecutionContext
 from gateway_bot.sandbox.canary import Target, probe
 from gateway_bot.sandbox.podman.sandbox import PodmanSandbox
 from tests.conftest import gateway_env, write_config
-from tests.sandbox_fixtures import SandboxSetup
+from tests.support.sandbox_fixtures import SandboxSetup
 
 
 def run_check(config: Path) -> subprocess.CompletedProcess[str]:

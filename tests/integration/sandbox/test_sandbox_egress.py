@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.fake_anthropic import FakeAnthropic
-from tests.sandbox_fixtures import (
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.sandbox_fixtures import (
     SandboxSetup,
     commit_file,
     current_image,

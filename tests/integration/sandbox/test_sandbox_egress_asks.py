@@ -22,8 +22,8 @@ from gateway_bot.sandbox.egress.git_push import ZERO_SHA, RefUpdate
 from gateway_bot.sandbox.egress.held import HeldRequest
 from gateway_bot.sandbox.egress.rules import EgressRule
 from gateway_bot.sandbox.podman.sandbox import PodmanSandbox
-from tests.git_http_server import GitHttpServer
-from tests.sandbox_fixtures import Relay, SandboxSetup
+from tests.support.git_http_server import GitHttpServer
+from tests.support.sandbox_fixtures import Relay, SandboxSetup
 
 DEADLINE_S = 120
 """A guard so a hung push fails the test instead of hanging it, not a speed check."""

@@ -26,8 +26,10 @@ from typing import Any
 import pytest
 
 from tests.conftest import write_config
-from tests.fake_slack import APP_TOKEN, BOT_TOKEN, TEAM, FakeSlack
-from tests.sandbox_fixtures import PODMAN, SandboxSetup, podman, wait_until
+from tests.support.fake_slack import APP_TOKEN, BOT_TOKEN, TEAM, FakeSlack
+from tests.support.sandbox_fixtures import PODMAN, SandboxSetup, podman, wait_until
+
+pytestmark = pytest.mark.slow
 
 ALICE, DM = "U0ALICE", "D0ALICE"
 

@@ -11,9 +11,9 @@ import platform
 import pytest
 
 from gateway_bot.sandbox.podman import containers
-from tests.sandbox_fixtures import SandboxSetup, podman
-from tests.test_sandbox_known_state import _run, _sandbox, _within_deadline
-from tests.test_sandbox_stdin import make_context
+from tests.integration.sandbox.test_sandbox_stdin import make_context
+from tests.integration.state.test_sandbox_known_state import _run, _sandbox, _within_deadline
+from tests.support.sandbox_fixtures import SandboxSetup, podman
 
 TAKE_OVER_INIT = r"""perl -e '
   my $attached = syscall(101, 16, 1, 0, 0);  # ptrace(PTRACE_ATTACH, 1), x86_64 numbers

@@ -6,18 +6,22 @@ from __future__ import annotations
 import os
 import signal
 
+import pytest
+
 from gateway_bot.sandbox.podman.images import DEFAULT_CONTAINERFILE
 from gateway_bot.sandbox.podman.service import INIT_ON_HOST
-from tests.fake_anthropic import FakeAnthropic
-from tests.sandbox_fixtures import SandboxSetup, commit_file, podman, wait_until
-from tests.test_warm_sessions import with_warm_sessions
+from tests.integration.agents.test_warm_sessions import with_warm_sessions
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.sandbox_fixtures import SandboxSetup, commit_file, podman, wait_until
+
+pytestmark = pytest.mark.slow
 
 
 def test_a_changed_containerfile_recreates_the_container_with_its_workspace_and_session(
     gateway, sandbox: SandboxSetup, fake_api: FakeAnthropic
 ) -> None:
     # Cold runs: every exec ends with its task (the warm variant, whose one exec stays, is
-    # tests/test_warm_sessions_podman.py's changed-Containerfile test).
+    # tests/integration/sandbox/test_warm_sessions_podman.py's changed-Containerfile test).
     chat = gateway("chat", "--config", str(with_warm_sessions(sandbox.config(), 0)))
     chat.send("WRITE_FILE name=notes.txt text=kept across images")
     chat.expect(r"^agent> Echo: .*WRITE_FILE")

@@ -3,8 +3,8 @@ CLI inside it, the fake model API reachable only through the egress proxy."""
 
 from __future__ import annotations
 
-from tests.fake_anthropic import FakeAnthropic
-from tests.sandbox_fixtures import SandboxSetup
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.sandbox_fixtures import SandboxSetup
 
 
 def test_tasks_run_in_the_conversations_container_and_the_next_reuses_it(

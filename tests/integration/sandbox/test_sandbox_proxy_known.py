@@ -11,9 +11,9 @@ import asyncio
 from typing import Any
 
 from gateway_bot.sandbox.podman.proxy import PROXY_PORT
-from tests.sandbox_fixtures import SandboxSetup
-from tests.test_sandbox_known_state import _run, _sandbox, _within_deadline
-from tests.test_sandbox_stdin import make_context
+from tests.integration.sandbox.test_sandbox_stdin import make_context
+from tests.integration.state.test_sandbox_known_state import _run, _sandbox, _within_deadline
+from tests.support.sandbox_fixtures import SandboxSetup
 
 REACH_PROXY = (
     f"if timeout 5 bash -c 'exec 3<>/dev/tcp/proxy/{PROXY_PORT}' 2>/dev/null; "

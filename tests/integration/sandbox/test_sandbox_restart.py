@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import signal
 
-from tests.fake_anthropic import FakeAnthropic
-from tests.sandbox_fixtures import SandboxSetup, current_image, podman, podman_run_flags
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.sandbox_fixtures import SandboxSetup, current_image, podman, podman_run_flags
 
 
 def _crash_requests(api: FakeAnthropic) -> int:

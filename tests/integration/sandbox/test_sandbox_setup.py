@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import gateway_env, write_config
-from tests.fake_anthropic import FakeAnthropic
-from tests.sandbox_fixtures import SandboxSetup, commit_file, podman
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.sandbox_fixtures import SandboxSetup, commit_file, podman
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from gateway_bot.config.sandbox import PodmanSettings
 from gateway_bot.sandbox.base import SandboxUnavailable
 from gateway_bot.sandbox.podman.container_calls import ContainerCalls
 from gateway_bot.sandbox.podman.service import PodmanService
-from tests.sandbox_fixtures import podman, podman_run_flags
+from tests.support.sandbox_fixtures import podman, podman_run_flags
 
 IMAGE = "localhost/gateway-bot/base:bookworm"
 

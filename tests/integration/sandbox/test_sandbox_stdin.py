@@ -15,7 +15,7 @@ from gateway_bot.runtime.agent_setup import agent_image_files
 from gateway_bot.sandbox.base import ExecutionContext, Sandbox
 from gateway_bot.sandbox.host import HostSandbox
 from gateway_bot.sandbox.podman.sandbox import PodmanSandbox
-from tests.sandbox_fixtures import SandboxSetup
+from tests.support.sandbox_fixtures import SandboxSetup
 
 ANSWER_EACH_LINE = 'while read -r line; do echo "got $line"; done; echo "input ended"'
 DEADLINE_S = 180

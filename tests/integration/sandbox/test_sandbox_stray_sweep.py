@@ -19,7 +19,7 @@ from gateway_bot.sandbox.base import ExecutionContext
 from gateway_bot.sandbox.podman.containers import ContextNetwork, create_spec
 from gateway_bot.sandbox.podman.service import PodmanService
 from gateway_bot.sandbox.podman.strays import kill_all_but_init, kill_all_but_inits
-from tests.sandbox_fixtures import current_image, podman, podman_run_flags, wait_until
+from tests.support.sandbox_fixtures import current_image, podman, podman_run_flags, wait_until
 
 
 def _init_flags(tmp: Path) -> list[str]:

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tests.sandbox_fixtures import SandboxSetup
+from tests.support.sandbox_fixtures import SandboxSetup
 
 
 def test_a_request_flipped_to_a_link_never_reads_a_host_file(

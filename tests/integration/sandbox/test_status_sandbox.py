@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.fake_anthropic import FakeAnthropic
-from tests.sandbox_fixtures import SandboxSetup
-from tests.test_status_command import wait_for_status
+from tests.integration.cli.test_status_command import wait_for_status
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.sandbox_fixtures import SandboxSetup
 
 
 def test_status_lists_the_conversations_container(

@@ -4,11 +4,15 @@ history; a new image ends it; and it does not keep an idle container running."""
 
 from __future__ import annotations
 
+import pytest
+
 from gateway_bot.sandbox.podman.images import DEFAULT_CONTAINERFILE
-from tests.fake_anthropic import FakeAnthropic
-from tests.sandbox_fixtures import SandboxSetup, commit_file, wait_until
-from tests.test_security_sandbox_files import _processes_with
-from tests.test_warm_sessions import with_warm_sessions
+from tests.integration.agents.test_warm_sessions import with_warm_sessions
+from tests.security.test_security_sandbox_files import _processes_with
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.sandbox_fixtures import SandboxSetup, commit_file, wait_until
+
+pytestmark = pytest.mark.slow
 
 LIST_WARM_AGENTS = (
     "for p in /proc/[0-9]*; do "
@@ -90,7 +94,7 @@ def test_a_changed_containerfile_ends_the_warm_process_and_the_session_moves_on(
 def test_background_processes_end_after_each_turn_while_the_warm_process_stays(
     gateway, sandbox: SandboxSetup, fake_api: FakeAnthropic
 ) -> None:
-    # As tests/test_security_sandbox_files.py's attack, with the agent's process kept: it
+    # As tests/security/test_security_sandbox_files.py's attack, with the agent's process kept: it
     # swaps the container's kill for a no-op, then leaves processes behind, in a session of
     # their own and not, each carrying the environment (the exec's run mark) of the agent.
     sabotage = (

@@ -10,7 +10,7 @@ import json
 import re
 from pathlib import Path
 
-from tests.fake_anthropic import FakeAnthropic
+from tests.support.fake_anthropic import FakeAnthropic
 
 
 def _propose(**fields: str) -> str:

@@ -16,16 +16,23 @@ from pathlib import Path
 from typing import Any
 
 from gateway_bot.core.schedules.test_clock import TEST_CLOCK_ENV
-from tests.fake_anthropic import FakeAnthropic
-from tests.fake_slack import FakeSlack
-from tests.synapse_fixtures import (
+from tests.integration.slack.test_slack_daemon import (
+    ALICE,
+    BOB,
+    GENERAL,
+    MENTION,
+    people,
+    slack_config,
+)
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.fake_slack import FakeSlack
+from tests.support.synapse_fixtures import (
     SynapseServer,
     bot_edit,
     bot_text,
     matrix_config,
     membership,
 )
-from tests.test_slack_daemon import ALICE, BOB, GENERAL, MENTION, people, slack_config
 
 LATER = 2 * 3600 + 120
 """Seconds the clock moves: past a run made "in 2 hours"."""

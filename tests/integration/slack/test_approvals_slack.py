@@ -8,9 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.fake_anthropic import FakeAnthropic
-from tests.fake_slack import FakeSlack
-from tests.test_slack_daemon import (
+from tests.integration.slack.test_slack_daemon import (
     ALICE,
     APPROVALS,
     BOB,
@@ -21,6 +19,8 @@ from tests.test_slack_daemon import (
     slack_config,
     start_socket_daemon,
 )
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.fake_slack import FakeSlack
 
 ACCESS = {
     "owners": {"slack": [ALICE]},

@@ -16,7 +16,7 @@ from gateway_bot.config.channels import SlackChannelSettings
 from gateway_bot.core.workspaces.inbox_files import InboxWriter
 from gateway_bot.domain.messages import ChannelHealth, InboundMessage, RawMessage
 from gateway_bot.state.database import Database
-from tests.fake_slack import APP_TOKEN, BOT_TOKEN, BOT_USER, TEAM, FakeSlack
+from tests.support.fake_slack import APP_TOKEN, BOT_TOKEN, BOT_USER, TEAM, FakeSlack
 
 MENTION = f"<@{BOT_USER}>"
 

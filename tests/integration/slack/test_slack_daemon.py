@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import write_config
-from tests.fake_anthropic import FakeAnthropic
-from tests.fake_slack import (
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.fake_slack import (
     APP_TOKEN,
     BOT_TOKEN,
     BOT_USER,

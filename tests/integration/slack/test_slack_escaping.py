@@ -20,8 +20,8 @@ import pytest
 from gateway_bot.channels.slack import render
 from gateway_bot.domain.messages import Button, Card
 from tests.conftest import write_config
-from tests.fake_anthropic import FakeAnthropic
-from tests.fake_slack import APP_TOKEN, BOT_TOKEN, BOT_USER, TEAM, FakeSlack
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.fake_slack import APP_TOKEN, BOT_TOKEN, BOT_USER, TEAM, FakeSlack
 
 ALICE, EVE = "U0ALICE", "U0EVE"
 GENERAL, APPROVALS = "C0GENERAL", "C0APPROVALS"

@@ -19,7 +19,7 @@ from gateway_bot.config.channels import SlackChannelSettings
 from gateway_bot.core.retries import is_transient
 from gateway_bot.domain.messages import ChannelHealth, RawMessage
 from gateway_bot.state.database import Database
-from tests.fake_slack import APP_TOKEN, BOT_TOKEN, BOT_USER, SIGNING_SECRET, TEAM, FakeSlack
+from tests.support.fake_slack import APP_TOKEN, BOT_TOKEN, BOT_USER, SIGNING_SECRET, TEAM, FakeSlack
 
 MENTION = f"<@{BOT_USER}>"
 

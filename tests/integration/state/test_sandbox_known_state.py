@@ -14,9 +14,9 @@ from gateway_bot.config.server import load_server_config
 from gateway_bot.runtime.agent_setup import agent_image_files
 from gateway_bot.sandbox.base import ExecutionContext
 from gateway_bot.sandbox.podman.sandbox import PodmanSandbox
-from tests.sandbox_fixtures import SandboxSetup, podman
-from tests.test_sandbox_api_exec import DEADLINE_S, host_processes
-from tests.test_sandbox_stdin import make_context
+from tests.integration.sandbox.test_sandbox_api_exec import DEADLINE_S, host_processes
+from tests.integration.sandbox.test_sandbox_stdin import make_context
+from tests.support.sandbox_fixtures import SandboxSetup, podman
 
 KEEPER = "keeper-4711"
 """``$0`` of the agent's background loop: names it in the host's /proc."""

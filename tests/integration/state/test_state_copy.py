@@ -19,8 +19,10 @@ from gateway_bot.state.database import Database
 from gateway_bot.state.migrations import MIGRATIONS
 from gateway_bot.state.sqlite_store import SqlStore
 from tests.conftest import write_config
-from tests.fake_anthropic import FakeAnthropic
-from tests.pg_fixtures import PostgresServer
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.pg_fixtures import PostgresServer
+
+pytestmark = pytest.mark.slow
 
 
 def with_state_url(config: Path, variable: str) -> None:

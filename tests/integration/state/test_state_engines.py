@@ -14,6 +14,7 @@ from gateway_bot.channels.email.store import EmailStore
 from gateway_bot.cli.state import migrate_all, owners
 from gateway_bot.state.database import Database, Dialects, StateTarget
 from gateway_bot.state.postgres_sql import placeholders, postgres_ddl
+from tests.support.paths import SRC
 
 
 def test_placeholders_leave_quoted_text_alone() -> None:
@@ -239,7 +240,7 @@ def test_every_owner_of_tables_is_known_to_migrate_and_state_copy() -> None:
     behind by ``state copy``: every ``OWNER = "..."`` in the sources must be listed."""
     import re
 
-    source = Path(__file__).parent.parent / "src" / "gateway_bot"
+    source = SRC / "gateway_bot"
     declared = {
         found
         for path in source.rglob("*.py")

@@ -9,11 +9,11 @@ from pathlib import Path
 
 from gateway_bot.channels.slack.records import SLACK_MIGRATIONS
 from gateway_bot.state.migrations import MIGRATIONS
-from tests.fake_anthropic import FakeAnthropic
-from tests.fake_slack import FakeSlack
-from tests.test_slack_daemon import ALICE, GENERAL, MENTION, people, slack_config
-from tests.test_state_database import make_legacy_database
-from tests.test_state_retention import make_legacy_slack_file
+from tests.integration.slack.test_slack_daemon import ALICE, GENERAL, MENTION, people, slack_config
+from tests.integration.state.test_state_database import make_legacy_database
+from tests.integration.state.test_state_retention import make_legacy_slack_file
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.fake_slack import FakeSlack
 
 
 def test_an_upgraded_slack_deployment_answers_and_keeps_its_records(

@@ -3,7 +3,7 @@ the fake: the listener runs on one of them only, every message is answered exact
 in order per conversation whichever replica runs it, and a replica killed mid-task (kill -9)
 leaves its listener and its unfinished task to the other.
 
-The agent and the deployment are tests/replica_fixtures.py's."""
+The agent and the deployment are tests/support/replica_fixtures.py's."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from tests.fake_anthropic import FakeAnthropic
-from tests.fake_slack import APP_TOKEN, BOT_TOKEN, TEAM, FakeSlack
-from tests.replica_fixtures import (
+from tests.integration.schedules.test_schedules_channels import LATER, card_buttons, moved_clock
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.fake_slack import APP_TOKEN, BOT_TOKEN, TEAM, FakeSlack
+from tests.support.replica_fixtures import (
     LEASE_S,
     STEADY_LEASE_S,
     Deployment,
@@ -25,7 +26,6 @@ from tests.replica_fixtures import (
     tasks_run,
     wait_for,
 )
-from tests.test_schedules_channels import LATER, card_buttons, moved_clock
 
 ALICE, DM = "U0ALICE", "D0ALICE"
 
@@ -223,6 +223,8 @@ ASKING_AGENT = r"""#!{python}
 # message; a prompt with PUSH asks to run "git push" (a control request) and waits for the
 # daemon's answer. The reply names the msg-C-N word and the answer (allow or deny).
 import json, re, sys
+
+pytestmark = pytest.mark.slow
 message = json.loads(sys.stdin.readline())["message"]["content"][0]["text"]
 word = re.findall(r"msg-[0-9]+-[0-9]+", message)[-1]
 with open("{runs}", "a") as runs:
