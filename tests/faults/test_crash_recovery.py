@@ -9,7 +9,7 @@ from pathlib import Path
 
 from gateway_bot.domain.lifecycle import TaskState
 from gateway_bot.domain.messages import RawMessage, Reply
-from gateway_bot.state.sqlite_store import SqliteStore
+from gateway_bot.state.sql_store import SqlStore
 from tests.conftest import write_config
 from tests.support.fake_anthropic import FakeAnthropic
 
@@ -37,7 +37,7 @@ def test_reply_stored_before_the_crash_is_sent_not_recomputed(
     """A daemon that died after the agent finished but before the reply went out."""
 
     async def leave_a_finished_task() -> None:
-        store = SqliteStore(tmp_path / "state" / "state.db")
+        store = SqlStore(tmp_path / "state" / "state.db")
         await store.open()
         raw = RawMessage(
             "console", "m-1", "alice", {"text": "question", "conversation": "default"}, time.time()

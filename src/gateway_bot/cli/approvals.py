@@ -23,7 +23,7 @@ from gateway_bot.cli.status import approval_json
 from gateway_bot.cli.status_format import age, preview, printable, table
 from gateway_bot.domain.records import ApprovalRecord
 from gateway_bot.runtime.control_socket import DaemonUnreachable, ask_daemon
-from gateway_bot.state.sqlite_store import SqliteStore
+from gateway_bot.state.sql_store import SqlStore
 
 
 def run_list(state_dir: Path, *, as_json: bool, state_url: str | None = None) -> int:
@@ -51,7 +51,7 @@ def run_list(state_dir: Path, *, as_json: bool, state_url: str | None = None) ->
 
 
 async def _pending(database: Path | str) -> list[ApprovalRecord]:
-    store = SqliteStore(database)
+    store = SqlStore(database)
     await store.open_read_only()
     try:
         return await store.pending_approvals()

@@ -26,33 +26,12 @@ from gateway_bot.state.database import (
 
 
 def owners() -> dict[str, Sequence[Migration]]:
-    """Every owner of tables in the state database and its migrations (the core first).
-    Imported here, not at the top: every CLI start imports this module (for its argument
-    parser), and the channels' stores bring their libraries (matrix-nio alone is ~0.7 s)."""
-    from gateway_bot.channels.email.store import EMAIL_MIGRATIONS
-    from gateway_bot.channels.email.store import OWNER as EMAIL
-    from gateway_bot.channels.matrix.store import MATRIX_MIGRATIONS
-    from gateway_bot.channels.matrix.store import OWNER as MATRIX
-    from gateway_bot.channels.matrix.undecrypted import MIGRATIONS as MATRIX_E2EE_MIGRATIONS
-    from gateway_bot.channels.matrix.undecrypted import OWNER as MATRIX_E2EE
-    from gateway_bot.channels.slack.records import OWNER as SLACK
-    from gateway_bot.channels.slack.records import SLACK_MIGRATIONS
-    from gateway_bot.state import action_approvals_store as actions
-    from gateway_bot.state import leases_store as ha
-    from gateway_bot.state import schedule_proposals_store as proposals
-    from gateway_bot.state import schedules_store as schedules
+    """Every owner of tables in the state database and its migrations, the core first
+    (the channels' stores are imported only when this runs: matrix-nio alone is ~0.7 s)."""
+    from gateway_bot.channels.factory import channel_owners
+    from gateway_bot.state.owners import state_owners
 
-    return {
-        core.OWNER: core.MIGRATIONS,
-        schedules.OWNER: schedules.MIGRATIONS,
-        proposals.OWNER: proposals.MIGRATIONS,
-        MATRIX: MATRIX_MIGRATIONS,
-        MATRIX_E2EE: MATRIX_E2EE_MIGRATIONS,
-        SLACK: SLACK_MIGRATIONS,
-        EMAIL: EMAIL_MIGRATIONS,
-        actions.OWNER: actions.MIGRATIONS,
-        ha.OWNER: ha.HA_MIGRATIONS,
-    }
+    return {**state_owners(), **channel_owners()}
 
 
 def run_migrate(target: StateTarget) -> int:

@@ -40,8 +40,8 @@ from gateway_bot.core.status.snapshot import (
 )
 from gateway_bot.domain.records import ApprovalRecord, TaskRecord
 from gateway_bot.sandbox.base import SandboxContainer
-from gateway_bot.state.schedules_store import SqliteSchedules
-from gateway_bot.state.sqlite_store import SqliteStore
+from gateway_bot.state.schedules_store import SqlSchedules
+from gateway_bot.state.sql_store import SqlStore
 
 
 class SnapshotLiveState:
@@ -95,10 +95,10 @@ async def _overview(database: Path | str | None, snapshot: Snapshot | None) -> O
         return Overview(
             channels, tuple(snapshot.containers if snapshot else ()), "", (), (), (), ()
         )
-    store = SqliteStore(database)
+    store = SqlStore(database)
     await store.open_read_only()
     try:
-        schedules = SqliteSchedules(store.database)
+        schedules = SqlSchedules(store.database)
         return await Application(store, live, schedules=schedules).overview()
     finally:
         await store.close()

@@ -11,26 +11,26 @@ from typing import Any
 
 from gateway_bot.cli.status_format import age, preview, table
 from gateway_bot.state.action_approvals_store import OWNER as ACTIONS_OWNER
-from gateway_bot.state.action_approvals_store import ActionApprovalRecord, SqliteActionApprovals
+from gateway_bot.state.action_approvals_store import ActionApprovalRecord, SqlActionApprovals
 from gateway_bot.state.leases_store import GroupView, read_group
-from gateway_bot.state.sqlite_store import SqliteStore
+from gateway_bot.state.sql_store import SqlStore
 
 
 async def pending_actions(database: Path | str) -> list[ActionApprovalRecord]:
     """What the agents wait for (issue 20); none when approvals never ran here."""
-    store = SqliteStore(database)
+    store = SqlStore(database)
     await store.open_read_only()
     try:
         if await store.database.schema_version(ACTIONS_OWNER) is None:
             return []
-        return await SqliteActionApprovals(store.database).pending()
+        return await SqlActionApprovals(store.database).pending()
     finally:
         await store.close()
 
 
 async def read_replicas(database: Path | str) -> GroupView | None:
     """Replicas, leases and conversation claims (``ha``), when replicas ever ran here."""
-    store = SqliteStore(database)
+    store = SqlStore(database)
     await store.open_read_only()
     try:
         return await read_group(store.database)

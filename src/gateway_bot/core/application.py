@@ -38,7 +38,7 @@ from gateway_bot.domain.lifecycle import CompletionReason, TaskState
 from gateway_bot.domain.records import ApprovalRecord, ConversationRecord, TaskRecord
 from gateway_bot.sandbox.base import MeasuresContainers, Sandbox, SandboxContainer
 from gateway_bot.sandbox.context_files import ContextFiles
-from gateway_bot.state.schedules_store import PAUSED, SqliteSchedules
+from gateway_bot.state.schedules_store import PAUSED, SqlSchedules
 from gateway_bot.state.store import Store
 
 log = logging.getLogger(__name__)
@@ -164,7 +164,7 @@ class Application:
         service: GatewayService | None = None,
         conversation_root: Callable[[str], Path] | None = None,
         parse_line: ParseLine | None = None,
-        schedules: SqliteSchedules | None = None,
+        schedules: SqlSchedules | None = None,
         context_files: Callable[[str], ContextFiles] | None = None,
     ) -> None:
         """``conversation_root`` and ``parse_line`` (the agent backend's stream parser)

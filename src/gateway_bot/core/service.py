@@ -44,8 +44,8 @@ from gateway_bot.core.workspaces.reports import WorkspaceReports
 from gateway_bot.domain.lifecycle import TaskState
 from gateway_bot.domain.messages import RawMessage
 from gateway_bot.domain.records import ConversationRecord
-from gateway_bot.state.action_approvals_store import SqliteActionApprovals
-from gateway_bot.state.schedules_store import SqliteSchedules
+from gateway_bot.state.action_approvals_store import SqlActionApprovals
+from gateway_bot.state.schedules_store import SqlSchedules
 from gateway_bot.state.store import Store
 
 log = logging.getLogger(__name__)
@@ -84,12 +84,12 @@ class GatewayService:
         retry_policy: RetryPolicy = DEFAULT_POLICY,
         sweep_interval_s: float = SWEEP_INTERVAL_S,
         workspace_reports: WorkspaceReports | None = None,
-        schedules: SqliteSchedules | None = None,
+        schedules: SqlSchedules | None = None,
         schedule_clock: Clock = time.time,
         schedule_sleep: Sleep = asyncio.sleep,
         conversation_link: Callable[[str], str | None] | None = None,
         agent_names: Sequence[str] = (),
-        action_records: SqliteActionApprovals | None = None,
+        action_records: SqlActionApprovals | None = None,
         action_settings: ActionApprovalSettings | None = None,
     ) -> None:
         """``schedules``: the store of /schedule (issue 17); without it the schedule

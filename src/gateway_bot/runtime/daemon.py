@@ -35,11 +35,11 @@ from gateway_bot.runtime.agent_setup import (
 from gateway_bot.runtime.control_socket import ControlServer
 from gateway_bot.sandbox.base import HoldsEgress
 from gateway_bot.sandbox.factory import create_sandbox
-from gateway_bot.state.action_approvals_store import SqliteActionApprovals
+from gateway_bot.state.action_approvals_store import SqlActionApprovals
 from gateway_bot.state.database import Database
 from gateway_bot.state.leases_store import LeaseStore
-from gateway_bot.state.schedules_store import SqliteSchedules
-from gateway_bot.state.sqlite_store import SqlStore
+from gateway_bot.state.schedules_store import SqlSchedules
+from gateway_bot.state.sql_store import SqlStore
 
 if TYPE_CHECKING:
     from gateway_bot.dashboard.server import DashboardServer
@@ -102,7 +102,7 @@ class Daemon:
             max_concurrent_tasks=config.execution.max_concurrent_tasks,
             max_pending_per_conversation=config.execution.max_pending_per_conversation,
             workspace_reports=self.workspace_reports,
-            schedules=SqliteSchedules(self.database),
+            schedules=SqlSchedules(self.database),
             **_schedule_clock(),
             conversation_link=(
                 config.dashboard.conversation_url
@@ -111,7 +111,7 @@ class Daemon:
             ),
             agent_names=self.agents.names(),
             action_records=(
-                SqliteActionApprovals(self.database)
+                SqlActionApprovals(self.database)
                 if config.agent.approvals is not None
                 or config.agent.budget_usd is not None
                 or isinstance(self.sandbox, HoldsEgress)

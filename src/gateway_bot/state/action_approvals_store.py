@@ -105,7 +105,7 @@ class ConversationRule:
     added_at: float
 
 
-class SqliteActionApprovals:
+class SqlActionApprovals:
     def __init__(self, database: Database) -> None:
         self._db = database
 

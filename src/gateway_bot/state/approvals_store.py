@@ -21,7 +21,7 @@ code ever issued is retried anyway)."""
 _CODE_ATTEMPTS = 5
 
 
-class SqliteApprovals:
+class SqlApprovals:
     def __init__(self, database: Database) -> None:
         self._database = database
 

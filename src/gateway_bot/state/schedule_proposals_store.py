@@ -68,7 +68,7 @@ class ProposalRecord:
     """On the scheduler's clock: a proposal older than the approval expiry cannot be allowed."""
 
 
-class SqliteScheduleProposals:
+class SqlScheduleProposals:
     def __init__(self, database: Database) -> None:
         self._db = database
 

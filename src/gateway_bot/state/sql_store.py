@@ -27,8 +27,8 @@ from typing import Any
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState, check_transition
 from gateway_bot.domain.messages import InboundMessage, RawMessage, Reply, Usage
 from gateway_bot.domain.records import TaskRecord
-from gateway_bot.state.approvals import SqliteApprovals
-from gateway_bot.state.context_lines import SqliteContextLines
+from gateway_bot.state.approvals_store import SqlApprovals
+from gateway_bot.state.context_lines import SqlContextLines
 from gateway_bot.state.conversations_store import SqlConversations
 from gateway_bot.state.database import Database, SchemaTooNew, StateTarget
 from gateway_bot.state.migrations import MIGRATIONS, OWNER
@@ -52,8 +52,8 @@ class SqlStore(SqlConversations, SqlTaskViews):
         self._target = target
         self._database = database if database is not None else Database()
         self._database.add_pruner(OWNER, self.prune_payloads)
-        self.approvals = SqliteApprovals(self._database)
-        self.context_lines = SqliteContextLines(self._database)
+        self.approvals = SqlApprovals(self._database)
+        self.context_lines = SqlContextLines(self._database)
         self._transition_listeners: list[TransitionListener] = []
 
     @property
@@ -295,7 +295,3 @@ class SqlStore(SqlConversations, SqlTaskViews):
             (usage.cost_usd, usage.num_turns, task_id),
             durable=False,
         )
-
-
-SqliteStore = SqlStore
-"""The former name (from when SQLite was the only engine), kept for its callers."""

@@ -17,7 +17,7 @@ from typing import Any
 
 from gateway_bot.domain.lifecycle import TaskState
 from gateway_bot.domain.messages import InboundMessage, RawMessage
-from gateway_bot.state.sqlite_store import SqliteStore
+from gateway_bot.state.sql_store import SqlStore
 from tests.conftest import gateway_env
 from tests.support.fake_anthropic import FakeAnthropic
 
@@ -127,7 +127,7 @@ def test_a_senders_escape_sequences_never_reach_the_terminal(
     evil = "\x1b[2J\x1b]0;owned\x07please \x1b[8mhidden\x1b[0m run"
 
     async def leave_a_waiting_task() -> None:
-        store = SqliteStore(tmp_path / "state" / "state.db")
+        store = SqlStore(tmp_path / "state" / "state.db")
         await store.open()
         raw = RawMessage("console", "m-1", "mallory", {"text": evil}, time.time())
         task_id, _ = await store.accept_inbound(raw)

@@ -23,10 +23,10 @@ from gateway_bot.core.actions.approvals import ActionApprovals, ActionDecision, 
 from gateway_bot.core.replicas.lease_keeper import LeaseKeeper
 from gateway_bot.domain.lifecycle import TaskState
 from gateway_bot.domain.messages import InboundMessage, RawMessage, Reply
-from gateway_bot.state.action_approvals_store import SqliteActionApprovals
+from gateway_bot.state.action_approvals_store import SqlActionApprovals
 from gateway_bot.state.database import Database
 from gateway_bot.state.leases_store import LeaseStore, read_group
-from gateway_bot.state.sqlite_store import SqliteStore
+from gateway_bot.state.sql_store import SqlStore
 
 pytestmark = pytest.mark.slow
 
@@ -34,17 +34,17 @@ LEASE_S = 1.5
 
 
 @pytest.fixture
-async def two_handles(tmp_path: Path) -> AsyncIterator[tuple[SqliteStore, SqliteStore]]:
-    first = SqliteStore(tmp_path / "state.db")
+async def two_handles(tmp_path: Path) -> AsyncIterator[tuple[SqlStore, SqlStore]]:
+    first = SqlStore(tmp_path / "state.db")
     await first.open()
-    second = SqliteStore(tmp_path / "state.db")
+    second = SqlStore(tmp_path / "state.db")
     await second.open()
     yield first, second
     await first.close()
     await second.close()
 
 
-async def executing_task(store: SqliteStore, text: str) -> tuple[str, str]:
+async def executing_task(store: SqlStore, text: str) -> tuple[str, str]:
     """A message routed to a new conversation and running: (task id, conversation id)."""
     raw = RawMessage("slack", f"m-{text}", "alice", {"text": text}, time.time())
     task_id, _ = await store.accept_inbound(raw)
@@ -61,7 +61,7 @@ async def executing_task(store: SqliteStore, text: str) -> tuple[str, str]:
 
 
 async def test_a_replica_declared_dead_cannot_record_its_late_reply(
-    two_handles: tuple[SqliteStore, SqliteStore],
+    two_handles: tuple[SqlStore, SqlStore],
 ) -> None:
     store_a, store_b = two_handles
     a, b = LeaseStore(store_a.database), LeaseStore(store_b.database)
@@ -99,7 +99,7 @@ async def test_a_replica_declared_dead_cannot_record_its_late_reply(
 
 
 async def test_a_lease_is_taken_only_when_expired_and_each_take_over_raises_the_token(
-    two_handles: tuple[SqliteStore, SqliteStore],
+    two_handles: tuple[SqlStore, SqlStore],
 ) -> None:
     store_a, store_b = two_handles
     a, b = LeaseStore(store_a.database), LeaseStore(store_b.database)
@@ -126,7 +126,7 @@ async def test_a_lease_is_taken_only_when_expired_and_each_take_over_raises_the_
 
 
 async def test_a_holder_that_cannot_renew_stops_before_another_replica_starts(
-    two_handles: tuple[SqliteStore, SqliteStore],
+    two_handles: tuple[SqlStore, SqlStore],
 ) -> None:
     """The database stops answering replica-a (its connection is gone): it stops its
     listener on its own before the lease's recorded expiry; replica-b starts only after."""
@@ -198,7 +198,7 @@ class ExpiryRecordingLeases(LeaseStore):
 
 
 async def test_a_request_waiting_on_one_replica_sees_the_decision_another_recorded(
-    two_handles: tuple[SqliteStore, SqliteStore],
+    two_handles: tuple[SqlStore, SqlStore],
 ) -> None:
     """Replica a runs the task and waits for an action approval; the press reaches replica
     b (its listener's), which records it in the shared row: a's request is allowed, and a
@@ -207,8 +207,8 @@ async def test_a_request_waiting_on_one_replica_sees_the_decision_another_record
     the card's record): it counts, in the asker's channel."""
     store_a, store_b = two_handles
     access = AccessSettings.model_validate({"owners": {"slack": ["owner"]}})
-    asking = ActionApprovals(SqliteActionApprovals(store_a.database), store_a, {}, access)
-    deciding = ActionApprovals(SqliteActionApprovals(store_b.database), store_b, {}, access)
+    asking = ActionApprovals(SqlActionApprovals(store_a.database), store_a, {}, access)
+    deciding = ActionApprovals(SqlActionApprovals(store_b.database), store_b, {}, access)
     await asking.records.open()
     asking.watch_shared(0.05)
     task_id, conversation_id = await executing_task(store_a, "push it")
@@ -245,7 +245,7 @@ async def test_a_request_waiting_on_one_replica_sees_the_decision_another_record
 
 
 async def test_a_question_waiting_on_one_replica_is_answered_by_a_message_heard_on_another(
-    two_handles: tuple[SqliteStore, SqliteStore],
+    two_handles: tuple[SqlStore, SqlStore],
 ) -> None:
     """The agent's question waits on replica a; Alice's next message in the conversation is
     heard by replica b (its listener's) and answers it. When b takes the conversation over
@@ -253,8 +253,8 @@ async def test_a_question_waiting_on_one_replica_is_answered_by_a_message_heard_
     the message meant for the re-run's question."""
     store_a, store_b = two_handles
     access = AccessSettings.model_validate({})
-    asking = ActionApprovals(SqliteActionApprovals(store_a.database), store_a, {}, access)
-    hearing = ActionApprovals(SqliteActionApprovals(store_b.database), store_b, {}, access)
+    asking = ActionApprovals(SqlActionApprovals(store_a.database), store_a, {}, access)
+    hearing = ActionApprovals(SqlActionApprovals(store_b.database), store_b, {}, access)
     await asking.records.open()
     asking.watch_shared(0.05)
     hearing.watch_shared(0.05)

@@ -11,22 +11,22 @@ from types import SimpleNamespace
 
 import pytest
 
-from gateway_bot.state import approvals as approvals_module
+from gateway_bot.state import approvals_store as approvals_module
 from gateway_bot.state.database import StateTarget
 from gateway_bot.state.migrations import MIGRATIONS
-from gateway_bot.state.sqlite_store import SqliteStore
+from gateway_bot.state.sql_store import SqlStore
 
 
 @pytest.fixture
-async def store(state_target: StateTarget) -> AsyncIterator[SqliteStore]:
+async def store(state_target: StateTarget) -> AsyncIterator[SqlStore]:
     """On both engines."""
-    opened = SqliteStore(state_target)
+    opened = SqlStore(state_target)
     await opened.open()
     yield opened
     await opened.close()
 
 
-async def card_for(store: SqliteStore, sender: str) -> str:
+async def card_for(store: SqlStore, sender: str) -> str:
     record = await store.approvals.create(
         channel="matrix",
         room="!team:hs",
@@ -40,7 +40,7 @@ async def card_for(store: SqliteStore, sender: str) -> str:
 
 
 async def test_codes_are_long_and_a_clash_is_retried(
-    store: SqliteStore, monkeypatch: pytest.MonkeyPatch
+    store: SqlStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     first = await card_for(store, "@a:hs")
     assert len(first) == 12, "12 hex characters: 48 bits"
@@ -57,7 +57,7 @@ async def test_codes_are_long_and_a_clash_is_retried(
     assert other.sender_id == "@a:hs", "the clash left the first card alone"
 
 
-async def test_revoking_one_room_or_everywhere(store: SqliteStore) -> None:
+async def test_revoking_one_room_or_everywhere(store: SqlStore) -> None:
     await card_for(store, "@m:hs")
     await store.approvals.add_member("matrix", "!team:hs", "@m:hs", "@owner:hs")
     await store.approvals.add_member("matrix", "!lab:hs", "@m:hs", "@owner:hs")
@@ -91,7 +91,7 @@ async def test_upgrade_keeps_what_an_old_card_showed(tmp_path: Path) -> None:
                 "INSERT INTO approval_tasks (code, task_id, held_at) VALUES ('abc123', ?, ?)",
                 (task, float(n)),
             )
-    store = SqliteStore(path)
+    store = SqlStore(path)
     await store.open()
     try:
         assert await store.approvals.held_tasks("abc123") == ["task-one", "task-two"]
@@ -103,7 +103,7 @@ async def test_upgrade_keeps_what_an_old_card_showed(tmp_path: Path) -> None:
 
 
 async def test_a_nul_in_a_strangers_name_and_message_cannot_break_the_card(
-    store: SqliteStore,
+    store: SqlStore,
 ) -> None:
     """PostgreSQL refuses NUL in text: the engine stores U+FFFD there instead of failing."""
     record = await store.approvals.create(

@@ -17,7 +17,7 @@ from gateway_bot.cli import main
 from gateway_bot.domain.messages import RawMessage
 from gateway_bot.state.database import Database
 from gateway_bot.state.migrations import MIGRATIONS
-from gateway_bot.state.sqlite_store import SqlStore
+from gateway_bot.state.sql_store import SqlStore
 from tests.conftest import write_config
 from tests.support.fake_anthropic import FakeAnthropic
 from tests.support.pg_fixtures import PostgresServer

@@ -17,7 +17,7 @@ from gateway_bot.domain.lifecycle import CompletionReason, TaskState
 from gateway_bot.domain.messages import RawMessage, Reply
 from gateway_bot.state.database import Database, SchemaTooNew, StateTarget
 from gateway_bot.state.migrations import MIGRATIONS
-from gateway_bot.state.sqlite_store import SqliteStore
+from gateway_bot.state.sql_store import SqlStore
 
 LEGACY_CORE_VERSION = 5
 """The core's schema version when it was still kept in PRAGMA user_version."""
@@ -25,7 +25,7 @@ LEGACY_CORE_VERSION = 5
 
 def make_legacy_database(path: Path, *, with_tasks: bool = True) -> None:
     """What gateway-bot made before per-owner versions: the core's first five migrations,
-    each committed with ``PRAGMA user_version`` (the former ``SqliteStore._migrate``), and
+    each committed with ``PRAGMA user_version`` (the former ``SqlStore._migrate``), and
     a console conversation with a finished and a queued task in it."""
     db = sqlite3.connect(path, isolation_level=None)
     db.execute("PRAGMA journal_mode=WAL")
@@ -75,7 +75,7 @@ async def test_a_database_from_before_owner_versions_is_upgraded_in_place(
     path = tmp_path / "state.db"
     make_legacy_database(path)
 
-    store = SqliteStore(path)
+    store = SqlStore(path)
     await store.open()
     try:
         assert versions(path) == {"core": len(MIGRATIONS)}
@@ -95,7 +95,7 @@ async def test_a_database_from_before_owner_versions_is_upgraded_in_place(
         await store.close()
 
     # Opening again neither re-adopts nor re-runs anything.
-    again = SqliteStore(path)
+    again = SqlStore(path)
     await again.open()
     await again.close()
     assert versions(path) == {"core": len(MIGRATIONS)}
@@ -152,7 +152,7 @@ async def test_owner_names_cannot_smuggle_sql(database: Database) -> None:
 async def test_the_core_and_a_channel_share_one_file(state_target: StateTarget) -> None:
     """The daemon's store opens the database that channels were built on."""
     database = Database()
-    store = SqliteStore(state_target, database)
+    store = SqlStore(state_target, database)
     await store.open()
     try:
         await database.migrate("slack", ["CREATE TABLE slack_probe (id TEXT);"])

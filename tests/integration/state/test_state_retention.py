@@ -25,7 +25,7 @@ from gateway_bot.domain.messages import InboundMessage, RawMessage, Reply
 from gateway_bot.runtime.daemon import Daemon
 from gateway_bot.state.database import Database, StateTarget
 from gateway_bot.state.postgres_sql import placeholders
-from gateway_bot.state.sqlite_store import SqliteStore
+from gateway_bot.state.sql_store import SqlStore
 
 DAY = 86400.0
 
@@ -34,7 +34,7 @@ DAY = 86400.0
 class State:
     path: StateTarget
     database: Database
-    store: SqliteStore
+    store: SqlStore
     slack: SlackRecords
     matrix: MatrixStateStore
 
@@ -57,7 +57,7 @@ async def state(tmp_path: Path, state_target: StateTarget) -> AsyncIterator[Stat
     made = State(
         state_target,
         database,
-        SqliteStore(state_target, database),
+        SqlStore(state_target, database),
         SlackRecords(database, legacy_path=tmp_path / "slack" / "slack.db"),
         MatrixStateStore(database, legacy_path=tmp_path / "matrix" / "matrix.db"),
     )
@@ -82,7 +82,7 @@ def parsed(raw: RawMessage) -> InboundMessage:
     )
 
 
-async def finished_task(store: SqliteStore, message_id: str) -> str:
+async def finished_task(store: SqlStore, message_id: str) -> str:
     raw = message(message_id)
     task_id, _ = await store.accept_inbound(raw)
     await store.transition(task_id, TaskState.AUTHENTICATING)

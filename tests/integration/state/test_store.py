@@ -13,7 +13,7 @@ from gateway_bot.domain.lifecycle import CompletionReason, IllegalTransition, Ta
 from gateway_bot.domain.messages import RawMessage, Reply
 from gateway_bot.state.database import Database, StateTarget
 from gateway_bot.state.migrations import MIGRATIONS
-from gateway_bot.state.sqlite_store import SqliteStore
+from gateway_bot.state.sql_store import SqlStore
 
 
 def raw(message_id: str) -> RawMessage:
@@ -22,7 +22,7 @@ def raw(message_id: str) -> RawMessage:
 
 @pytest.fixture
 async def store(state_target: StateTarget):
-    opened = SqliteStore(state_target)
+    opened = SqlStore(state_target)
     await opened.open()
     yield opened
     await opened.close()
@@ -39,7 +39,7 @@ async def read_other(target: StateTarget, sql: str, params: tuple[object, ...] =
 
 
 async def test_accepted_message_is_on_disk_before_returning(
-    store: SqliteStore, state_target: StateTarget
+    store: SqlStore, state_target: StateTarget
 ) -> None:
     task_id, is_new = await store.accept_inbound(raw("m1"))
     assert is_new
@@ -49,14 +49,14 @@ async def test_accepted_message_is_on_disk_before_returning(
     assert rows == [("queued",)]
 
 
-async def test_redelivered_message_is_not_a_second_task(store: SqliteStore) -> None:
+async def test_redelivered_message_is_not_a_second_task(store: SqlStore) -> None:
     first, _ = await store.accept_inbound(raw("m1"))
     again, is_new = await store.accept_inbound(raw("m1"))
     assert (again, is_new) == (first, False)
     assert len(await store.tasks_in_states([TaskState.QUEUED])) == 1
 
 
-async def test_illegal_transitions_are_refused(store: SqliteStore) -> None:
+async def test_illegal_transitions_are_refused(store: SqlStore) -> None:
     task_id, _ = await store.accept_inbound(raw("m1"))
     with pytest.raises(IllegalTransition):
         await store.transition(task_id, TaskState.EXECUTING)
@@ -72,7 +72,7 @@ async def test_illegal_transitions_are_refused(store: SqliteStore) -> None:
 
 
 async def test_a_transition_from_a_task_that_moved_since_it_was_read_is_checked_again(
-    store: SqliteStore,
+    store: SqlStore,
 ) -> None:
     """``known`` spares the read, never the check: the row moves only from the state the
     caller knew, else the task is read again and the lifecycle decides."""
@@ -86,7 +86,7 @@ async def test_a_transition_from_a_task_that_moved_since_it_was_read_is_checked_
     assert (await store.get_task(task_id)).state is TaskState.COMPLETED
 
 
-async def test_reply_survives_until_delivered(store: SqliteStore) -> None:
+async def test_reply_survives_until_delivered(store: SqlStore) -> None:
     task_id, _ = await store.accept_inbound(raw("m1"))
     await store.transition(task_id, TaskState.AUTHENTICATING)
     conversation = await store.create_conversation("console", "default", None)
@@ -99,7 +99,7 @@ async def test_reply_survives_until_delivered(store: SqliteStore) -> None:
     assert not task.reply_delivered
 
 
-async def test_new_conversation_retires_the_old_one(store: SqliteStore) -> None:
+async def test_new_conversation_retires_the_old_one(store: SqlStore) -> None:
     old = await store.create_conversation("console", "default", None)
     new = await store.create_conversation("console", "default", None)
     active = await store.active_conversation("console", "default")
@@ -108,7 +108,7 @@ async def test_new_conversation_retires_the_old_one(store: SqliteStore) -> None:
     assert not (await store.get_conversation(old.id)).active
 
 
-async def test_schema_is_versioned(store: SqliteStore, state_target: StateTarget) -> None:
+async def test_schema_is_versioned(store: SqlStore, state_target: StateTarget) -> None:
     versions = dict(await read_other(state_target, "SELECT owner, version FROM schema_versions"))
     assert versions == {"core": len(MIGRATIONS)}
     if isinstance(state_target, Path):
@@ -124,7 +124,7 @@ async def test_newer_schema_is_refused_with_a_clear_error(state_target: StateTar
     await newer.write("INSERT INTO schema_versions VALUES ('core', ?)", (len(MIGRATIONS) + 1,))
     await newer.close()
     with pytest.raises(RuntimeError, match="upgrade gateway-bot"):
-        await SqliteStore(state_target).open()
+        await SqlStore(state_target).open()
 
 
 async def test_a_legacy_schema_newer_than_this_code_is_refused_too(tmp_path: Path) -> None:
@@ -133,10 +133,10 @@ async def test_a_legacy_schema_newer_than_this_code_is_refused_too(tmp_path: Pat
     with sqlite3.connect(path) as db:
         db.execute(f"PRAGMA user_version = {len(MIGRATIONS) + 1}")
     with pytest.raises(RuntimeError, match="upgrade gateway-bot"):
-        await SqliteStore(path).open()
+        await SqlStore(path).open()
 
 
-async def test_concurrent_writers_do_not_collide(store: SqliteStore) -> None:
+async def test_concurrent_writers_do_not_collide(store: SqlStore) -> None:
     """Many coroutines accepting messages and making conversations on one connection."""
     import asyncio
 

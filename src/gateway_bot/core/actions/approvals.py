@@ -61,7 +61,7 @@ from gateway_bot.state.action_approvals_store import (
     PENDING,
     ActionApprovalRecord,
     ConversationRule,
-    SqliteActionApprovals,
+    SqlActionApprovals,
 )
 from gateway_bot.state.store import Store
 
@@ -78,7 +78,7 @@ WaitingListener = Callable[[str, str | None], Awaitable[None]]
 class ActionApprovals:
     def __init__(
         self,
-        records: SqliteActionApprovals,
+        records: SqlActionApprovals,
         store: Store,
         adapters: Mapping[str, ChannelAdapter],
         access: AccessSettings,
@@ -117,7 +117,7 @@ class ActionApprovals:
         self._shutting_down = True
 
     @property
-    def records(self) -> SqliteActionApprovals:
+    def records(self) -> SqlActionApprovals:
         return self._records
 
     async def recover(self) -> None:

@@ -8,11 +8,11 @@ from gateway_bot.state.action_approvals_store import (
     ALLOWED,
     DENIED,
     PENDING,
-    SqliteActionApprovals,
+    SqlActionApprovals,
 )
 
 
-async def action_entries(records: SqliteActionApprovals, task_id: str) -> list[TimelineEntry]:
+async def action_entries(records: SqlActionApprovals, task_id: str) -> list[TimelineEntry]:
     entries: list[TimelineEntry] = []
     for record in await records.of_task(task_id):
         rule = f" (rule {record.rule})" if record.rule else ""

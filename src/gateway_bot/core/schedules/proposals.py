@@ -47,7 +47,7 @@ from gateway_bot.state.schedule_proposals_store import (
     EXPIRED,
     PENDING,
     ProposalRecord,
-    SqliteScheduleProposals,
+    SqlScheduleProposals,
 )
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ def rule_of(proposal: ProposalRecord) -> Rule:
 class ScheduleProposals:
     def __init__(
         self,
-        store: SqliteScheduleProposals,
+        store: SqlScheduleProposals,
         commands: ScheduleCommands,
         access: AccessSettings,
         adapters: Mapping[str, ChannelAdapter],

@@ -41,7 +41,7 @@ from gateway_bot.state.schedules_store import (
     RUN_MISSED,
     RunRecord,
     ScheduleRecord,
-    SqliteSchedules,
+    SqlSchedules,
     run_message_id,
 )
 from gateway_bot.state.store import Store
@@ -72,7 +72,7 @@ def rule_of(schedule: ScheduleRecord) -> Rule:
 class ScheduleRunner:
     def __init__(
         self,
-        store: SqliteSchedules,
+        store: SqlSchedules,
         adapters: Mapping[str, ChannelAdapter],
         submit_run: SubmitRun,
         limits: ScheduleLimits,
