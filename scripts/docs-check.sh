@@ -4,6 +4,7 @@
 # hides the warnings that strict mode counts, and the build then passes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/env.sh
 site=$(mktemp -d)
 trap 'rm -rf "$site"' EXIT
 export NO_MKDOCS_2_WARNING=1   # Material's notice about its successor, printed every build
