@@ -72,7 +72,7 @@ class World:
         self.policy = policy
         self.service: GatewayService | None = None
         self.actions = actions
-        """Action approvals' settings; None: off (issue 20)."""
+        """Action approvals' settings; None: off (decision 0087)."""
         self.sweep_interval_s = sweep_interval_s
         self._ids = itertools.count(1)
         self._opened = False

@@ -1,4 +1,4 @@
-"""Issue 18: the core reaches a conversation's files only through the sandbox
+"""Decision 0095: the core reaches a conversation's files only through the sandbox
 (``Sandbox.files(context)``), never by opening a context directory on the host.
 
 The real executor, workspace reports and service run against a sandbox whose files live in

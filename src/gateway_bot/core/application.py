@@ -126,7 +126,7 @@ class Overview:
     finished: tuple[TaskRecord, ...] = ()
     """The newest ``RECENT`` completed tasks, newest first."""
     schedules: tuple[ScheduleView, ...] = ()
-    """Every schedule, active or paused (``/schedule``, issue 17)."""
+    """Every schedule, active or paused (``/schedule``, decision 0068)."""
 
 
 @dataclass(frozen=True)
@@ -311,7 +311,7 @@ class Application:
     async def _with_action_approvals(
         self, task_id: str, entries: list[TimelineEntry]
     ) -> list[TimelineEntry]:
-        """The task's action approvals (issue 20), before its last state entry."""
+        """The task's action approvals (decision 0087), before its last state entry."""
         approvals = self._service.action_approvals if self._service is not None else None
         if approvals is None:
             return entries

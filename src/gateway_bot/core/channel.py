@@ -145,7 +145,7 @@ class ProgressDisplay(Protocol):
 class PreparesAcknowledgement(Protocol):
     """An acknowledgement that writes a record of its own before it is sent (Slack: the
     post's exactly-once intent). ``Scheduler.queue`` calls this while the message's flush
-    runs, so that write does not come between the flush and the acknowledgement (issue 19).
+    runs, so that write does not come between the flush and the acknowledgement (decision 0104).
     It sends nothing, and the acknowledgement may never follow (the conversation was full,
     the daemon was killed): what it writes must be harmless then."""
 

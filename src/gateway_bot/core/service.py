@@ -92,9 +92,9 @@ class GatewayService:
         action_records: SqlActionApprovals | None = None,
         action_settings: ActionApprovalSettings | None = None,
     ) -> None:
-        """``schedules``: the store of /schedule (issue 17); without it the schedule
+        """``schedules``: the store of /schedule (decision 0068); without it the schedule
         commands answer that they are not available. Clock and sleep: for tests.
-        ``action_records`` and ``action_settings``: action approvals (issue 20,
+        ``action_records`` and ``action_settings``: action approvals (decision 0087,
         ``core/actions/approvals.py``); without them nothing is asked."""
         self._store = store
         self._adapters = dict(adapters)

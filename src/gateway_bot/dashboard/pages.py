@@ -151,7 +151,7 @@ async def approvals_page(request: web.Request) -> web.Response:
 
 
 async def schedules_page(request: web.Request) -> web.Response:
-    """Every schedule, active or paused, with its next run in its own zone (issue 17)."""
+    """Every schedule, active or paused, with its next run in its own zone (decision 0068)."""
     schedules = await _application(request).schedules()
     return render(request, "schedules.html", schedules=schedules, show_time=show_time)
 

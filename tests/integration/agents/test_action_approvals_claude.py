@@ -1,4 +1,4 @@
-"""Action approvals with the real Claude Code CLI (issue 20): the CLI asks the daemon before
+"""Action approvals with the real Claude Code CLI (decision 0087): the CLI asks the daemon before
 each tool call (``--permission-prompt-tool stdio`` and the hook that asks for every call),
 the daemon's policy asks a person for ``git push``, and the answer decides whether the push
 reaches the remote. Host sandbox and the console channel: what is under test is the CLI's

@@ -1,4 +1,4 @@
-"""Action approvals (issue 20): the agent (or the egress proxy on its behalf) asks before an
+"""Action approvals (decision 0087): the agent (or the egress proxy on its behalf) asks before an
 action the policy says to ask about, and a person answers with a card's button in the
 conversation where the agent works.
 

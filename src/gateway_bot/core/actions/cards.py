@@ -1,4 +1,4 @@
-"""What people read on an action approval card (issue 20), pending and closed.
+"""What people read on an action approval card (decision 0087), pending and closed.
 
 The card shows exactly what would run (the command or file verbatim in a code block: the
 agent wrote it, so no markdown in it is rendered), the working directory and the rule that

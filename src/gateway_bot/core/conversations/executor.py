@@ -90,7 +90,7 @@ class TaskExecutor:
         self.ask_action: AskAction | None = None
         self.budget_usd: float | None = None
         """``agent.budget_usd``: ask (through ``ask_action``) before a turn past it."""
-        """Action approvals (issue 20): set by the daemon once the service that cards the
+        """Action approvals (decision 0087): set by the daemon once the service that cards the
         conversations exists; with both, the agent's tool calls are asked of the daemon."""
 
     async def execute(

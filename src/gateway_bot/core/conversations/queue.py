@@ -128,7 +128,7 @@ class Scheduler:
         """The task's message is committed but not yet on disk (``on_disk`` says when it
         is): ``queue`` waits for that before the task joins its lane, so no person hears
         of a message a power cut could still take (no acknowledgement, refusal or run), and
-        a task killed before it is on disk is at most being routed (issue 19)."""
+        a task killed before it is on disk is at most being routed (decision 0098)."""
         self._disk.hold(task_id, on_disk)
 
     async def queue(self, task: TaskRecord, message: InboundMessage, conversation_id: str) -> None:

@@ -237,7 +237,7 @@ class ScheduleRunner:
     async def run_message(self, task: TaskRecord) -> InboundMessage | None:
         """The message a scheduled run's task carries, or None for any other task. Built
         from the /schedule message, so it goes where that was said, as its sender. A
-        message id of another shape is no run: no read (issue 19: every message asks)."""
+        message id of another shape is no run: no read (decision 0104: every message asks)."""
         if not task.message_id.startswith(RUN_MESSAGE_PREFIX):
             return None
         run = await self.store.run_by_message(task.message_id)
