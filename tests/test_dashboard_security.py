@@ -21,7 +21,7 @@ from aiohttp import ClientResponse, ClientSession, CookieJar
 from aiohttp.test_utils import TestServer
 
 from gateway_bot.agents.claude_stream import parse_stream_line
-from gateway_bot.config.dashboard import DashboardSettings
+from gateway_bot.config.dashboard import DashboardSettings, token_weakness
 from gateway_bot.config.server import build_server_config
 from gateway_bot.config.yaml_tags import ConfigError
 from gateway_bot.core.application import Application, DaemonLiveState
@@ -446,3 +446,108 @@ async def test_an_operator_who_is_no_owner_decides_nothing(dashboard: Dashboard)
             await server.close()
     assert [a.code for a in await _application_of(dashboard).pending_approvals()] == [pending.code]
     assert world.replies() == [], "the held message did not run"
+
+
+async def test_a_rotated_login_token_ends_every_session_made_with_the_old_one(
+    dashboard: Dashboard,
+) -> None:
+    """The token leaked and the operator changed it: every browser logged in with the old
+    one is out at the daemon's next start, whatever its cookie says."""
+    await dashboard.log_in()
+    [cookie] = [c.value for c in dashboard.client.cookie_jar if c.key == COOKIE_NAME]
+    rotated = DashboardSettings(token="a-brand-new-token-Qx7", operator={"fake": "owner"})
+    app = build_app(
+        _application_of(dashboard),
+        ChangeFeed(),
+        rotated,
+        dashboard.key,
+        database=dashboard.world.store.database,
+    )
+    server = TestServer(app)
+    await server.start_server()
+    try:
+        rows = await dashboard.world.store.database.fetch_all("SELECT * FROM dashboard_sessions")
+        assert rows == [], "swept at start"
+        async with ClientSession(headers=FROM_THE_DASHBOARD) as client:
+            page = await client.get(
+                server.make_url("/tasks"), cookies={COOKIE_NAME: cookie}, allow_redirects=False
+            )
+            assert (page.status, page.headers.get("Location")) == (302, "/login")
+    finally:
+        await server.close()
+
+
+async def test_only_the_names_the_dashboard_serves_are_answered(dashboard: Dashboard) -> None:
+    """DNS rebinding: a page on a name that now points at 127.0.0.1 talks to the dashboard
+    as its own origin, but its requests name it in ``Host``: refused before anything, the
+    login, the static files and the metrics included."""
+    port = dashboard.server.port
+    for host in [
+        f"evil.example:{port}",
+        f"127.0.0.1.evil.example:{port}",
+        f"localhost.evil.example:{port}",
+        "evil.example",
+        f"LOCALHOST.:{port}",
+        f"user@127.0.0.1:{port}",
+        "",
+    ]:
+        for path in ["/login", "/static/style.css", "/metrics", "/tasks"]:
+            response = await dashboard.get(path, headers={"Host": host})
+            assert response.status == 400, (host, path)
+    for host in [f"127.0.0.1:{port}", f"localhost:{port}", f"LocalHost:{port}", "127.0.0.9"]:
+        response = await dashboard.get("/login", headers={"Host": host})
+        assert response.status == 200, host
+    settings = DashboardSettings(
+        token=TOKEN, host="127.0.0.1", public_url="https://bot.example.org/dash"
+    )
+    assert "bot.example.org" in settings.served_names()
+    assert not DashboardSettings(token=TOKEN).serves_every_address()
+
+
+async def test_a_page_opened_from_elsewhere_gets_only_a_link_to_continue(
+    dashboard: Dashboard,
+) -> None:
+    """A link in a chat message (another site) or a page on another port of this host
+    (same-site) opens no dashboard page by itself; the operator's click on "Continue" is a
+    request from the dashboard's own origin."""
+    await dashboard.log_in()
+    port = dashboard.server.port
+    for site, referer in [("cross-site", "https://chat.example/"), ("same-site", None)]:
+        headers = {"Sec-Fetch-Site": site, "Sec-Fetch-Mode": "navigate"}
+        if referer:
+            headers["Referer"] = referer
+        for path, link in [
+            ("/tasks", "/tasks"),
+            ("/conversations//abc", "/conversations/abc"),
+            ("/\\evil.example/x", "/tasks"),  # a browser reads /\ as //: another host
+        ]:
+            response = await dashboard.get(path, headers=headers)
+            assert response.status == 403, (site, path)
+            text = await response.text()
+            assert f'<a href="{link}">' in text, text
+            assert "Tasks</h1>" not in text
+    other_port = {"Origin": f"http://127.0.0.1:{port + 1}", "Sec-Fetch-Site": "same-site"}
+    events = await dashboard.get("/events", headers=other_port)
+    assert events.status == 403
+
+
+def test_check_warns_of_a_guessable_dashboard_token(tmp_path: Path) -> None:
+    """16 characters pass the length rule; ``check`` says when they are easy to guess."""
+    config = tmp_path / "gateway-bot.yaml"
+    config.write_text(
+        f"state_dir: {tmp_path / 'state'}\nrepo: {{url: {tmp_path}}}\n"
+        "channels: {console: {}}\nsandbox: {kind: none}\n"
+        "dashboard: {token: password12345678}\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway_bot", "check", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        env=gateway_env(),
+        timeout=60,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    assert "warning: the dashboard token is guessable" in done.stdout, done.stdout + done.stderr
+    assert token_weakness("aaaaaaaaaaaaaaaa") is not None
+    assert token_weakness(secrets.token_urlsafe(16)) is None

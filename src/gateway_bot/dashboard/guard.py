@@ -58,7 +58,7 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     settings = request.app[SETTINGS]
     host = _host(request.headers.get("Host"))
     if host is None or not _serves(host[0], settings):
-        raise web.HTTPMisdirectedRequest(
+        raise web.HTTPBadRequest(
             text="This server does not serve that host name. Open the dashboard by its own "
             "address (see `gateway-bot run`'s log, or dashboard.public_url)."
         )
@@ -154,19 +154,18 @@ def _origin(url: str) -> Origin | None:
 
 def _from_here(request: web.Request, own: set[Origin]) -> bool:
     """Did the dashboard's own pages (or the operator, typing its address) make this
-    request? An ``Origin`` must be ours ("null" never is); then the fetch metadata decide;
-    without it, the ``Referer`` (the dashboard's Referrer-Policy sends it on its own
-    requests)."""
-    origin = request.headers.get("Origin")
+    request? An ``Origin`` and a ``Referer`` must be ours ("null" never is); then the fetch
+    metadata decide; without them (an older browser), one of the two must be there (the
+    dashboard's Referrer-Policy sends the ``Referer`` on its own requests)."""
+    origin, referer = request.headers.get("Origin"), request.headers.get("Referer")
     if origin is not None and _origin(origin) not in own:
         return False
+    if referer is not None and _origin(referer) not in own:
+        return False  # a page elsewhere made it (its Referrer-Policy let its origin show)
     site = request.headers.get("Sec-Fetch-Site")
     if site is not None:
         return site == "same-origin" or (site == "none" and request.method in ("GET", "HEAD"))
-    if origin is not None:
-        return True
-    referer = request.headers.get("Referer")
-    return referer is not None and _origin(referer) in own
+    return origin is not None or referer is not None
 
 
 def _refused_from_elsewhere(request: web.Request) -> web.HTTPException:
