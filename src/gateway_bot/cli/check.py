@@ -31,6 +31,7 @@ from gateway_bot.cli.preflight import (
     other_repos_state_problem,
     state_dir_problem,
 )
+from gateway_bot.config.dashboard import token_weakness
 from gateway_bot.runtime.agent_setup import (
     agent_backend,
     agent_command,
@@ -71,6 +72,9 @@ def run_check(config_path: Path | None, *, canary: bool = False) -> int:
         print(line)
     if problem is not None:
         print(f"warning: {problem.message} Until then `run` and `chat` refuse to start.")
+    dashboard = config.dashboard
+    if dashboard and dashboard.enabled and (weak := token_weakness(dashboard.token)):
+        print(f"warning: {weak}")
     if config.repo.url == str(sample_repo_path(config.state_dir)) and config_path is None:
         print("note: not in a git repo: `gateway-bot chat` here works on a sample repo it makes")
     elif (missing_repo := local_repo_problem(config.repo.url)) is not None:
