@@ -250,17 +250,17 @@ def split_cases() -> list[Case]:
         Case(
             "subject-only",
             build("Why does the nightly job fail since Monday?", plain=""),
-            ("Subject: Why does the nightly job fail since Monday?",),
+            ("[Subject: Why does the nightly job fail since Monday?]",),
         ),
         Case(
             "subject-only-html",
             build("Rebase onto main please", html="<div><br></div>"),
-            ("Subject: Rebase onto main please",),
+            ("[Subject: Rebase onto main please]",),
         ),
         Case(
             "subject-and-body",
             build("Nightly job", plain="It fails since Monday, see why?"),
-            ("Subject: Nightly job", "It fails since Monday"),
+            ("[Subject: Nightly job]", "It fails since Monday"),
         ),
         Case(
             "reply-only-quote-unsure",

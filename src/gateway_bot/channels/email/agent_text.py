@@ -40,7 +40,7 @@ def agent_text(mail: MailText, subject: str | None) -> AgentText:
         return AgentText(words, tuple(left_out))
     lines: list[str] = []
     if subject:
-        lines.append(f"Subject: {subject}")
+        lines.append(f"[Subject: {subject}]")
     if mail.hidden_removed:
         lines.append(HIDDEN_NOTE)
     head = "\n".join(lines)
