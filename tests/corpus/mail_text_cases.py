@@ -144,7 +144,15 @@ def build(
         message.set_content(html, subtype="html")
     else:
         message.set_content(plain or "")
-    return message.as_bytes(policy=SMTP)
+    return fixed_boundaries(message, number).as_bytes(policy=SMTP)
+
+
+def fixed_boundaries(message: EmailMessage, number: int) -> EmailMessage:
+    """Boundaries from the case's number, not random: the corpus is the same on every run."""
+    for depth, part in enumerate(message.walk()):
+        if part.is_multipart():
+            part.set_boundary(f"corpus-{number}-{depth}")
+    return message
 
 
 Maker = Callable[[str, str], Case]

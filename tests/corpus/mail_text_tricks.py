@@ -15,6 +15,7 @@ from tests.corpus.mail_text_cases import (
     REST,
     Case,
     build,
+    fixed_boundaries,
     next_id,
 )
 
@@ -242,7 +243,7 @@ def split_cases() -> list[Case]:
     )
     alternative.make_alternative()
     alternative.attach(html_branch)
-    reply_split = alternative.as_bytes(policy=SMTP)
+    reply_split = fixed_boundaries(alternative, next_id()).as_bytes(policy=SMTP)
     return [
         Case("split-apple-html-around-images", apple, (first, second, third)),
         Case("split-plain-around-image", plain, (first, second)),
