@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 
 from tests.corpus.mail_text_cases import ALICE, BOT
-from tests.email_fixtures import Dovecot, SmtpCatcher, email_config, mail, passed, text_of
-from tests.fake_anthropic import FakeAnthropic
+from tests.support import paths
+from tests.support.email_fixtures import Dovecot, SmtpCatcher, email_config, mail, passed, text_of
+from tests.support.fake_anthropic import FakeAnthropic
 
-CORPUS = Path(__file__).parents[2] / "corpus" / "mail_text"
+CORPUS = paths.CORPUS / "mail_text"
 SLICE = [
     "gmail-inline-de",
     "outlook-desktop-inline-fr",

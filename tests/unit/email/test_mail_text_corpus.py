@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from tests.corpus.mail_text_cases import expected_text
+from tests.support import paths
 
-CORPUS = Path(__file__).parents[2] / "corpus" / "mail_text"
+CORPUS = paths.CORPUS / "mail_text"
 MAILS = sorted(CORPUS.glob("*.eml"))
 
 

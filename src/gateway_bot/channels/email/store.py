@@ -84,7 +84,7 @@ EMAIL_MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (thread, address)
     );
     """,
-    # 4: each thread's latest subject, and the mail that set it (issue 28): the agent reads
+    # 4: each thread's latest subject, and the mail that set it: the agent reads
     # a subject when it says something new.
     """
     CREATE TABLE email_thread_subjects (
