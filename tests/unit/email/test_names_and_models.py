@@ -58,3 +58,11 @@ def test_an_unknown_subaddress_gets_the_default_model_and_a_line_saying_so() -> 
     assert note is not None
     assert "'gpt-9-ultra'" in note
     assert "default model" in note
+
+
+def test_an_empty_plain_mail_stays_empty_and_says_nothing_was_quoted() -> None:
+    """An empty body read as "[quoted text removed]" and ran the agent on nothing."""
+    from gateway_bot.channels.email.plain_quotes import read_plain
+
+    assert read_plain("").text == ""
+    assert read_plain("\n  \n").text == ""

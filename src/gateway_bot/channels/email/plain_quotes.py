@@ -20,6 +20,8 @@ def plain_to_text(text: str) -> str:
 def read_plain(text: str, forward: bool = False) -> PartText:
     """The new words of a plain-text part (``forward``: its subject says it forwards)."""
     text = text.replace("\r\n", "\n").strip()
+    if not text:
+        return PartText("")
     if forward or _forward_marker_before_quotes(text):
         return PartText(text)
     separator = markers.SEPARATOR.search(text)
@@ -44,7 +46,7 @@ def read_plain(text: str, forward: bool = False) -> PartText:
     joined = "\n\n".join(part for part in kept if part)
     stripped, trailing = _strip_trailing_quote(joined)
     if not stripped.strip():  # nothing of the sender's own found: the whole, if need be
-        return PartText(REMOVED, whole=text)
+        return PartText(REMOVED, whole=text) if trailing or removed else PartText("")
     if trailing or removed:
         return PartText(f"{stripped}\n\n{REMOVED}")
     return PartText(stripped)
