@@ -99,7 +99,8 @@ class ConsoleListener:
                 )
             )
         if not self._stopped:
-            self._status = ChannelStatus(ChannelHealth.FAILED, "end of input")
+            # Ctrl-D is how a person leaves a chat: the channel ended, nothing failed.
+            self._status = ChannelStatus(ChannelHealth.STOPPED, "end of input")
             self._on_eof()
 
     async def stop(self) -> None:

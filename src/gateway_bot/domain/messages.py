@@ -227,6 +227,8 @@ class ChannelHealth(enum.Enum):
     """Temporarily lost; the channel is retrying by itself."""
     FAILED = "failed"
     """Gave up; needs an operator."""
+    STOPPED = "stopped"
+    """Ended as its user asked (the console's end of input): nothing to repair."""
 
 
 @dataclass(frozen=True)
