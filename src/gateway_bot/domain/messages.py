@@ -190,6 +190,9 @@ class Decision:
     decider_id: str
     decider_name: str
     decided_at: float
+    where: JsonDict = field(default_factory=dict)
+    """Where the press happened, in the channel's terms (Slack: the channel and thread), so
+    a refused decider can be told why there; empty when the channel keeps no such place."""
 
     def to_json(self) -> JsonDict:
         return asdict(self)
