@@ -212,6 +212,10 @@ class RoomInvite:
     inviter_id: str
     inviter_name: str
     received_at: float
+    is_direct: bool = False
+    """The inviter asked for a direct chat (Matrix's ``is_direct``): a request to talk, so
+    joining also admits them there. Their claim only: the card says so, and it admits no one
+    else."""
 
 
 @dataclass(frozen=True)
