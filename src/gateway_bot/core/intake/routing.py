@@ -35,6 +35,7 @@ from gateway_bot.core.commands.parse import Command, CommandName, UnknownCommand
 from gateway_bot.core.conversations.delivery import ReplyDelivery
 from gateway_bot.core.conversations.queue import Scheduler
 from gateway_bot.core.intake.intake import AfterLock
+from gateway_bot.core.intake.lone_files import LoneFiles
 from gateway_bot.core.retries import is_transient
 from gateway_bot.core.schedules.proposals import ScheduleProposals, parse_proposal_action
 from gateway_bot.core.schedules.runner import ScheduleRunner
@@ -61,6 +62,7 @@ class Router:
     schedules: ScheduleRunner | None
     _proposals: ScheduleProposals | None
     action_approvals: ActionApprovals | None
+    _lone_files: LoneFiles
     _diffs: defaultdict[str, asyncio.Lock] = dataclasses.field(
         default_factory=lambda: defaultdict(asyncio.Lock)
     )
@@ -215,7 +217,17 @@ class Router:
             return None
         if not (await self._gate.admit(task, message)).admitted:
             return None
-        await self._queue_engaging(task, message)
+        gathered = self._lone_files.gather(task.id, message)
+        if gathered.message is None:
+            return None  # only files: they wait (AUTHENTICATING) for the words about them
+        await self._queue_engaging(task, gathered.message)
+        for joined in gathered.joined:
+            await self._store.transition(
+                joined,
+                TaskState.COMPLETED,
+                reason=CompletionReason.SUCCESS,
+                error=f"its files went with task {task.id}",
+            )
         return None
 
     async def _route_scheduled(self, task: TaskRecord, message: InboundMessage) -> None:
