@@ -25,6 +25,10 @@ falls back from when it is missing:
 - ``SenderRecheck``: whether a sender its channel admitted once is admitted still (allowed
   users, membership, a deleted account), asked before a scheduled run, which replays a
   message parsed when the schedule was made. Without it: the verdict stored then stands.
+- ``News``: a notice that is news, not a refusal (a scheduled run starting), for a channel
+  that marks its refusals (Slack's prohibited sign). Without it: ``send_rejection``.
+- ``TellsDecider``: a word seen only by the person whose press was refused, saying why.
+  Without it: the press is ignored without a word (a room would see a public one).
 """
 
 from __future__ import annotations
@@ -115,6 +119,40 @@ class ChannelAdapter(Protocol):
     async def send_rejection(self, context: JsonDict, text: str) -> None:
         """Send a notice (markdown) that is not a task's reply: a refusal, a full queue, and
         on channels without ``CardButtons`` the approval cards themselves."""
+        ...
+
+
+@runtime_checkable
+class News(Protocol):
+    """A notice that tells people something happened, not that something was refused.
+
+    Only a channel whose ``send_rejection`` looks like a refusal (Slack prefixes a
+    prohibited sign) needs it: without it, news goes out through ``send_rejection``."""
+
+    async def send_notice(self, context: JsonDict, text: str) -> None:
+        """Send ``text`` (markdown) where ``context`` says, styled as news."""
+        ...
+
+
+async def send_news(adapter: ChannelAdapter, context: JsonDict, text: str) -> None:
+    """News through the channel's ``News``, or its only notice when it has none."""
+    if isinstance(adapter, News):
+        await adapter.send_notice(context, text)
+    else:
+        await adapter.send_rejection(context, text)
+
+
+@runtime_checkable
+class TellsDecider(Protocol):
+    """A channel that can say something to one person only (Slack's ephemeral messages).
+
+    A press the core refuses (not an owner, not the asker) changes nothing; a person who
+    pressed and saw nothing happen presses again or thinks the bot broken. Only they are
+    told why: a notice in the room would tell everyone who tried."""
+
+    async def tell_decider(self, decision: Decision, text: str) -> None:
+        """Show ``text`` (plain) to ``decision.decider_id`` alone, where they pressed
+        (``decision.where``)."""
         ...
 
 

@@ -81,7 +81,8 @@ class ApprovalRecord:
     decided_by: str | None
     decided_at: float | None
     kind: str = "sender"
-    """"sender": an unknown sender's messages are held; "room": an invitation is."""
+    """"sender": an unknown sender's messages are held; "room": an invitation is;
+    "direct": an invitation to a direct chat, whose Join admits the inviter there too."""
 
 
 @dataclass(frozen=True)

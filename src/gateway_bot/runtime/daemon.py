@@ -118,6 +118,7 @@ class Daemon:
                 else None
             ),
             action_settings=config.agent.approvals,
+            files_wait_s=config.execution.files_wait_seconds,
         )
         if self.service.action_approvals is not None:
             executor.action_settings = config.agent.approvals

@@ -222,7 +222,9 @@ class EmailAdapter:
         saved: list[str] = []
         problems: list[str] = []
         limit = self._settings.max_attachment_bytes
-        parts: list[bytes] | None = None
+        # Each stored mail's parts, read once: a message can carry the files of earlier
+        # mails too (``core/intake/lone_files.py``), each attachment naming its own mail.
+        parts_of: dict[str, list[bytes]] = {}
         if len(message.attachments) > MAX_ATTACHMENTS:
             problems.append(
                 f"Your mail had {len(message.attachments)} attachments; only the first "
@@ -237,12 +239,13 @@ class EmailAdapter:
                 )
                 continue
             key, _, index = attachment.source_ref.rpartition("#")
+            parts = parts_of.get(key)
             if parts is None:
                 data = await self._store.raw(key)
                 if data is None:
                     problems.append(f"{name} is no longer stored and was not saved.")
                     continue
-                parts = await asyncio.to_thread(mime.all_part_bytes, data)
+                parts = parts_of[key] = await asyncio.to_thread(mime.all_part_bytes, data)
             try:
                 saved.append(await inbox.save(name, parts[int(index)]))
             except (InboxError, IndexError, ValueError) as exc:

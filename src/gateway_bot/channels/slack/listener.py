@@ -306,11 +306,17 @@ class SlackListener:
             await self._records.join_thread(team, event["channel"], event["ts"])
 
     async def _on_click(self, body: dict[str, Any], ack: AsyncAck) -> None:
+        problem = events.click_problem(body)
+        if problem is not None:
+            # Acked and dropped: it fails the same way every time Slack would redeliver it.
+            log.warning("ignored a Slack click: %s", problem)
+            await ack()
+            return
         await self._submit_or_raise(
             RawMessage(
                 channel=CHANNEL,
                 message_id=events.action_message_id(body),
-                sender=str((body.get("user") or {}).get("id", "")),
+                sender=str(body["user"]["id"]),
                 payload={"kind": "click", "body": body},
                 received_at=time.time(),
             )

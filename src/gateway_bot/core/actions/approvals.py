@@ -337,6 +337,13 @@ class ActionApprovals:
         record = await self._records.get(code)
         return decision_of(record) if record is not None else ActionDecision(False, reason, None)
 
+    @property
+    def who_may_decide(self) -> str:
+        """Who may decide its cards, in words for a person whose press was refused."""
+        if self._deciders is Deciders.OWNERS:
+            return "an owner or admin"
+        return "an owner or admin, the person whose message asked, or a member an owner admitted"
+
     async def _may_decide(self, record: ActionApprovalRecord, channel: str, who: str) -> bool:
         if self._access.may_decide(channel, who):
             return True

@@ -104,6 +104,11 @@ class Scheduler:
         when schedules are on: ``core/schedules/proposals.py``)."""
 
     @property
+    def notices(self) -> QueueNotices:
+        """Best-effort sends in jobs of their own (routing tells a refused decider why)."""
+        return self._notices
+
+    @property
     def running_tasks(self) -> Mapping[str, RunningTask]:
         """Conversation id -> its running task (a live view, read by the chat commands)."""
         return self._running

@@ -23,13 +23,19 @@ from gateway_bot.core.actions.cards import parse_action_id
 from gateway_bot.core.admission.cards import parse_approval_action
 from gateway_bot.core.admission.engagement import engages, is_blank
 from gateway_bot.core.admission.gate import Gatekeeper
-from gateway_bot.core.channel import AuthenticationError, ChannelAdapter, SenderRecheck
+from gateway_bot.core.channel import (
+    AuthenticationError,
+    ChannelAdapter,
+    SenderRecheck,
+    TellsDecider,
+)
 from gateway_bot.core.commands.effects import ChatCommands
 from gateway_bot.core.commands.mail import ConversationMailer
 from gateway_bot.core.commands.parse import Command, CommandName, UnknownCommand, parse_command
 from gateway_bot.core.conversations.delivery import ReplyDelivery
 from gateway_bot.core.conversations.queue import Scheduler
 from gateway_bot.core.intake.intake import AfterLock
+from gateway_bot.core.intake.lone_files import LoneFiles
 from gateway_bot.core.retries import is_transient
 from gateway_bot.core.schedules.proposals import ScheduleProposals, parse_proposal_action
 from gateway_bot.core.schedules.runner import ScheduleRunner
@@ -56,6 +62,7 @@ class Router:
     schedules: ScheduleRunner | None
     _proposals: ScheduleProposals | None
     action_approvals: ActionApprovals | None
+    _lone_files: LoneFiles
     _diffs: defaultdict[str, asyncio.Lock] = dataclasses.field(
         default_factory=lambda: defaultdict(asyncio.Lock)
     )
@@ -210,7 +217,17 @@ class Router:
             return None
         if not (await self._gate.admit(task, message)).admitted:
             return None
-        await self._queue_engaging(task, message)
+        gathered = self._lone_files.gather(task.id, message)
+        if gathered.message is None:
+            return None  # only files: they wait (AUTHENTICATING) for the words about them
+        await self._queue_engaging(task, gathered.message)
+        for joined in gathered.joined:
+            await self._store.transition(
+                joined,
+                TaskState.COMPLETED,
+                reason=CompletionReason.SUCCESS,
+                error=f"its files went with task {task.id}",
+            )
         return None
 
     async def _route_scheduled(self, task: TaskRecord, message: InboundMessage) -> None:
@@ -254,15 +271,19 @@ class Router:
         proposed = parse_proposal_action(decision.action_id)
         action = parse_action_id(decision.action_id)
         reply = None
+        who_may = None
         if action is not None and self.action_approvals is not None:
+            who_may = self.action_approvals.who_may_decide
             reply = await self.action_approvals.decide(
                 decision.channel, decision.decider_id, decision.decider_name, *action
             )
         elif proposed is not None and self._proposals is not None:
+            who_may = "the person who asked for it or an owner or admin"
             reply = await self._proposals.decide(
                 decision.channel, decision.decider_id, decision.decider_name, *proposed
             )
         elif parsed is not None:
+            who_may = "an owner or admin"
             reply = await self._gate.decide(
                 decision.channel, decision.decider_id, decision.decider_name, *parsed
             )
@@ -271,6 +292,19 @@ class Router:
         reason = CompletionReason.SUCCESS if reply else CompletionReason.UNAUTHORIZED
         await self._store.transition(
             task.id, TaskState.COMPLETED, reason=reason, error=None if reply else "decision ignored"
+        )
+        if reply is None and who_may is not None:
+            self._tell_refused(decision, f"Only {who_may} can decide this card: nothing changed.")
+
+    def _tell_refused(self, decision: Decision, text: str) -> None:
+        """The refused presser alone hears why (best effort, after the refusal is recorded):
+        without a word, a press that changes nothing looks like a bot that is broken."""
+        adapter = self._adapters[decision.channel]
+        if not isinstance(adapter, TellsDecider):
+            return
+        self._scheduler.notices.tell(
+            f"{decision.channel}: telling {decision.decider_id} their press was refused",
+            lambda: adapter.tell_decider(decision, text),
         )
 
     async def _queue_message(self, task: TaskRecord, message: InboundMessage) -> None:
