@@ -56,11 +56,11 @@ class FileChannel(FakeChannel):
 class FilesWorld(World):
     """The core world with the real executor and /diff over the memory sandbox."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, inside: AgentInside | None = None) -> None:
         self.files_channel = FileChannel()
         super().__init__(tmp_path, channel=self.files_channel)
         self.sandbox = MemorySandbox()
-        self.inside = AgentInside()
+        self.inside = inside or AgentInside()
         self.state_dir = tmp_path / "state"
         repo = make_repo(tmp_path / "repo")
         self.workspaces = Workspaces(self.state_dir, str(repo), None)

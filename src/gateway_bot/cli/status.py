@@ -148,6 +148,7 @@ def status_json(
             "undelivered": [_task_json(t) for t in overview.undelivered],
             "finished": [_task_json(t) for t in overview.finished],
         },
+        "commands": [_task_json(t) for t in overview.commands],
         "approvals": [approval_json(a) for a in overview.pending_approvals],
         "schedules": [
             {
@@ -241,6 +242,15 @@ def status_text(state_dir: Path, snapshot: Snapshot | None, note: str, overview:
              age(now - (t.completed_at or t.created_at)),
              t.completion_reason.value if t.completion_reason else "-", _body(t)]
             for t in overview.finished
+        ],
+    )  # fmt: skip
+    lines += table(
+        "Recent commands",
+        ["TASK", "CHANNEL", "SENDER", "AGO", "OUTCOME", "COMMAND"],
+        [
+            [t.id, t.channel, _sender(t), age(now - (t.completed_at or t.created_at)),
+             t.completion_reason.value if t.completion_reason else "-", _body(t)]
+            for t in overview.commands
         ],
     )  # fmt: skip
     lines += table(

@@ -134,4 +134,17 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE conversations ADD COLUMN agent_backend TEXT;
     ALTER TABLE conversations ADD COLUMN next_agent TEXT;
     """,
+    # 8: commands apart from agent tasks (lists, charts, metrics). Rows from before are
+    # taken for what they most likely were: answered at once (no agent turn, no cost, done
+    # within a second of starting) with a body that reads as a command, or a card's decision
+    # (completed without ever starting, no conversation, no reply).
+    """
+    ALTER TABLE tasks ADD COLUMN kind TEXT NOT NULL DEFAULT 'agent';
+    CREATE INDEX tasks_kind ON tasks(kind, state, created_at);
+    UPDATE tasks SET kind = 'command'
+        WHERE (started_at IS NOT NULL AND completed_at IS NOT NULL
+               AND completed_at - started_at < 1 AND num_turns = 0 AND cost_usd = 0
+               AND (parsed_json LIKE '%"body": "/%' OR parsed_json LIKE '%"body": "!%'))
+           OR (completion_reason = 'success' AND started_at IS NULL AND reply_json IS NULL);
+    """,
 )

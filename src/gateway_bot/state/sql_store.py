@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from gateway_bot.domain.lifecycle import CompletionReason, TaskState, check_transition
+from gateway_bot.domain.lifecycle import CompletionReason, TaskKind, TaskState, check_transition
 from gateway_bot.domain.messages import InboundMessage, RawMessage, Reply, Usage
 from gateway_bot.domain.records import TaskRecord
 from gateway_bot.state.approvals_store import SqlApprovals
@@ -216,6 +216,7 @@ class SqlStore(SqlConversations, SqlTaskViews):
         parsed: InboundMessage | None = None,
         error: str | None = None,
         known: TaskRecord | None = None,
+        kind: TaskKind | None = None,
     ) -> TaskRecord:
         current = known if known is not None else await self.get_task(task_id)
         check_transition(current.state, target)
@@ -249,6 +250,10 @@ class SqlStore(SqlConversations, SqlTaskViews):
             sets.append("error = ?")
             values.append(error)
             changed["error"] = error
+        if kind is not None:
+            sets.append("kind = ?")
+            values.append(kind.value)
+            changed["kind"] = kind
         # No state needs a flush of its own (module docstring): recovery rebuilds it from
         # the accepted message and the stored reply, both flushed before their effects.
         # A task the caller knew is updated only from the state it knew (one read fewer
@@ -261,7 +266,7 @@ class SqlStore(SqlConversations, SqlTaskViews):
         if known is not None and not updated:
             return await self.transition(
                 task_id, target, reason=reason, conversation_id=conversation_id,
-                parsed=parsed, error=error,
+                parsed=parsed, error=error, kind=kind,
             )  # fmt: skip
         return self._published(dataclasses.replace(current, **changed), current.state)
 

@@ -86,6 +86,17 @@ def plain(text: str) -> str:
     return _MARKDOWN_PUNCTUATION.sub(r"\\\1", text)
 
 
+def code_span(text: str) -> str:
+    """``text`` as inline code, literal: nothing in a code span renders (no link, no
+    emphasis) and backslashes are not escapes there, so it is not ``plain``-escaped (a rule
+    ``git push*`` showed as ``git push\\*``); fenced with one backtick more than its longest
+    run of them, hidden characters dropped as ``plain`` does."""
+    text = " ".join(_HIDDEN.sub("", text).split())
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
 _MARKDOWN_ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")
 
 

@@ -39,12 +39,16 @@ from gateway_bot.core.intake.lone_files import LoneFiles
 from gateway_bot.core.retries import is_transient
 from gateway_bot.core.schedules.proposals import ScheduleProposals, parse_proposal_action
 from gateway_bot.core.schedules.runner import ScheduleRunner
-from gateway_bot.domain.lifecycle import CompletionReason, TaskState
+from gateway_bot.domain.lifecycle import CompletionReason, TaskKind, TaskState
 from gateway_bot.domain.messages import Decision, InboundMessage, RoomInvite
 from gateway_bot.domain.records import ContextLine, ConversationRecord, TaskRecord
 from gateway_bot.state.store import Store
 
 log = logging.getLogger(__name__)
+
+COMMAND = TaskKind.COMMAND
+"""What commands, card decisions and typed answers are recorded as (apart from agent
+tasks in the operator's lists, charts and metrics)."""
 
 
 @dataclasses.dataclass
@@ -141,7 +145,7 @@ class Router:
     ) -> None:
         reply = await self._commands.reply(conversation, message, command, task.id)
         await self._replies.answer_now(
-            task, message, reply.text, CompletionReason.SUCCESS, files=reply.files
+            task, message, reply.text, CompletionReason.SUCCESS, files=reply.files, kind=COMMAND
         )
 
     async def release_held(self, task_id: str) -> None:
@@ -166,7 +170,9 @@ class Router:
             command = parse_command(message.body)
         except UnknownCommand as exc:
             if trusted:
-                await self._replies.answer_now(task, message, str(exc), CompletionReason.REJECTED)
+                await self._replies.answer_now(
+                    task, message, str(exc), CompletionReason.REJECTED, kind=COMMAND
+                )
             else:
                 await self._drop_untrusted(task, message, "command")
             return None
@@ -189,7 +195,9 @@ class Router:
         if trusted and started is not None and self.action_approvals is not None:
             answered = await self.action_approvals.answer_reply(started.id, message)
             if answered is not None:
-                await self._replies.answer_now(task, message, answered, CompletionReason.SUCCESS)
+                await self._replies.answer_now(
+                    task, message, answered, CompletionReason.SUCCESS, kind=COMMAND
+                )
                 return None
         if not engages(message, room, started is not None):
             if room.ignored is IgnoredMessages.ACCUMULATE and trusted:
@@ -291,7 +299,11 @@ class Router:
             log.warning("unknown card action %r by %s", decision.action_id, decision.decider_id)
         reason = CompletionReason.SUCCESS if reply else CompletionReason.UNAUTHORIZED
         await self._store.transition(
-            task.id, TaskState.COMPLETED, reason=reason, error=None if reply else "decision ignored"
+            task.id,
+            TaskState.COMPLETED,
+            reason=reason,
+            error=None if reply else "decision ignored",
+            kind=COMMAND,
         )
         if reply is None and who_may is not None:
             self._tell_refused(decision, f"Only {who_may} can decide this card: nothing changed.")
