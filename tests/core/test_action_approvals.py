@@ -80,7 +80,7 @@ async def test_the_card_shows_the_command_and_only_a_permitted_press_decides(
     asked = await world.say("ask:git_push_origin_main")
     text, code = await world.card("The agent asks to run: git push origin main")
     assert "$ git push origin main\n(in /workspace)" in text
-    assert 'Asked by the rule `Bash "git push\\*": ask`' in text
+    assert 'Asked by the rule `Bash "git push*": ask`' in text
     status = await world.command("/status", sender="alice")
     assert "Waiting for approval: git push origin main" in status
 
@@ -265,7 +265,7 @@ async def test_a_held_push_at_the_proxy_is_a_card_and_always_covers_the_same_pus
     first = asyncio.ensure_future(ask(Held(conversation)))
     text, code = await world.card("The agent's sandbox asks to send: git push to https://git")
     assert "main: 1a2b -> 3c4d" in text
-    assert "POST \\*/git-receive-pack: ask" in text
+    assert "POST */git-receive-pack: ask" in text
     await world.press(code, "always", sender="alice")
     assert await first == (True, "allowed by alice")
     # The same push again (another query string): no card; another repository asks.

@@ -19,6 +19,7 @@ from tests.conftest import write_config
 from tests.integration.cli.test_status_command import status, wait_for_status
 from tests.integration.dashboard.test_dashboard_metrics import METRICS_TOKEN, fetch, metric
 from tests.integration.dashboard.test_dashboard_run import dashboard_url
+from tests.integration.dashboard.test_dashboard_security import FROM_THE_DASHBOARD
 from tests.support.fake_anthropic import FakeAnthropic
 
 TOKEN = "a-dashboard-token-for-commands"
@@ -75,7 +76,9 @@ async def test_commands_are_counted_apart_from_the_agents_tasks(
     assert metric(text, "gateway_bot_commands", reason="success") == 2.0
 
     # The dashboard: the tasks page lists the task only, the charts count it only.
-    async with ClientSession(cookie_jar=CookieJar(unsafe=True)) as browser:
+    async with ClientSession(
+        cookie_jar=CookieJar(unsafe=True), headers=FROM_THE_DASHBOARD
+    ) as browser:
         login = await browser.post(base + "login", data={"token": TOKEN})
         assert login.status == 200
         page = await login.text()

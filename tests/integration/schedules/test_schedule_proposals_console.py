@@ -26,10 +26,10 @@ def test_agent_request_is_carded_denied_then_allowed(
     chat.send(_propose(when="every day at 9:00", prompt="check the nightly build", tz="Asia/Tokyo"))
     chat.expect(r"^agent> Echo:")
     chat.expect(r"^\[The agent asks to schedule a run\]$")
-    body = chat.expect(r'^The agent asks to run this in this conversation, `"0 9 \* \* \*"')
+    body = chat.expect(r'^The agent asks to run this in this conversation, "0 9 \* \* \*"')
     assert "Asia/Tokyo" in body
     assert "JST" in body
-    chat.expect(r"^check the nightly build$")
+    chat.expect(r"^ *check the nightly build$")  # a quote, indented in the terminal
     decide = chat.expect(r"Or reply !approve [0-9a-f]{12} or !deny [0-9a-f]{12}\.$")
     code = re.findall(r"!approve ([0-9a-f]{12})", decide)[0]
     assert chat.count(r"\[file\].*schedule\.json") == 0, "the request is never an attachment"
