@@ -1,4 +1,4 @@
-"""Replicas (issue 18): tasks per second with one replica vs two, on SQLite and on
+"""Replicas (decision 0093): tasks per second with one replica vs two, on SQLite and on
 PostgreSQL, and failover time.
 
     uv run python -m bench.replicas [--runs 5] [--tasks 60]

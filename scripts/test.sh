@@ -10,6 +10,7 @@ uv run --frozen ruff check src tests bench
 uv run --frozen ruff format --check src tests bench
 uv run --frozen mypy
 uv run --frozen lint-imports
+bash scripts/docs-check.sh  # the docs site, strictly: a broken link or anchor fails
 if [ "$#" -gt 0 ]; then
   exec uv run --frozen pytest "$@"
 fi

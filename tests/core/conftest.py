@@ -60,6 +60,7 @@ class World:
         state: StateTarget | None = None,
         actions: ActionApprovalSettings | None = None,
         sweep_interval_s: float = 0.05,
+        files_wait_s: float = 0.0,
     ) -> None:
         """``state``: where the store lives (default ``<tmp_path>/state.db``).
         ``sweep_interval_s``: short for tests; the benchmarks use the daemon's."""
@@ -72,8 +73,10 @@ class World:
         self.policy = policy
         self.service: GatewayService | None = None
         self.actions = actions
-        """Action approvals' settings; None: off (issue 20)."""
+        """Action approvals' settings; None: off (decision 0087)."""
         self.sweep_interval_s = sweep_interval_s
+        self.files_wait_s = files_wait_s
+        """How long files sent alone wait for words (``core/intake/lone_files.py``)."""
         self._ids = itertools.count(1)
         self._opened = False
         self.before_start: Callable[[GatewayService], None] | None = None
@@ -97,6 +100,7 @@ class World:
                 SqlActionApprovals(self.store.database) if self.actions is not None else None
             ),
             action_settings=self.actions,
+            files_wait_s=self.files_wait_s,
         )
         if self.service.action_approvals is not None:
             self.agent.ask_action = self.service.action_approvals.ask

@@ -1,4 +1,4 @@
-"""Action approvals in the conversation (issue 20), through the real service, scheduler and
+"""Action approvals in the conversation (decision 0087), through the real service, scheduler and
 store with the fake channel and agent: the card shows the exact command and the rule, only
 people who may decide do, Always remembers that exact action in this conversation only, a
 timeout denies and says so, a restart closes the old card and the task asks again, and the

@@ -1,4 +1,4 @@
-"""Issue 18: the core reaches a conversation's files only through the sandbox
+"""Decision 0095: the core reaches a conversation's files only through the sandbox
 (``Sandbox.files(context)``), never by opening a context directory on the host.
 
 The real executor, workspace reports and service run against a sandbox whose files live in
@@ -56,11 +56,11 @@ class FileChannel(FakeChannel):
 class FilesWorld(World):
     """The core world with the real executor and /diff over the memory sandbox."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, inside: AgentInside | None = None) -> None:
         self.files_channel = FileChannel()
         super().__init__(tmp_path, channel=self.files_channel)
         self.sandbox = MemorySandbox()
-        self.inside = AgentInside()
+        self.inside = inside or AgentInside()
         self.state_dir = tmp_path / "state"
         repo = make_repo(tmp_path / "repo")
         self.workspaces = Workspaces(self.state_dir, str(repo), None)

@@ -85,7 +85,9 @@ async def test_a_command_answer_that_fails_is_parked_not_lost(world: World) -> N
     parked = await world.settled(command)
     assert parked.state is TaskState.UNDELIVERED
     world.channel.mend()
-    assert (await world.reply(command)).text.startswith("Commands: /stop")
+    assert (await world.reply(command)).text.startswith(
+        "Commands (`!` works instead of `/`):\n- `/stop`:"
+    )
     assert (await world.completed(command)).completion_reason is CompletionReason.SUCCESS
 
 

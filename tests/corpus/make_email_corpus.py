@@ -80,12 +80,17 @@ _NO_TEXT = {
     "unknown-type",
     "unknown-transfer-encoding",
 }
-"""Mails with no text the parser can read: the sender is told the mail was empty (a
-forwarded mail alone is not read as the sender's words)."""
+"""Mails with no text the parser can read and no subject: the sender is told the mail was
+empty (a forwarded mail alone is not read as the sender's words; a subject alone is, as
+the question it asks)."""
 
 
 def _expect(name: str) -> str:
     return "notice" if name in _NO_TEXT else "answer"
+
+
+def _subject(name: str) -> str:
+    return "" if name in _NO_TEXT else "corpus"
 
 
 def cases() -> dict[str, bytes]:
@@ -179,7 +184,9 @@ def cases() -> dict[str, bytes]:
         "emoji-only": ("text/plain; charset=utf-8", "\U0001f600\U0001f4a9".encode()),
     }
     for name, (kind, data) in bodies.items():
-        found[f"{_expect(name)}--{name}.eml"] = _mail(content_type=kind, body=data)
+        found[f"{_expect(name)}--{name}.eml"] = _mail(
+            content_type=kind, body=data, subject=_subject(name)
+        )
     encodings = {
         "base64-broken": ("base64", b"!!!not base64!!!"),
         "base64-truncated": ("base64", b"aGVsbG8gd29y"),
@@ -189,7 +196,7 @@ def cases() -> dict[str, bytes]:
     }
     for name, (cte, data) in encodings.items():
         found[f"{_expect(name)}--{name}.eml"] = _mail(
-            extra=f"Content-Transfer-Encoding: {cte}\r\n", body=data
+            extra=f"Content-Transfer-Encoding: {cte}\r\n", body=data, subject=_subject(name)
         )
     headers = {
         "subject-encoded-big5": "=?big5?B?pKSk5Q==?=",
@@ -240,7 +247,9 @@ def cases() -> dict[str, bytes]:
         "content-type-garbage": (";;;=", b"words"),
     }
     for name, (kind, data) in structures.items():
-        found[f"{_expect(name)}--{name}.eml"] = _mail(content_type=kind, body=data)
+        found[f"{_expect(name)}--{name}.eml"] = _mail(
+            content_type=kind, body=data, subject=_subject(name)
+        )
     names = {
         "traversal": 'filename="../../etc/passwd"',
         "traversal-backslash": 'filename="..\\..\\windows\\system32\\cmd.exe"',

@@ -11,6 +11,7 @@ ours), and an attachment's name must come out as one plain file name.
 from __future__ import annotations
 
 import re
+import unicodedata
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -24,7 +25,7 @@ from gateway_bot.channels.email.mime import (
     thread_of_our_id,
 )
 from gateway_bot.channels.email.quotes import html_to_text
-from gateway_bot.core.workspaces.inbox_files import safe_filename
+from gateway_bot.domain.filenames import safe_filename
 
 _HEADER_PIECES = [
     b"From: a@example.org\r\n",
@@ -120,7 +121,26 @@ def test_only_our_own_message_id_shape_names_a_thread(text: str) -> None:
 
 @given(
     st.lists(
-        st.sampled_from(["..", "/", "\\", ".", "etc", "passwd", "\x00", "con", " ", "é", "a" * 80]),
+        st.sampled_from(
+            [
+                "..",
+                "/",
+                "\\",
+                ".",
+                "etc",
+                "passwd",
+                "\x00",
+                "con",
+                " ",
+                "é",
+                "見積書",
+                "a" * 80,
+                "\u202e",
+                "\U000e0041",
+                "$",
+                "-",
+            ]
+        ),
         max_size=8,
     ).map("".join)
     | st.text(max_size=300)
@@ -128,6 +148,15 @@ def test_only_our_own_message_id_shape_names_a_thread(text: str) -> None:
 @example("../../etc/passwd")
 @example("..\\..\\windows\\system32")
 @example(".bashrc")
-def test_an_attachment_name_becomes_one_plain_file_name(name: str) -> None:
+@example("見積書.xlsx")
+def test_an_attachment_name_becomes_one_visible_file_name(name: str) -> None:
     safe = safe_filename(name)
-    assert re.fullmatch(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]{0,99}", safe), (name, safe)
+    assert safe
+    assert safe == unicodedata.normalize("NFC", safe)
+    assert not re.search(r'[/\\\x00-\x1f\x7f<>:"|?*$`]', safe), (name, safe)
+    assert not any(unicodedata.category(ch) == "Cf" for ch in safe), (name, safe)
+    assert not safe.startswith((".", "-", " ")), (name, safe)
+    assert len(safe) <= 100
+    assert len(safe.encode()) <= 200
+    stem = safe.rpartition(".")[0] if "." in safe else safe
+    assert stem, f"{name!r} lost its stem: {safe!r}"

@@ -350,7 +350,7 @@ def test_a_repo_value_never_writes_a_log_line_of_its_own(console_log: io.StringI
 
     lines = console_log.getvalue().splitlines()
     assert len(lines) == 1, lines
-    assert re.match(r"^\d{4}-[\d -:,]+ WARNING gateway_bot\.core\.action_policy: ", lines[0])
+    assert re.match(r"^\d{4}-[\d -:,]+ WARNING gateway_bot\.core\.actions\.policy: ", lines[0])
     assert "\x1b" not in lines[0]
     assert "rm *\\n2026-11-26 12:00:00,000 INFO" in lines[0], "shown, escaped"
 

@@ -1,7 +1,7 @@
 """Attacks from inside the sandbox on the host, through the files and settings the agent or
 the target repo control: links planted in the inbox, an outbox entry flipped between a file
 and a link, a repo's container_env aimed at the host's podman. Each runs the real daemon
-with real podman; each failed before its fix (issue 10, items 1, 3 and 4)."""
+with real podman; each failed before its fix (decision 0012, items 1, 3 and 4)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 CVE-2024-1753's bind mount, a repo Containerfile whose build steps reach for the network
 (or for all of the host's memory),
 and an agent that ignores its proxy and dials the host over IPv4 and IPv6 link-local.
-Real daemon, real podman, real proxy (issue 10, items 2 and 5)."""
+Real daemon, real podman, real proxy (decision 0052, items 2 and 5)."""
 
 from __future__ import annotations
 

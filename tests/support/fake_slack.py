@@ -76,6 +76,9 @@ class FakeSlack:
             self.held = threading.Event()
             self.http_target: str | None = None
             self.bot_in: set[str] = set()
+            self.ephemerals: list[JSON] = []
+            """chat.postEphemeral's messages: each seen by its ``user`` alone, never kept
+            in the channel's history (``messages``)."""
         self._sockets: list[tuple[int, web.WebSocketResponse, web.Request]] = []
         self._release = threading.Event()
         self.add_user(BOT_USER, "gateway", is_bot=True)
@@ -126,6 +129,11 @@ class FakeSlack:
     def calls_to(self, method: str) -> list[JSON]:
         with self._lock:
             return [args for name, args in self.calls if name == method]
+
+    def ephemerals_for(self, user: str) -> list[JSON]:
+        """What only ``user`` was shown (chat.postEphemeral), oldest first."""
+        with self._lock:
+            return [dict(m) for m in self.ephemerals if m["user"] == user]
 
     def wait_until(self, check: Callable[[], Any], timeout: float = 60, what: str = "") -> Any:
         """Wait until ``check()`` is truthy (re-checked on every change); fail with the state."""
@@ -644,6 +652,18 @@ class FakeSlack:
         fields = {k: args[k] for k in ("text", "thread_ts", "blocks", "metadata") if args.get(k)}
         message = self._post(channel, **fields)
         return {"channel": channel, "ts": message["ts"], "message": message}
+
+    def _m_chat_postEphemeral(self, args: JSON) -> JSON:
+        channel, user = args.get("channel", ""), args.get("user", "")
+        if channel not in self.channels:
+            return {"error": "channel_not_found"}
+        if user not in self.users:
+            return {"error": "user_not_found"}
+        ts = self._next_ts()
+        fields = {k: args[k] for k in ("text", "thread_ts", "blocks") if args.get(k)}
+        self.ephemerals.append({"channel": channel, "user": user, "ts": ts, **fields})
+        self._lock.notify_all()
+        return {"message_ts": ts}
 
     def _m_chat_update(self, args: JSON) -> JSON:
         channel, ts = args.get("channel", ""), args.get("ts", "")

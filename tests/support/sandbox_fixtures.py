@@ -36,12 +36,32 @@ IP_FREEBIND = getattr(socket, "IP_FREEBIND", 15)
 """Bind the relay before the network's bridge exists (it appears with the first container)."""
 
 
+TRANSIENT_BUSY = "resource busy"
+"""Podman 4.3 refuses now and then with "device or resource busy" (a container's shm held
+for a moment after an exec ended, more often on a loaded machine): tried again."""
+
+
 def podman(
     *args: str, check: bool = True, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [PODMAN, *args], capture_output=True, text=True, check=check, timeout=timeout
-    )
+    """``podman ARGS``; a transient "busy" refusal is tried again (up to five times, half a
+    second apart) before it counts."""
+    for attempt in range(6):
+        done = subprocess.run(
+            [PODMAN, *args], capture_output=True, text=True, check=False, timeout=timeout
+        )
+        if done.returncode == 0 or TRANSIENT_BUSY not in done.stderr or attempt == 5:
+            break
+        time.sleep(0.5)
+    if check and done.returncode != 0:
+        raise subprocess.CalledProcessError(done.returncode, done.args, done.stdout, done.stderr)
+    return done
+
+
+def per_run(name: str) -> str:
+    """``name`` made unique to this run: podman objects (containers, networks, execution
+    contexts, whose container is ``gwb-<id>``) are shared by every run on the machine."""
+    return f"{name}-{secrets.token_hex(3)}"
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The action approvals policy: which tool calls ask, run or are refused (issue 20)."""
+"""The action approvals policy: which tool calls ask, run or are refused (decision 0087)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The control protocol between the daemon and Claude Code's permission prompts (issue 20):
+"""The control protocol between the daemon and Claude Code's permission prompts (decision 0087):
 request lines parsed, answers written in the shape CLI 2.1.197 takes (checked end to end in
 tests/integration/agents/test_action_approvals_claude.py)."""
 

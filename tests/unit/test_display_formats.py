@@ -27,3 +27,15 @@ def test_a_preview_is_one_line_cut_where_its_surface_cuts() -> None:
     assert status_format.preview(body) == "first line second line " + "x" * 36 + "…"
     assert display.one_line(body, 120) == "first line second line " + "x" * 96 + "…"
     assert display.one_line("a\n b", 5) == "a b", "short: whole, on one line"
+
+
+def test_control_and_bidi_characters_are_shown_as_escapes() -> None:
+    """What the dashboard shows of a sender's or an agent's text: an override or an escape
+    sequence as the characters it is, the rest (tab, newline, any script, emoji) as is."""
+    assert display.visible("invoice\u202efdp.exe") == "invoice\\u202efdp.exe"
+    assert display.visible("\x1b[2J\x07\x85\u2066x\u2069\u061c") == (
+        "\\x1b[2J\\x07\\x85\\u2066x\\u2069\\u061c"
+    )
+    kept = "tab\tline\nÉtoile 中文 עברית 😀 ok"
+    assert display.visible(kept) == kept
+    assert not set("<>&\"'") & set(display.visible("".join(map(chr, range(0x20))))), "no markup"

@@ -18,7 +18,8 @@ from gateway_bot.channels.email.auth import (
     single_sender,
 )
 from gateway_bot.channels.email.compose import Outgoing, build_mail
-from gateway_bot.channels.email.quotes import REMOVED, html_to_text, plain_to_text
+from gateway_bot.channels.email.plain_quotes import plain_to_text
+from gateway_bot.channels.email.quotes import REMOVED, html_to_text
 
 # -- HTML, per client family --------------------------------------------------------------
 

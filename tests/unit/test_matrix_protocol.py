@@ -209,7 +209,8 @@ def test_markdown_becomes_matrix_html_without_raw_html() -> None:
     [
         ("report.pdf", "report.pdf"),
         ("../../etc/passwd", "passwd"),
-        ("C:\\Users\\me\\my file (1).txt", "my_file_1_.txt"),
+        ("C:\\Users\\me\\my file (1).txt", "my file (1).txt"),
+        ("Überweisung März.pdf", "Überweisung März.pdf"),
         (".bashrc", "bashrc"),
         ("", "file"),
         ("..", "file"),

@@ -32,6 +32,8 @@ async def test_escape_sequences_from_the_agent_show_as_text() -> None:
     assert "agent> agent says \\x9b31m\n" in printed
     assert "agent> agent says Denied\\x0dAllowed\n" in printed
     assert "\\x1b[8mhidden\\x1b[0m" in printed
-    # Newlines and tabs are the reply's layout, kept as they are.
+    # Newlines and tabs are the reply's layout (markdown's, as chat apps show it), never
+    # escaped as controls.
     await console.send_reply({}, "t2", Reply(text="line one\n\tindented"))
-    assert out.getvalue().endswith("agent> line one\n\tindented\n")
+    assert out.getvalue().endswith("agent> line one\nindented\n")
+    assert "\\x09" not in out.getvalue()

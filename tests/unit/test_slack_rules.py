@@ -106,3 +106,19 @@ def test_who_is_refused_outright() -> None:
     guest = SlackUser("U1", "a", "T1", is_guest=True)
     assert "guest" in str(refusal(guest, settings))
     assert refusal(guest, settings.model_copy(update={"allow_guests": True})) is None
+
+
+def test_a_click_of_the_wrong_shape_is_named_not_read() -> None:
+    click = {
+        "type": "block_actions",
+        "user": {"id": "U1", "team_id": "T1"},
+        "team": {"id": "T1"},
+        "container": {"channel_id": "C1", "message_ts": "10.000001", "thread_ts": "9.000001"},
+        "actions": [{"action_id": "approval:abc:allow", "action_ts": "11.000001"}],
+    }
+    assert events.click_problem(click) is None
+    assert events.click_place(click) == {"channel": "C1", "thread_ts": "9.000001"}
+    assert events.click_problem({**click, "user": "U1"}) == "its 'user' is not an object"
+    assert events.click_problem({**click, "user": {"id": 7}}) == "its user has no id"
+    assert events.click_problem({**click, "actions": ["x"]}) == "it has no action"
+    assert events.click_problem({**click, "container": None}) == "its 'container' is not an object"

@@ -5,8 +5,10 @@ daemon thread (a blocking readline cannot be cancelled, and a daemon thread does
 up interpreter exit); each line becomes one message. End of input calls ``on_eof``.
 
 Its optional capabilities: a progress display (the acknowledgement, then each new step on
-a line of its own) and cards (printed, decided by typing ``/approve CODE``). It has no rooms
-to join and no attachments.
+a line of its own) and cards, shown as numbered choices: the person types the number (or
+``/approve CODE`` as anywhere). It has no rooms to join and no attachments. What it prints
+is chat markdown rendered for a terminal, plain text when standard output is not one
+(``channels/console_render.py``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import codecs
 import getpass
-import re
 import sys
 import threading
 import time
@@ -22,11 +23,13 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import TextIO
 
+from gateway_bot.channels.console_render import Choices, printable, terminal_text
 from gateway_bot.core.channel import Submit
 from gateway_bot.domain.messages import (
     Card,
     ChannelHealth,
     ChannelStatus,
+    Decision,
     InboundMessage,
     JsonDict,
     Progress,
@@ -35,16 +38,6 @@ from gateway_bot.domain.messages import (
 )
 
 CHANNEL = "console"
-
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-"""C0 and C1 controls but newline and tab: ESC and CSI start terminal escape sequences."""
-
-
-def _printable(text: str) -> str:
-    """``text`` with its control characters shown as ``\\xNN``. What is printed comes from
-    the agent (and the repo it read): raw, an escape sequence could rewrite the screen,
-    retitle the window or set the clipboard (OSC 52) in the user's terminal."""
-    return _CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
 
 
 def _decoded_lines(stdin: TextIO) -> Iterator[str]:
@@ -63,10 +56,17 @@ def _decoded_lines(stdin: TextIO) -> Iterator[str]:
 
 
 class ConsoleListener:
-    def __init__(self, conversation: str, stdin: TextIO, on_eof: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        conversation: str,
+        stdin: TextIO,
+        on_eof: Callable[[], None],
+        choices: Choices | None = None,
+    ) -> None:
         self._conversation = conversation
         self._stdin = stdin
         self._on_eof = on_eof
+        self._choices = choices or Choices()
         self._status = ChannelStatus(ChannelHealth.STARTING)
         self._stopped = False
 
@@ -89,17 +89,24 @@ class ConsoleListener:
 
     async def _pump_lines(self, lines: asyncio.Queue[str | None], submit: Submit) -> None:
         while (line := await lines.get()) is not None and not self._stopped:
+            text = line.rstrip("\n")
+            payload = {"text": text, "conversation": self._conversation}
+            # A card's number is its button, read now: the stored message says which one
+            # (a restart, or a card decided meanwhile, cannot make it mean another).
+            if (action := self._choices.chosen(text)) is not None:
+                payload["action"] = action
             await submit(
                 RawMessage(
                     channel=CHANNEL,
                     message_id=uuid.uuid4().hex,
                     sender=getpass.getuser(),
-                    payload={"text": line.rstrip("\n"), "conversation": self._conversation},
+                    payload=payload,
                     received_at=time.time(),
                 )
             )
         if not self._stopped:
-            self._status = ChannelStatus(ChannelHealth.FAILED, "end of input")
+            # Ctrl-D is how a person leaves a chat: the channel ended, nothing failed.
+            self._status = ChannelStatus(ChannelHealth.STOPPED, "end of input")
             self._on_eof()
 
     async def stop(self) -> None:
@@ -118,17 +125,30 @@ class ConsoleAdapter:
         on_eof: Callable[[], None] = lambda: None,
     ) -> None:
         self._out = stdout or sys.stdout
-        self._listener = ConsoleListener(conversation, stdin or sys.stdin, on_eof)
+        self._choices = Choices()
+        self._listener = ConsoleListener(conversation, stdin or sys.stdin, on_eof, self._choices)
 
     @property
     def listener(self) -> ConsoleListener:
         return self._listener
 
     def say(self, text: str) -> None:
-        self._out.write(_printable(text) + "\n")
+        """One plain line (or several), as is but for control characters."""
+        self._out.write(printable(text) + "\n")
         self._out.flush()
 
-    async def authenticate_and_parse(self, raw: RawMessage) -> InboundMessage:
+    def show(self, prefix: str, markdown: str, suffix: str = "") -> None:
+        """Chat markdown rendered for this terminal (plain when it is not one), the first
+        line after ``prefix``, ``suffix`` after the last."""
+        isatty = getattr(self._out, "isatty", None)
+        rendered = terminal_text(markdown, tty=bool(isatty and isatty()))
+        self._out.write(prefix + rendered + suffix + "\n")
+        self._out.flush()
+
+    async def authenticate_and_parse(self, raw: RawMessage) -> InboundMessage | Decision:
+        user = raw.sender
+        if isinstance(action := raw.payload.get("action"), str):
+            return Decision(CHANNEL, action, f"console:{user}", user, raw.received_at)
         return InboundMessage(
             channel=CHANNEL,
             message_id=raw.message_id,
@@ -141,28 +161,38 @@ class ConsoleAdapter:
         )
 
     async def send_acknowledgement(self, context: JsonDict, task_id: str, text: str) -> None:
-        self.say(f"… {text} (task {task_id})")
+        self.show("… ", f"{text} (task {task_id})")
 
     async def send_progress(self, context: JsonDict, progress: Progress) -> None:
         """Print the steps no update printed yet (the core says how many are new)."""
         for step in progress.steps[len(progress.steps) - progress.new_steps :]:
-            self.say(f"  · {step}")
+            self.show("  · ", step)
 
     async def send_reply(self, context: JsonDict, task_id: str, reply: Reply) -> None:
-        prefix = "error> " if reply.is_error else "agent> "
-        self.say(prefix + reply.text)
+        self.show("error> " if reply.is_error else "agent> ", reply.text)
         for path in reply.files:
             self.say(f"  [file] {path}")
         if reply.usage is not None:
             self.say(f"  [{reply.usage.summary()}]")
 
     async def send_rejection(self, context: JsonDict, text: str) -> None:
-        self.say(f"refused> {text}")
+        self.show("refused> ", text)
 
     async def send_card(self, context: JsonDict, card: Card) -> str:
-        buttons = " / ".join(f"{b.label} ({b.action_id})" for b in card.buttons)
-        self.say(f"[{card.title}]\n{card.body}\n{buttons}")
-        return ""
+        """The card's words, then a numbered line per button: the person types one."""
+        ref, lines = self._choices.offer(card)
+        self.show("[", card.title, "]")
+        self.show("", card.body)
+        if lines:
+            self.say("\n".join([*lines, "Type the number of your choice."]))
+        return ref
 
     async def update_card(self, context: JsonDict, card_ref: str, card: Card) -> None:
-        self.say(f"[{card.title}]\n{card.body}")
+        """A decided card (no buttons left): its numbers no longer choose anything. One
+        still open (more held messages on it) is shown again with its buttons under the
+        same numbers."""
+        lines = self._choices.reoffer(card_ref, card)
+        self.show("[", card.title, "]")
+        self.show("", card.body)
+        if lines:
+            self.say("\n".join([*lines, "Type the number of your choice."]))

@@ -35,8 +35,10 @@ def create_adapters(
     email = config.channels.email
     if email is not None and email.enabled:
         from gateway_bot.channels.email import EmailAdapter
+        from gateway_bot.channels.email.models import subaddress_models
 
-        adapters["email"] = EmailAdapter(email, database)
+        models = subaddress_models(config.agent, email.model_aliases)
+        adapters["email"] = EmailAdapter(email, database, models)
     return adapters
 
 

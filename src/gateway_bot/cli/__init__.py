@@ -23,13 +23,14 @@ start here:
 a server (copy examples/gateway-bot.yaml from the project and edit it):
   gateway-bot check --config FILE  validate it
   gateway-bot run --config FILE    serve every channel it enables
+  gateway-bot down --config FILE   stop the containers it leaves running (--remove)
 
 exit codes: 0 done, 2 the config or the set-up is wrong (nothing was started),
 3 (status) no state at all for this config. More: README.md in the project."""
 
 
 HELP_ORDER = (
-    "chat", "run", "check", "status", "approvals", "approve", "deny",
+    "chat", "run", "check", "status", "down", "approvals", "approve", "deny",
     "install-service", "image", "matrix", "migrate", "state",
 )  # fmt: skip
 

@@ -3,7 +3,10 @@
 It prints what a deployment would run with (state, repo, channels, the agent CLI and its
 backends), warns of what would stop the agent (credentials), checks that the sandbox can
 run, and says how the agent will reach its model API; ``--sandbox`` then runs the canary
-(``cli/check_sandbox.py``). Exit 2 when the config or the set-up is wrong, else 0.
+(``cli/check_sandbox.py``). Exit 2 when the config or the set-up is wrong, else 0; with
+``strict`` also on each warning or note ``run`` would refuse to start on (no credentials,
+an unusable local repo, a state directory of another repo, no channel): what
+``install-service`` asks before it writes a unit that would only fail and restart.
 
 Apart from cli/ (the parser and the other commands) because it is the one command that
 looks at every part of a deployment; it is imported only when ``check`` runs.
@@ -31,6 +34,7 @@ from gateway_bot.cli.preflight import (
     other_repos_state_problem,
     state_dir_problem,
 )
+from gateway_bot.config.dashboard import token_weakness
 from gateway_bot.runtime.agent_setup import (
     agent_backend,
     agent_command,
@@ -45,9 +49,10 @@ from gateway_bot.sandbox.factory import create_sandbox
 
 if TYPE_CHECKING:
     from gateway_bot.agents.backend import AgentBackend
+    from gateway_bot.config.dashboard import DashboardSettings
 
 
-def run_check(config_path: Path | None, *, canary: bool = False) -> int:
+def run_check(config_path: Path | None, *, canary: bool = False, strict: bool = False) -> int:
     """Check the config at ``config_path``, or the built-in one ``chat`` runs without
     ``--config`` (and with ``canary`` the sandbox from inside); the exit code."""
     config = load_config(config_path) if config_path else built_in_config(make_sample=False)
@@ -69,16 +74,25 @@ def run_check(config_path: Path | None, *, canary: bool = False) -> int:
     print(f"agent: {agent_program(config) or agent_command(config)[0] + ' (not found)'}")
     for line in describe_backends(config):
         print(line)
+    refusals = 0
+    """What `run` would refuse to start on: an exit 2 when ``strict``."""
     if problem is not None:
+        refusals += 1
         print(f"warning: {problem.message} Until then `run` and `chat` refuse to start.")
+    dashboard = config.dashboard
+    if dashboard and dashboard.enabled and (weak := token_weakness(dashboard.token)):
+        print(f"warning: {weak}")
     if config.repo.url == str(sample_repo_path(config.state_dir)) and config_path is None:
         print("note: not in a git repo: `gateway-bot chat` here works on a sample repo it makes")
     elif (missing_repo := local_repo_problem(config.repo.url)) is not None:
+        refusals += 1
         print(f"note: {missing_repo}")
     how = "state_dir in the config" if config_path else "GATEWAY_BOT_STATE_DIR=DIR gateway-bot chat"
     if taken_by := other_repos_state_problem(config.state_dir, config.repo.url, how=how):
+        refusals += 1
         print(f"note: {taken_by}")
     if not channels:
+        refusals += 1
         print(
             "note: no channel is enabled: `run` would refuse to start (add one under "
             "channels:, e.g. console: {})."
@@ -96,11 +110,38 @@ def run_check(config_path: Path | None, *, canary: bool = False) -> int:
     print(route)
     for line in describe_e2ee(config):
         print(line)
+    print(describe_dashboard(config.dashboard))
+    if strict and refusals:
+        print(f"error: `run` would refuse to start on the {refusals} problem(s) above.")
+        return EXIT_CONFIG
     if canary:
         from gateway_bot.cli.check_sandbox import check_sandbox
 
         return check_sandbox(config, config_path or config.state_dir)
     return 0
+
+
+def describe_dashboard(dashboard: DashboardSettings | None) -> str:
+    """Where ``run`` will serve the dashboard and what its tokens are: one line for
+    ``check`` (the address an operator opens, before the daemon logs it)."""
+    if dashboard is None:
+        return "dashboard: not configured (a dashboard: section with a token serves one)"
+    if not dashboard.enabled:
+        return "dashboard: off (dashboard.enabled is false)"
+    scheme = "https" if dashboard.tls_certificate is not None else "http"
+    host = f"[{dashboard.host}]" if ":" in dashboard.host else dashboard.host
+    port = str(dashboard.port) if dashboard.port else "PORT"
+    where = f"{scheme}://{host}:{port}/"
+    if not dashboard.port:
+        where += " (port 0: any free port, logged when `run` starts)"
+    if dashboard.public_url:
+        where += f", reached as {dashboard.public_url}"
+    metrics = (
+        "set (scrapers send it as a bearer token)"
+        if dashboard.metrics_token
+        else "not set (only loopback scrapers and logged-in browsers read /metrics)"
+    )
+    return f"dashboard: {where}; login token set; metrics token {metrics}"
 
 
 async def _model_route(

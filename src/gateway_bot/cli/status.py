@@ -2,9 +2,11 @@
 tasks, parked replies, pending approvals and schedules of a deployment, as a table or as JSON.
 
 Tasks and approvals come from the state database, opened read-only (WAL lets it be read
-while the daemon writes). Channel health and containers live in the daemon's memory: they
-come from its status snapshot (``core/status/snapshot.py``), and when that daemon is not
-running the output says so, showing the last health it reported.
+while the daemon writes). Containers are asked of the sandbox (podman) now: they outlive
+the daemon, and its last word about them would be stale (a container it left running was
+stopped since). Channel health lives only in the daemon's memory: it comes from its status
+snapshot (``core/status/snapshot.py``), and when that daemon is not running the output says
+so and when that health was reported (docs/decisions/0122-status-asks-podman-now.md).
 
 Exit codes: 0 the status was shown (also when no daemon runs: the note says so), 3 there is
 no state at all for this config (no database and no snapshot: nothing ever ran here).
@@ -29,6 +31,7 @@ from gateway_bot.cli.status_sections import (
     pending_actions,
     read_replicas,
 )
+from gateway_bot.config.server import ServerConfig
 from gateway_bot.core.application import Application, ChannelView, Overview
 from gateway_bot.core.schedules.rules import show_time
 from gateway_bot.core.status.snapshot import (
@@ -36,32 +39,34 @@ from gateway_bot.core.status.snapshot import (
     daemon_alive,
     not_running_note,
     read_snapshot,
+    reported_when,
     snapshot_path,
 )
 from gateway_bot.domain.records import ApprovalRecord, TaskRecord
-from gateway_bot.sandbox.base import SandboxContainer
+from gateway_bot.sandbox.base import Sandbox, SandboxContainer
+from gateway_bot.sandbox.factory import create_sandbox
 from gateway_bot.state.schedules_store import SqlSchedules
 from gateway_bot.state.sql_store import SqlStore
 
 
-class SnapshotLiveState:
-    """The daemon's memory as its last snapshot recorded it."""
+class StatusLiveState:
+    """Channels as the daemon's last snapshot recorded them; containers as the sandbox
+    lists them now."""
 
-    def __init__(self, snapshot: Snapshot | None) -> None:
+    def __init__(self, snapshot: Snapshot | None, sandbox: Sandbox) -> None:
         self._snapshot = snapshot
+        self._sandbox = sandbox
 
     def channels(self) -> list[ChannelView]:
         return list(self._snapshot.channels) if self._snapshot else []
 
     async def containers(self) -> list[SandboxContainer]:
-        if self._snapshot and self._snapshot.containers_error:
-            raise RuntimeError(self._snapshot.containers_error)
-        return list(self._snapshot.containers) if self._snapshot else []
+        return await self._sandbox.list_containers()
 
 
-def run_status(state_dir: Path, *, as_json: bool, state_url: str | None = None) -> int:
-    """``state_url``: the PostgreSQL database (``state.url``) instead of the SQLite file."""
-    database: Path | str = state_url or state_dir / "state.db"
+def run_status(config: ServerConfig, *, as_json: bool) -> int:
+    state_dir = config.state_dir
+    database: Path | str = config.state.url or state_dir / "state.db"
     snapshot = read_snapshot(snapshot_path(state_dir))
     if snapshot is None and isinstance(database, Path) and not database.is_file():
         print(
@@ -70,7 +75,8 @@ def run_status(state_dir: Path, *, as_json: bool, state_url: str | None = None) 
         )
         return EXIT_NO_STATE
     present = not isinstance(database, Path) or database.is_file()
-    overview = asyncio.run(_overview(database if present else None, snapshot))
+    live = StatusLiveState(snapshot, create_sandbox(config.sandbox, state_dir))
+    overview = asyncio.run(_overview(database if present else None, live))
     actions = asyncio.run(pending_actions(database)) if present else []
     group = asyncio.run(read_replicas(database)) if present else None
     note = not_running_note(snapshot, time.time())
@@ -88,13 +94,13 @@ def run_status(state_dir: Path, *, as_json: bool, state_url: str | None = None) 
     return 0
 
 
-async def _overview(database: Path | str | None, snapshot: Snapshot | None) -> Overview:
-    live = SnapshotLiveState(snapshot)
+async def _overview(database: Path | str | None, live: StatusLiveState) -> Overview:
     if database is None:
-        channels = tuple(live.channels())
-        return Overview(
-            channels, tuple(snapshot.containers if snapshot else ()), "", (), (), (), ()
-        )
+        try:
+            containers, error = tuple(await live.containers()), ""
+        except Exception as exc:  # shown beside the table, as the dashboard does
+            containers, error = (), f"{type(exc).__name__}: {exc}"
+        return Overview(tuple(live.channels()), containers, error, (), (), (), ())
     store = SqlStore(database)
     await store.open_read_only()
     try:
@@ -125,6 +131,7 @@ def status_json(
         "channels": [
             {"name": c.name, "health": c.health, "message": c.message} for c in overview.channels
         ],
+        "channels_reported_at": snapshot.written_at if snapshot else None,
         "containers": [
             {
                 "name": c.name,
@@ -141,6 +148,7 @@ def status_json(
             "undelivered": [_task_json(t) for t in overview.undelivered],
             "finished": [_task_json(t) for t in overview.finished],
         },
+        "commands": [_task_json(t) for t in overview.commands],
         "approvals": [approval_json(a) for a in overview.pending_approvals],
         "schedules": [
             {
@@ -205,7 +213,9 @@ def status_text(state_dir: Path, snapshot: Snapshot | None, note: str, overview:
             f"Daemon running: pid {snapshot.pid}, up {age(now - snapshot.started_at)}, "
             f"sandbox {snapshot.sandbox}."
         )
-    heard = "Channels" if not note else "Channels (last reported)"
+    heard = "Channels"
+    if note and snapshot is not None:  # the daemon's memory, not now: say from when
+        heard = f"Channels (as the daemon last reported, {reported_when(snapshot.written_at)})"
     lines += table(heard, ["NAME", "HEALTH", "MESSAGE"], [
         [c.name, c.health, c.message] for c in overview.channels
     ])  # fmt: skip
@@ -232,6 +242,15 @@ def status_text(state_dir: Path, snapshot: Snapshot | None, note: str, overview:
              age(now - (t.completed_at or t.created_at)),
              t.completion_reason.value if t.completion_reason else "-", _body(t)]
             for t in overview.finished
+        ],
+    )  # fmt: skip
+    lines += table(
+        "Recent commands",
+        ["TASK", "CHANNEL", "SENDER", "AGO", "OUTCOME", "COMMAND"],
+        [
+            [t.id, t.channel, _sender(t), age(now - (t.completed_at or t.created_at)),
+             t.completion_reason.value if t.completion_reason else "-", _body(t)]
+            for t in overview.commands
         ],
     )  # fmt: skip
     lines += table(

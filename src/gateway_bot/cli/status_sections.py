@@ -1,5 +1,5 @@
 """The ``status`` sections that come from optional owners' tables: pending action approvals
-(issue 20) and replicas with their leases and conversation claims (``ha``). Each is read
+(decision 0087) and replicas with their leases and conversation claims (``ha``). Each is read
 only when its owner's tables exist, so a deployment that never used them shows nothing."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from gateway_bot.state.sql_store import SqlStore
 
 
 async def pending_actions(database: Path | str) -> list[ActionApprovalRecord]:
-    """What the agents wait for (issue 20); none when approvals never ran here."""
+    """What the agents wait for (decision 0087); none when approvals never ran here."""
     store = SqlStore(database)
     await store.open_read_only()
     try:

@@ -223,6 +223,12 @@ class EmailChannelSettings(Section):
         default=50 * 1024 * 1024,
         description="A bigger mail is not read: its sender is told, and nothing runs.",
     )
+    model_aliases: dict[str, str] = Field(
+        default_factory=dict,
+        description="bot+NAME@domain subaddresses -> model names, beside the models the "
+        "agent section names and the agent CLIs' short names (opus, sonnet...); any other "
+        "subaddress runs the default model, and the reply says so.",
+    )
 
     @field_validator("allowed_senders")
     @classmethod

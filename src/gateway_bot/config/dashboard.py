@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from pydantic import Field, PositiveFloat, model_validator
 
@@ -41,6 +42,10 @@ class DashboardSettings(Section):
     )
     session_hours: PositiveFloat = Field(
         default=12.0, description="How long a login lasts before the token is asked again."
+    )
+    session_idle_minutes: PositiveFloat = Field(
+        default=60.0,
+        description="A login nobody used for this long ends (an open tasks page counts as use).",
     )
     metrics_token: str | None = Field(
         default=None,
@@ -75,6 +80,40 @@ class DashboardSettings(Section):
                 "TLS-terminating proxy is in front, or keep host 127.0.0.1"
             )
         return self
+
+    def served_names(self) -> frozenset[str]:
+        """The host names a request's ``Host`` may carry besides loopback addresses: the
+        configured host and the public URL's (lower case, IPv6 without brackets)."""
+        names = {"localhost", self.host.strip("[]").lower()}
+        if self.public_url is not None and (public := urlsplit(self.public_url).hostname):
+            names.add(public)
+        return frozenset(names)
+
+    def serves_every_address(self) -> bool:
+        """Bound to a wildcard address: reached by any of the machine's addresses."""
+        return self.host.strip("[]") in ("0.0.0.0", "::", "")
+
+
+WEAK_TOKEN_GUESSES_LOG10 = 14.0
+"""Below about 10^14 guesses (~46 bits), a token falls to a patient search; a random
+16-character one scores 16. zxcvbn's estimate counts dictionary words, dates, repeats
+and keyboard walks, which a length rule does not see (``aaaaaaaaaaaaaaaa`` is 16 long)."""
+
+
+def token_weakness(token: str) -> str | None:
+    """Why ``token`` is easy to guess, or None when it is not (``check`` warns with it)."""
+    from zxcvbn import zxcvbn  # ~30 ms of word lists: only when asked
+
+    found = zxcvbn(token)
+    guesses = float(found["guesses_log10"])
+    if guesses >= WEAK_TOKEN_GUESSES_LOG10:
+        return None
+    advice = " ".join(str(line) for line in found["feedback"]["suggestions"])
+    return (
+        f"the dashboard token is guessable in about 10^{guesses:.0f} tries "
+        f"(wanted 10^{WEAK_TOKEN_GUESSES_LOG10:.0f} or more){': ' + advice if advice else ''}"
+        " Use a random one, e.g. `python3 -c 'import secrets; print(secrets.token_urlsafe(24))'`."
+    )
 
 
 def _loopback_host(host: str) -> bool:

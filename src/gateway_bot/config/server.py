@@ -63,6 +63,15 @@ class ExecutionSettings(Section):
         default=50.0,
         description="Most a conversation's events.jsonl grows to; then it is cut with a note.",
     )
+    files_wait_seconds: float = Field(
+        default=5.0,
+        ge=0,
+        le=300,
+        description="How long a message that is only files (Element and Slack's mobile apps "
+        "send the words about a file as the next message) waits for its sender's next message "
+        "in the same room, which then goes with it as one run; past it, the files run alone. "
+        "0 runs them at once.",
+    )
     reply_limit_chars: PositiveInt = Field(
         default=40_000,
         description="A longer reply is sent as its beginning plus the whole as reply.md.",

@@ -34,7 +34,7 @@ from gateway_bot.core.conversations.timeline import (
 )
 from gateway_bot.core.schedules.runner import rule_of
 from gateway_bot.core.service import GatewayService
-from gateway_bot.domain.lifecycle import CompletionReason, TaskState
+from gateway_bot.domain.lifecycle import CompletionReason, TaskKind, TaskState
 from gateway_bot.domain.records import ApprovalRecord, ConversationRecord, TaskRecord
 from gateway_bot.sandbox.base import MeasuresContainers, Sandbox, SandboxContainer
 from gateway_bot.sandbox.context_files import ContextFiles
@@ -124,9 +124,12 @@ class Overview:
     undelivered: tuple[TaskRecord, ...]
     pending_approvals: tuple[ApprovalRecord, ...]
     finished: tuple[TaskRecord, ...] = ()
-    """The newest ``RECENT`` completed tasks, newest first."""
+    """The newest ``RECENT`` completed agent tasks, newest first."""
+    commands: tuple[TaskRecord, ...] = ()
+    """The newest ``RECENT`` commands answered (chat commands, card decisions, typed
+    answers), newest first: apart from the tasks, which they would crowd out."""
     schedules: tuple[ScheduleView, ...] = ()
-    """Every schedule, active or paused (``/schedule``, issue 17)."""
+    """Every schedule, active or paused (``/schedule``, decision 0068)."""
 
 
 @dataclass(frozen=True)
@@ -194,10 +197,12 @@ class Application:
         states: Iterable[TaskState] | None = None,
         conversation_id: str | None = None,
         limit: int = 100,
+        kind: TaskKind | None = TaskKind.AGENT,
     ) -> list[TaskRecord]:
-        """Newest ``limit`` matching tasks, oldest first."""
+        """Newest ``limit`` matching agent tasks, oldest first (``kind``: commands instead,
+        or None for both)."""
         return await self._store.list_tasks(
-            states=states, conversation_id=conversation_id, limit=limit
+            states=states, conversation_id=conversation_id, limit=limit, kind=kind
         )
 
     async def schedules(self) -> list[ScheduleView]:
@@ -233,9 +238,11 @@ class Application:
         """The approval ``code``, pending or decided; None when there is none."""
         return await self._store.approvals.get(code)
 
-    async def task_counts(self) -> dict[tuple[TaskState, CompletionReason | None], int]:
-        """Tasks per state and completion reason (the metrics' gauges)."""
-        return await self._store.count_tasks()
+    async def task_counts(
+        self, kind: TaskKind = TaskKind.AGENT
+    ) -> dict[tuple[TaskState, CompletionReason | None], int]:
+        """Agent tasks (or commands) per state and completion reason (the metrics' gauges)."""
+        return await self._store.count_tasks(kind)
 
     def channels(self) -> list[ChannelView]:
         return self._live.channels()
@@ -252,7 +259,10 @@ class Application:
             return []
         busy = bool(
             await self._store.list_tasks(
-                states=[TaskState.EXECUTING], conversation_id=conversation_id, limit=1
+                states=[TaskState.EXECUTING],
+                conversation_id=conversation_id,
+                limit=1,
+                kind=TaskKind.AGENT,
             )
         )
         views = []
@@ -283,6 +293,7 @@ class Application:
         entries = await self._with_action_approvals(task_id, entries)
         if (
             task.conversation_id is None
+            or task.kind is TaskKind.COMMAND  # the agent never saw it
             or self._conversation_root is None
             or self._parse_line is None
         ):
@@ -290,7 +301,7 @@ class Application:
         started = [
             t
             for t in await self._store.list_tasks(
-                conversation_id=task.conversation_id, limit=10_000
+                conversation_id=task.conversation_id, limit=10_000, kind=TaskKind.AGENT
             )
             if t.started_at is not None
         ]
@@ -311,7 +322,7 @@ class Application:
     async def _with_action_approvals(
         self, task_id: str, entries: list[TimelineEntry]
     ) -> list[TimelineEntry]:
-        """The task's action approvals (issue 20), before its last state entry."""
+        """The task's action approvals (decision 0087), before its last state entry."""
         approvals = self._service.action_approvals if self._service is not None else None
         if approvals is None:
             return entries
@@ -319,9 +330,12 @@ class Application:
         return entries[:-1] + asked + entries[-1:]
 
     async def overview(self) -> Overview:
-        running = await self._store.list_tasks(states=[TaskState.EXECUTING], limit=1000)
-        waiting = await self._store.list_tasks(states=WAITING_STATES, limit=1000)
+        agent = TaskKind.AGENT
+        running = await self._store.list_tasks(states=[TaskState.EXECUTING], limit=1000, kind=agent)
+        waiting = await self._store.list_tasks(states=WAITING_STATES, limit=1000, kind=agent)
+        # A reply the channel would not take is the operator's concern, a command's too.
         undelivered = await self._store.list_tasks(states=[TaskState.UNDELIVERED], limit=1000)
+        done = [TaskState.COMPLETED]
         containers: list[SandboxContainer] = []
         error = ""
         try:
@@ -338,7 +352,12 @@ class Application:
             undelivered=tuple(undelivered),
             pending_approvals=tuple(await self._store.pending_approvals()),
             finished=tuple(
-                reversed(await self._store.list_tasks(states=[TaskState.COMPLETED], limit=RECENT))
+                reversed(await self._store.list_tasks(states=done, limit=RECENT, kind=agent))
+            ),
+            commands=tuple(
+                reversed(
+                    await self._store.list_tasks(states=done, limit=RECENT, kind=TaskKind.COMMAND)
+                )
             ),
             schedules=tuple(await self.schedules()),
         )

@@ -25,6 +25,10 @@ falls back from when it is missing:
 - ``SenderRecheck``: whether a sender its channel admitted once is admitted still (allowed
   users, membership, a deleted account), asked before a scheduled run, which replays a
   message parsed when the schedule was made. Without it: the verdict stored then stands.
+- ``News``: a notice that is news, not a refusal (a scheduled run starting), for a channel
+  that marks its refusals (Slack's prohibited sign). Without it: ``send_rejection``.
+- ``TellsDecider``: a word seen only by the person whose press was refused, saying why.
+  Without it: the press is ignored without a word (a room would see a public one).
 """
 
 from __future__ import annotations
@@ -119,6 +123,40 @@ class ChannelAdapter(Protocol):
 
 
 @runtime_checkable
+class News(Protocol):
+    """A notice that tells people something happened, not that something was refused.
+
+    Only a channel whose ``send_rejection`` looks like a refusal (Slack prefixes a
+    prohibited sign) needs it: without it, news goes out through ``send_rejection``."""
+
+    async def send_notice(self, context: JsonDict, text: str) -> None:
+        """Send ``text`` (markdown) where ``context`` says, styled as news."""
+        ...
+
+
+async def send_news(adapter: ChannelAdapter, context: JsonDict, text: str) -> None:
+    """News through the channel's ``News``, or its only notice when it has none."""
+    if isinstance(adapter, News):
+        await adapter.send_notice(context, text)
+    else:
+        await adapter.send_rejection(context, text)
+
+
+@runtime_checkable
+class TellsDecider(Protocol):
+    """A channel that can say something to one person only (Slack's ephemeral messages).
+
+    A press the core refuses (not an owner, not the asker) changes nothing; a person who
+    pressed and saw nothing happen presses again or thinks the bot broken. Only they are
+    told why: a notice in the room would tell everyone who tried."""
+
+    async def tell_decider(self, decision: Decision, text: str) -> None:
+        """Show ``text`` (plain) to ``decision.decider_id`` alone, where they pressed
+        (``decision.where``)."""
+        ...
+
+
+@runtime_checkable
 class ProgressDisplay(Protocol):
     """An acknowledgement that becomes the task's live progress display.
 
@@ -145,7 +183,7 @@ class ProgressDisplay(Protocol):
 class PreparesAcknowledgement(Protocol):
     """An acknowledgement that writes a record of its own before it is sent (Slack: the
     post's exactly-once intent). ``Scheduler.queue`` calls this while the message's flush
-    runs, so that write does not come between the flush and the acknowledgement (issue 19).
+    runs, so that write does not come between the flush and the acknowledgement (decision 0104).
     It sends nothing, and the acknowledgement may never follow (the conversation was full,
     the daemon was killed): what it writes must be harmless then."""
 

@@ -34,6 +34,7 @@ from gateway_bot.core.conversations.delivery import ReplyDelivery
 from gateway_bot.core.conversations.lanes import Executes
 from gateway_bot.core.conversations.queue import Scheduler
 from gateway_bot.core.intake.intake import AfterLock, Intake
+from gateway_bot.core.intake.lone_files import LoneFiles
 from gateway_bot.core.intake.recovery import Recovery
 from gateway_bot.core.intake.routing import Router
 from gateway_bot.core.jobs import Jobs
@@ -91,11 +92,14 @@ class GatewayService:
         agent_names: Sequence[str] = (),
         action_records: SqlActionApprovals | None = None,
         action_settings: ActionApprovalSettings | None = None,
+        files_wait_s: float = 0.0,
     ) -> None:
-        """``schedules``: the store of /schedule (issue 17); without it the schedule
+        """``schedules``: the store of /schedule (decision 0068); without it the schedule
         commands answer that they are not available. Clock and sleep: for tests.
-        ``action_records`` and ``action_settings``: action approvals (issue 20,
-        ``core/actions/approvals.py``); without them nothing is asked."""
+        ``action_records`` and ``action_settings``: action approvals (decision 0087,
+        ``core/actions/approvals.py``); without them nothing is asked. ``files_wait_s``: how
+        long a message of files alone waits for its sender's words (``core/intake/lone_files``;
+        0, the default here, runs it at once)."""
         self._store = store
         self._adapters = dict(adapters)
         self._access = access
@@ -124,6 +128,7 @@ class GatewayService:
             store, self._adapters, self._scheduler, self._jobs, retry_policy, self._route
         )
         self._recovery = Recovery(store, self._intake, self._scheduler, self._replies, self._jobs)
+        self._lone_files = LoneFiles(files_wait_s, self._intake.take_in)
         self.schedules: ScheduleRunner | None = None
         schedule_commands = None
         proposals: ScheduleProposals | None = None
@@ -182,6 +187,7 @@ class GatewayService:
             self.schedules,
             proposals,
             self.action_approvals,
+            self._lone_files,
         )
 
     @property
@@ -281,6 +287,7 @@ class GatewayService:
         """Stop listening, let running tasks finish for up to ``timeout_s``, then abandon
         the rest where they stand: the next start's recovery re-runs them."""
         await self.stop_listening()
+        self._lone_files.close()  # waiting files are stored: the next start waits again
         if self.action_approvals is not None:
             self.action_approvals.shutting_down()
         if not await self.wait_idle(timeout_s):

@@ -1,7 +1,8 @@
 """The charts page's numbers and shapes: task durations and cost per day, and queue depth
 over the last hours, as plain geometry a template draws as inline SVG (no script, no build).
 
-Everything comes from the task rows the store already keeps: a task's ``created_at``
+Everything comes from the agent tasks' rows the store already keeps (commands, answered at
+once, are left out by the query: a /help's zero seconds is no agent's run): ``created_at``
 (accepted), ``started_at`` (its agent started) and ``completed_at``. The queue depth at a
 moment is the number of tasks accepted and not yet started then (waiting for their turn, a
 slot, or an approval); a task that ended without starting (refused, denied) waited until it

@@ -7,12 +7,14 @@ from aiohttp import web
 from gateway_bot.config.dashboard import DashboardSettings
 from gateway_bot.core.application import Application
 from gateway_bot.core.feed import ChangeFeed, Subscription
-from gateway_bot.dashboard.sessions import Session, SessionSigner
+from gateway_bot.dashboard.login_limits import LoginLimits
+from gateway_bot.dashboard.sessions import Session, SessionBook
 
 APPLICATION = web.AppKey("application", Application)
 FEED = web.AppKey("feed", ChangeFeed)
 SETTINGS = web.AppKey("settings", DashboardSettings)
-SIGNER = web.AppKey("signer", SessionSigner)
+SESSIONS = web.AppKey("sessions", SessionBook)
+LOGIN_LIMITS = web.AppKey("login_limits", LoginLimits)
 STREAMS = web.AppKey("streams", set[Subscription])
 """The open live streams' subscriptions, closed when the server stops."""
 
@@ -21,4 +23,14 @@ SESSION = web.RequestKey("session", Session)
 CSRF = web.RequestKey("csrf", str)
 """request[CSRF]: the session's CSRF token, for forms."""
 
-__all__ = ["APPLICATION", "CSRF", "FEED", "SESSION", "SETTINGS", "SIGNER", "STREAMS", "Session"]
+__all__ = [
+    "APPLICATION",
+    "CSRF",
+    "FEED",
+    "LOGIN_LIMITS",
+    "SESSION",
+    "SESSIONS",
+    "SETTINGS",
+    "STREAMS",
+    "Session",
+]

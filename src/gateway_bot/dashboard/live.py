@@ -7,6 +7,11 @@ browser only ever inserts server-escaped HTML. A burst of changes is answered wi
 table; a ``Missed`` marker from the feed (this stream fell behind) just re-renders it, since
 the table is re-read from the application API anyway.
 
+A stream lives as long as the login it was opened with: every ``SESSION_CHECK_S`` it asks
+whether the session still exists, and ends when it was logged out (here or "everywhere",
+or by another replica), went idle or expired. The check counts as use: an open tasks page
+keeps its login alive until ``session_hours``.
+
 On connecting, the stream first sends the table as it is then: a change between the page's
 rendering and the stream's subscription would otherwise never reach that page (a task shown
 "executing" after it completed, found by the browser tests).
@@ -22,8 +27,10 @@ from aiohttp import web
 from aiohttp_sse import EventSourceResponse, sse_response
 
 from gateway_bot.core.feed import FeedItem, Subscription, TaskChange
-from gateway_bot.dashboard.context import APPLICATION, CSRF, FEED, STREAMS
+from gateway_bot.dashboard.context import APPLICATION, CSRF, FEED, SESSION, SESSIONS, STREAMS
 from gateway_bot.dashboard.views import task_rows
+
+SESSION_CHECK_S = 30.0
 
 
 def change_json(change: TaskChange) -> str:
@@ -55,10 +62,12 @@ async def events(request: web.Request) -> web.StreamResponse:
             await stream.send(await _rows_html(request), event="tasks")
             forwarding = asyncio.create_task(_forward(request, stream, subscription))
             gone = asyncio.create_task(stream.wait())
-            await asyncio.wait({forwarding, gone}, return_when=asyncio.FIRST_COMPLETED)
-            for task in (forwarding, gone):
+            ended = asyncio.create_task(_session_ended(request))
+            watched = (forwarding, gone, ended)
+            await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+            for task in watched:
                 task.cancel()
-            for outcome in await asyncio.gather(forwarding, gone, return_exceptions=True):
+            for outcome in await asyncio.gather(*watched, return_exceptions=True):
                 if isinstance(outcome, Exception) and not isinstance(outcome, ConnectionResetError):
                     raise outcome
         return stream
@@ -76,6 +85,15 @@ async def _forward(
             if isinstance(change, TaskChange):
                 await stream.send(change_json(change), event="change")
         await stream.send(await _rows_html(request), event="tasks")
+
+
+async def _session_ended(request: web.Request) -> None:
+    """Returns once the stream's session is over."""
+    book, session = request.app[SESSIONS], request[SESSION]
+    while True:
+        await asyncio.sleep(SESSION_CHECK_S)
+        if await book.find_again(session) is None:
+            return
 
 
 async def _rows_html(request: web.Request) -> str:

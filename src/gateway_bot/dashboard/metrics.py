@@ -10,8 +10,9 @@ The exemption also needs a ``Host`` header naming loopback (``localhost``, ``127
 ``[::1]``): a web page the operator visits can rebind its own name to 127.0.0.1 (DNS
 rebinding) and read a loopback URL from their browser, but its requests carry its name.
 
-What they say is read when scraped (tasks per state and reason, queue depth, containers,
-channel health, pending approvals: the same answers ``gateway-bot status`` gives), except
+What they say is read when scraped (agent tasks per state and reason, commands apart from
+them, queue depth, containers, channel health, pending approvals: the same answers
+``gateway-bot status`` gives), except
 the task duration histogram, which this process observes as tasks finish running (the
 store's transition hook) and which therefore starts empty at each start of the daemon.
 """
@@ -33,7 +34,7 @@ from prometheus_client.registry import Collector
 from gateway_bot.config.dashboard import DashboardSettings
 from gateway_bot.core.application import Application
 from gateway_bot.dashboard.context import APPLICATION
-from gateway_bot.domain.lifecycle import TaskState
+from gateway_bot.domain.lifecycle import TaskKind, TaskState
 from gateway_bot.domain.messages import ChannelHealth
 from gateway_bot.domain.records import TaskRecord
 
@@ -62,6 +63,8 @@ class TaskDurations:
 
     def observe_transition(self, task: TaskRecord, previous: TaskState | None) -> None:
         if previous is not TaskState.EXECUTING or task.started_at is None:
+            return
+        if task.kind is TaskKind.COMMAND:  # answered at once: no agent run to time
             return
         if task.state is TaskState.COMPLETED:
             reason = task.completion_reason.value if task.completion_reason else "unknown"
@@ -149,7 +152,8 @@ async def _task_families(application: Application) -> list[Metric]:
     counts = await application.task_counts()
     tasks = GaugeMetricFamily(
         f"{PREFIX}_tasks",
-        "Tasks in the state database by state and, once completed, by reason.",
+        "Agent tasks in the state database by state and, once completed, by reason"
+        " (commands: gateway_bot_commands).",
         labels=["state", "reason"],
     )
     by_state: Counter[TaskState] = Counter()
@@ -165,7 +169,23 @@ async def _task_families(application: Application) -> list[Metric]:
         "Tasks accepted and waiting to run (queued or pending).",
         value=sum(by_state[state] for state in QUEUED_STATES),
     )
-    return [tasks, queue]
+    return [tasks, queue, await _command_family(application)]
+
+
+async def _command_family(application: Application) -> Metric:
+    commands = GaugeMetricFamily(
+        f"{PREFIX}_commands",
+        "Commands answered (chat commands, card decisions, typed answers) by how they ended:"
+        " apart from the tasks, as they never run the agent.",
+        labels=["reason"],
+    )
+    answered: Counter[str] = Counter()
+    for (_, ended), count in (await application.task_counts(TaskKind.COMMAND)).items():
+        if ended is not None:  # an answer still on its way is counted once it is done
+            answered[ended.value] += count
+    for name, count in sorted(answered.items()):
+        commands.add_metric([name], count)
+    return commands
 
 
 def _order(key: tuple[TaskState, object]) -> tuple[str, str]:

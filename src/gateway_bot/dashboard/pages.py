@@ -14,8 +14,7 @@ from aiohttp import web
 from gateway_bot.core.application import Application
 from gateway_bot.core.schedules.rules import show_time
 from gateway_bot.dashboard import charts
-from gateway_bot.dashboard.context import APPLICATION, CSRF, SETTINGS, SIGNER
-from gateway_bot.dashboard.sessions import COOKIE_NAME
+from gateway_bot.dashboard.context import APPLICATION, CSRF, SETTINGS
 from gateway_bot.dashboard.views import age, find_conversation, size, task_rows, when
 
 CHART_TASKS = 20_000
@@ -25,9 +24,6 @@ CONVERSATION_TIMELINES = 10
 
 
 def add_routes(app: web.Application) -> None:
-    app.router.add_get("/login", login_form)
-    app.router.add_post("/login", log_in)
-    app.router.add_post("/logout", log_out)
     app.router.add_get("/static/style.css", _static("style.css", "text/css"))
     app.router.add_get("/static/live.js", _static("live.js", "text/javascript"))
     app.router.add_get("/", front)
@@ -59,39 +55,6 @@ def render(request: web.Request, template: str, status: int = 200, **context: An
 
 def _application(request: web.Request) -> Application:
     return request.app[APPLICATION]
-
-
-# -- login -------------------------------------------------------------------------------
-
-
-async def login_form(request: web.Request) -> web.Response:
-    return render(request, "login.html", error="")
-
-
-async def log_in(request: web.Request) -> web.Response:
-    form = await request.post()
-    offered = form.get("token")
-    signer = request.app[SIGNER]
-    if not isinstance(offered, str) or not signer.token_matches(offered):
-        return render(request, "login.html", status=401, error="That token is not right.")
-    settings = request.app[SETTINGS]
-    response = web.HTTPSeeOther("/tasks")
-    response.set_cookie(
-        COOKIE_NAME,
-        signer.issue(),
-        max_age=int(signer.lifetime_s),
-        path="/",
-        httponly=True,
-        samesite="Strict",
-        secure=settings.behind_proxy or settings.tls_certificate is not None,
-    )
-    raise response
-
-
-async def log_out(request: web.Request) -> web.Response:
-    response = web.HTTPSeeOther("/login")
-    response.del_cookie(COOKIE_NAME, path="/")
-    raise response
 
 
 # -- pages -------------------------------------------------------------------------------
@@ -151,7 +114,7 @@ async def approvals_page(request: web.Request) -> web.Response:
 
 
 async def schedules_page(request: web.Request) -> web.Response:
-    """Every schedule, active or paused, with its next run in its own zone (issue 17)."""
+    """Every schedule, active or paused, with its next run in its own zone (decision 0068)."""
     schedules = await _application(request).schedules()
     return render(request, "schedules.html", schedules=schedules, show_time=show_time)
 

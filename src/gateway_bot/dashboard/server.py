@@ -1,16 +1,9 @@
-"""The dashboard's web server: the aiohttp app, its guard, and starting and stopping it
-inside the daemon.
+"""The dashboard's web server: the aiohttp app, its guard (``guard.py``: host, origin,
+session, CSRF), and starting and stopping it inside the daemon.
 
-The guard runs before every handler. Nothing but the login page and its two static files is
-served without a valid session cookie: a page request without one is sent to the login, any
-other request (an action, the live stream) gets 401. Every POST needs the session's CSRF
-token. A request whose ``Origin`` names another site, or that the browser marks
-``Sec-Fetch-Site: cross-site``, is refused before anything else, cookie or not, for actions
-and the live stream alike (a cross-site page must not drive or read the dashboard through
-the operator's browser). The client's address is never consulted, so ``X-Forwarded-For``
-claims gain nothing, with or without ``behind_proxy``. The one exception is ``/metrics``
-(``dashboard/metrics.py``): a loopback socket peer or the metrics token reads it without a
-session.
+Every text a page shows passes ``domain.display.visible`` (the templates' ``finalize``):
+control and bidi characters a sender, an agent or a file name brought are shown as
+escapes, on every page and whatever a template looks like, the way the console shows them.
 """
 
 from __future__ import annotations
@@ -18,34 +11,35 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import aiohttp_jinja2
 import jinja2
 from aiohttp import web
+from markupsafe import Markup
 
-from gateway_bot.config.dashboard import DashboardSettings
+from gateway_bot.config.dashboard import DashboardSettings, token_weakness
 from gateway_bot.core.application import Application
 from gateway_bot.core.feed import ChangeFeed, Subscription
-from gateway_bot.dashboard import live, metrics, pages
+from gateway_bot.dashboard import live, login, metrics, pages
 from gateway_bot.dashboard.context import (
     APPLICATION,
-    CSRF,
     FEED,
-    SESSION,
+    LOGIN_LIMITS,
+    SESSIONS,
     SETTINGS,
-    SIGNER,
     STREAMS,
 )
+from gateway_bot.dashboard.guard import guard
+from gateway_bot.dashboard.login_limits import LoginLimits
 from gateway_bot.dashboard.metrics import DURATIONS, METRICS_PATH, TaskDurations
-from gateway_bot.dashboard.sessions import COOKIE_NAME, SessionSigner, load_or_make_key
+from gateway_bot.dashboard.sessions import SessionBook, load_or_make_key
+from gateway_bot.domain.display import visible
+from gateway_bot.state.dashboard_sessions_store import OWNER, DashboardSessions
+from gateway_bot.state.database import Database
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-PUBLIC_PATHS = frozenset({"/login", "/static/style.css", "/static/live.js"})
 SHUTDOWN_TIMEOUT_S = 5.0
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
@@ -67,70 +61,61 @@ def build_app(
     settings: DashboardSettings,
     key: bytes,
     durations: TaskDurations | None = None,
+    *,
+    database: Database,
+    login_limits: LoginLimits | None = None,
 ) -> web.Application:
-    app = web.Application(middlewares=[_guard])
+    """``database``: the state database, where sessions live (it must be open before the
+    app serves). ``login_limits``: the login pace's memory (tests pass one with a clock
+    they move)."""
+    app = web.Application(middlewares=[guard])
     if durations is not None:
         app[DURATIONS] = durations
     app[APPLICATION] = application
     app[FEED] = feed
     app[SETTINGS] = settings
-    app[SIGNER] = SessionSigner(key, settings.token, settings.session_hours * 3600)
+    app[SESSIONS] = SessionBook(
+        DashboardSessions(database),
+        key,
+        settings.token,
+        lifetime_s=settings.session_hours * 3600,
+        idle_s=settings.session_idle_minutes * 60,
+    )
+    database.add_pruner(OWNER, lambda _before: app[SESSIONS].sweep())  # daily, by the daemon
+    app[LOGIN_LIMITS] = login_limits if login_limits is not None else LoginLimits()
     app[STREAMS] = set()
     aiohttp_jinja2.setup(
         app,
         loader=jinja2.PackageLoader("gateway_bot.dashboard", "templates"),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
+        finalize=_shown,
     )
+    app.on_startup.append(_sweep_sessions)
     app.on_response_prepare.append(_add_security_headers)
+    login.add_routes(app)
     pages.add_routes(app)
     app.router.add_get("/events", live.events)
     app.router.add_get(METRICS_PATH, metrics.metrics)
     return app
 
 
-def _cross_site(request: web.Request) -> bool:
-    origin = request.headers.get("Origin")
-    if origin is not None and (origin == "null" or urlsplit(origin).netloc != request.host):
-        return True
-    return request.headers.get("Sec-Fetch-Site") == "cross-site"
+def _shown(value: object) -> object:
+    """Every ``{{ ... }}`` of every template, before autoescaping: text with its control
+    and bidi characters as visible escapes (which hold no HTML special character, so
+    markup stays markup)."""
+    if isinstance(value, Markup):
+        return Markup(visible(str(value)))
+    if isinstance(value, str):
+        return visible(value)
+    return value
 
 
-@web.middleware
-async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-    acting = request.method not in ("GET", "HEAD") or request.path == "/events"
-    if acting and _cross_site(request):
-        raise web.HTTPForbidden(text="Cross-site request refused.")
-    if request.path in PUBLIC_PATHS:
-        return await handler(request)
-    scraping = request.path == METRICS_PATH
-    if scraping and metrics.metrics_readable(
-        metrics.request_peer(request),
-        request.headers.get("Authorization"),
-        request.app[SETTINGS],
-        request.headers.get("Host"),
-    ):
-        return await handler(request)
-    signer = request.app[SIGNER]
-    session = signer.verify(request.cookies.get(COOKIE_NAME))
-    if session is None:
-        if scraping:
-            raise web.HTTPUnauthorized(
-                text="Metrics need the metrics token (Authorization: Bearer), a loopback "
-                "scraper, or a login.",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
-        if acting:
-            raise web.HTTPUnauthorized(text="Log in first.")
-        raise web.HTTPFound("/login")
-    request[SESSION] = session
-    request[CSRF] = signer.csrf_token(session)
-    if request.method == "POST":
-        form = await request.post()
-        offered = form.get("csrf")
-        if not isinstance(offered, str) or not signer.csrf_matches(session, offered):
-            raise web.HTTPForbidden(text="The form's CSRF token is missing or wrong.")
-    return await handler(request)
+async def _sweep_sessions(app: web.Application) -> None:
+    """Sessions made with a login token that is no longer configured (it was rotated),
+    and idle or expired ones, end before the first request."""
+    if ended := await app[SESSIONS].sweep():
+        log.info("dashboard: ended %d old sessions", ended)
 
 
 async def _add_security_headers(request: web.Request, response: web.StreamResponse) -> None:
@@ -155,10 +140,12 @@ class DashboardServer:
         feed: ChangeFeed,
         settings: DashboardSettings,
         state_dir: Path,
+        database: Database,
         durations: TaskDurations | None = None,
     ) -> None:
         self._application = application
         self._durations = durations
+        self._database = database
         self._feed = feed
         self._settings = settings
         self._key_dir = state_dir / "dashboard"
@@ -168,8 +155,17 @@ class DashboardServer:
 
     async def start(self) -> str:
         """Listen; returns the URL. Raises OSError when the address cannot be bound."""
+        if (weak := await asyncio.to_thread(token_weakness, self._settings.token)) is not None:
+            log.warning("%s", weak)
         key = await asyncio.to_thread(load_or_make_key, self._key_dir)
-        app = build_app(self._application, self._feed, self._settings, key, self._durations)
+        app = build_app(
+            self._application,
+            self._feed,
+            self._settings,
+            key,
+            self._durations,
+            database=self._database,
+        )
         self._streams = app[STREAMS]
         runner = web.AppRunner(app, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
         await runner.setup()

@@ -38,3 +38,27 @@ def one_line(text: str, limit: int) -> str:
     characters, the last of them ``…`` when it was cut."""
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+_BIDI_CONTROLS = frozenset(
+    "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+)
+"""The bidi marks, embeddings, overrides and isolates: ``report\\u202etxt.exe`` renders as
+``reportexe.txt``, so a file name or a sender reads as another."""
+
+
+def visible(text: str) -> str:
+    """``text`` with every control character (but tab and newline) and every bidi control
+    written out as an escape a person can read, ``\\x1b``, ``\\u202e``: what a page or a
+    terminal shows is then what the text holds. The escapes contain no HTML special
+    character, so the result is as safe to put into markup as its input was."""
+    if text.isprintable():  # the common case: nothing to rewrite
+        return text
+    return "".join(_shown(char) for char in text)
+
+
+def _shown(char: str) -> str:
+    code = ord(char)
+    if char in "\t\n" or not (code < 0x20 or 0x7F <= code <= 0x9F or char in _BIDI_CONTROLS):
+        return char
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"

@@ -23,6 +23,18 @@ class TaskState(enum.Enum):
     COMPLETED = "completed"
 
 
+class TaskKind(enum.Enum):
+    """What an accepted message turned out to be. Every message is a task row (it is stored
+    before the ack and routed under the same lifecycle), but only an agent task is work an
+    operator counts: lists, charts and metrics keep commands apart from it."""
+
+    AGENT = "agent"
+    """A message for the agent (and every message until routing says otherwise)."""
+    COMMAND = "command"
+    """A chat command, a card's decision or a typed answer to a question the daemon
+    asked: answered by the daemon at once, never by the agent."""
+
+
 class CompletionReason(enum.Enum):
     SUCCESS = "success"
     AUTH_FAILED = "auth_failed"

@@ -190,6 +190,9 @@ class Decision:
     decider_id: str
     decider_name: str
     decided_at: float
+    where: JsonDict = field(default_factory=dict)
+    """Where the press happened, in the channel's terms (Slack: the channel and thread), so
+    a refused decider can be told why there; empty when the channel keeps no such place."""
 
     def to_json(self) -> JsonDict:
         return asdict(self)
@@ -209,6 +212,10 @@ class RoomInvite:
     inviter_id: str
     inviter_name: str
     received_at: float
+    is_direct: bool = False
+    """The inviter asked for a direct chat (Matrix's ``is_direct``): a request to talk, so
+    joining also admits them there. Their claim only: the card says so, and it admits no one
+    else."""
 
 
 @dataclass(frozen=True)
@@ -227,6 +234,8 @@ class ChannelHealth(enum.Enum):
     """Temporarily lost; the channel is retrying by itself."""
     FAILED = "failed"
     """Gave up; needs an operator."""
+    STOPPED = "stopped"
+    """Ended as its user asked (the console's end of input): nothing to repair."""
 
 
 @dataclass(frozen=True)

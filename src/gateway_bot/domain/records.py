@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
-from gateway_bot.domain.lifecycle import CompletionReason, TaskState
+from gateway_bot.domain.lifecycle import CompletionReason, TaskKind, TaskState
 from gateway_bot.domain.messages import InboundMessage, RawMessage, Reply
 
 
@@ -52,6 +52,8 @@ class TaskRecord:
     attempts: int
     delivery_error: str | None = None
     """Why the stored reply could not be sent yet (an UNDELIVERED task); None once sent."""
+    kind: TaskKind = TaskKind.AGENT
+    """An agent task or a command (set when routing answers it as one)."""
 
 
 class ApprovalState(enum.Enum):
@@ -81,7 +83,8 @@ class ApprovalRecord:
     decided_by: str | None
     decided_at: float | None
     kind: str = "sender"
-    """"sender": an unknown sender's messages are held; "room": an invitation is."""
+    """"sender": an unknown sender's messages are held; "room": an invitation is;
+    "direct": an invitation to a direct chat, whose Join admits the inviter there too."""
 
 
 @dataclass(frozen=True)

@@ -188,7 +188,7 @@ def describe_backends(config: ServerConfig) -> list[str]:
 
 
 def approvals_line(name: str, asks: bool) -> str:
-    """What action approvals can do with this CLI (issue 20)."""
+    """What action approvals can do with this CLI (decision 0087)."""
     if asks:
         return (
             f"approvals: {name} asks before tool calls (each rule: allow, ask or deny; "

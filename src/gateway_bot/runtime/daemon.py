@@ -118,6 +118,7 @@ class Daemon:
                 else None
             ),
             action_settings=config.agent.approvals,
+            files_wait_s=config.execution.files_wait_seconds,
         )
         if self.service.action_approvals is not None:
             executor.action_settings = config.agent.approvals
@@ -166,7 +167,7 @@ class Daemon:
             durations = TaskDurations()  # /metrics' histogram: only the dashboard serves it
             self.store.on_transition(durations.observe_transition)
             self.dashboard = DashboardServer(
-                self.application, self.feed, dashboard, config.state_dir, durations
+                self.application, self.feed, dashboard, config.state_dir, self.database, durations
             )
         self.control: ControlServer | None = None
         """``gateway-bot approve|deny`` asks the daemon through it (``run``, not ``chat``:

@@ -8,12 +8,20 @@ Secrets stay out of the unit: they are read from the ``EnvironmentFile`` (option
 a missing file is not a failed start; the config's ``!env`` names then say what is missing).
 ``TimeoutStopSec`` leaves the daemon its ``execution.shutdown_timeout_seconds`` to finish
 running tasks on SIGTERM, plus a margin, before systemd kills it.
+
+A unit that cannot start is worse than none: ``Restart=always`` starts it again every
+``RESTART_DELAY_S``, each start failing the same way, in a journal nobody reads yet. So
+before writing, ``install-service`` runs ``gateway-bot check --strict`` as the unit would
+run the daemon (``unit_environment``: in its working directory, as this user, with the
+unit's PATH and environment file and nothing else of the installing shell) and refuses with
+what it said (docs/decisions/0124-install-service-checks-as-the-unit.md).
 """
 
 from __future__ import annotations
 
 import getpass
 import os
+import pwd
 import re
 import sys
 from collections.abc import Sequence
@@ -33,6 +41,35 @@ class UnitSettings:
     """How to start gateway-bot: its script, or this Python with ``-m gateway_bot``."""
     path_variable: str
     shutdown_timeout_s: float
+
+
+def working_directory(settings: UnitSettings) -> Path:
+    """Where the unit runs the daemon: the config's folder (a repo left unset in the config
+    is looked for there, as relative paths in it are)."""
+    return settings.config.parent
+
+
+def unit_environment(settings: UnitSettings) -> dict[str, str]:
+    """The environment a systemd user manager gives the unit's process: the user's own
+    identity variables, the unit's ``Environment=`` and its ``EnvironmentFile``, and
+    nothing the installing shell exported."""
+    account = pwd.getpwuid(os.getuid())
+    env = {
+        "HOME": account.pw_dir,
+        "USER": account.pw_name,
+        "LOGNAME": account.pw_name,
+        "SHELL": account.pw_shell,
+        "PATH": settings.path_variable,
+        "PYTHONUNBUFFERED": "1",
+    }
+    if runtime_dir := os.environ.get("XDG_RUNTIME_DIR"):
+        env["XDG_RUNTIME_DIR"] = runtime_dir  # the user manager sets the same one
+    if settings.environment_file.is_file():
+        from dotenv import dotenv_values  # only installing a unit reads one
+
+        listed = dotenv_values(settings.environment_file)
+        env.update({key: value for key, value in listed.items() if value is not None})
+    return env
 
 
 def default_unit_dir() -> Path:
@@ -86,7 +123,7 @@ def render_unit(settings: UnitSettings) -> str:
             "[Service]",
             "Type=exec",
             f"ExecStart={' '.join(_quoted(word, variables=True) for word in command)}",
-            f"WorkingDirectory={_path_setting(str(settings.config.parent))}",
+            f"WorkingDirectory={_path_setting(str(working_directory(settings)))}",
             f"EnvironmentFile=-{_path_setting(str(settings.environment_file))}",
             f"Environment={_quoted('PATH=' + settings.path_variable, variables=False)}",
             "Environment=PYTHONUNBUFFERED=1",

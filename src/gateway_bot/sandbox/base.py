@@ -27,6 +27,13 @@ class SandboxUnavailable(Exception):
     """The sandbox cannot run anything (runtime missing or broken). One clear message."""
 
 
+class SandboxPreparationFailed(SandboxUnavailable):
+    """Making a context's environment ready failed in a way nobody foresaw (an answer of the
+    runtime its client could not read, a container changed under it). Nothing of the task
+    ran yet and the next try starts from what the runtime says then: the caller tries again
+    before it shows this."""
+
+
 class HostUnreachable(SandboxUnavailable):
     """The machine a context's environment lives on does not answer. The environment stays
     there (it is never recreated elsewhere): the caller keeps the work and tries again

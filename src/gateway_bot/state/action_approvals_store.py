@@ -1,4 +1,4 @@
-"""Action approvals (issue 20) in the shared database (owner "action_approvals"): each
+"""Action approvals (decision 0087) in the shared database (owner "action_approvals"): each
 request the agent's run (or the egress proxy) made, its card, its decision; and the
 conversation rules "Always in this conversation" added. Written by
 ``core/actions/approvals.py`` only.

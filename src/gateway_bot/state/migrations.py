@@ -3,7 +3,7 @@
 Append only. Never edit a migration that has shipped; add the next one. Versions are kept
 per owner in ``schema_versions`` (``state/database.py``); databases made before that kept
 the core's version in ``PRAGMA user_version``, which the store adopts once at open.
-New migrations stay portable where that is cheap (AGENTS.md: what a PostgreSQL backend
+New migrations stay portable where that is cheap (decision 0085: what a PostgreSQL backend
 translates): DOUBLE PRECISION rather than REAL, ON CONFLICT rather than INSERT OR ....
 """
 
@@ -133,5 +133,18 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE conversations ADD COLUMN agent_backend TEXT;
     ALTER TABLE conversations ADD COLUMN next_agent TEXT;
+    """,
+    # 8: commands apart from agent tasks (lists, charts, metrics). Rows from before are
+    # taken for what they most likely were: answered at once (no agent turn, no cost, done
+    # within a second of starting) with a body that reads as a command, or a card's decision
+    # (completed without ever starting, no conversation, no reply).
+    """
+    ALTER TABLE tasks ADD COLUMN kind TEXT NOT NULL DEFAULT 'agent';
+    CREATE INDEX tasks_kind ON tasks(kind, state, created_at);
+    UPDATE tasks SET kind = 'command'
+        WHERE (started_at IS NOT NULL AND completed_at IS NOT NULL
+               AND completed_at - started_at < 1 AND num_turns = 0 AND cost_usd = 0
+               AND (parsed_json LIKE '%"body": "/%' OR parsed_json LIKE '%"body": "!%'))
+           OR (completion_reason = 'success' AND started_at IS NULL AND reply_json IS NULL);
     """,
 )

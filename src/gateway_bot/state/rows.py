@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from gateway_bot.domain.lifecycle import CompletionReason, TaskState
+from gateway_bot.domain.lifecycle import CompletionReason, TaskKind, TaskState
 from gateway_bot.domain.messages import InboundMessage, RawMessage, Reply
 from gateway_bot.domain.records import ConversationRecord, TaskRecord
 from gateway_bot.state.backend import Row
@@ -41,6 +41,7 @@ def task_from_row(row: Row) -> TaskRecord:
         error=row["error"],
         attempts=row["attempts"],
         delivery_error=row["delivery_error"],
+        kind=TaskKind(row["kind"]),
     )
 
 

@@ -6,7 +6,7 @@ Every write commits before returning, so everything survives the process's death
 channel then acknowledges or deletes the message at its source) and ``record_reply`` (the
 reply is then sent; after a power cut it is re-sent, never recomputed). The task's states
 and the rows written with it (its conversation, usage, delivered mark) are committed
-``durable=False`` (issue 19): recovery rebuilds them from those two, and the engine's log
+``durable=False`` (decision 0098): recovery rebuilds them from those two, and the engine's log
 keeps a prefix of the commits, so the next flush (one of those two, or a background one
 within ``group_flush.RELAXED_FLUSH_S``) puts them on disk too. A power cut in that window
 can at worst repeat a step (re-route a message, re-run an interrupted task, re-send the
@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from gateway_bot.domain.lifecycle import CompletionReason, TaskState, check_transition
+from gateway_bot.domain.lifecycle import CompletionReason, TaskKind, TaskState, check_transition
 from gateway_bot.domain.messages import InboundMessage, RawMessage, Reply, Usage
 from gateway_bot.domain.records import TaskRecord
 from gateway_bot.state.approvals_store import SqlApprovals
@@ -147,7 +147,7 @@ class SqlStore(SqlConversations, SqlTaskViews):
         now = time.time()
         raw_json = json.dumps(raw.to_json())
         async with self._database.transaction(durable=False) as db:
-            # No read first: the task is added unless the message came before (issue 19:
+            # No read first: the task is added unless the message came before (decision 0098:
             # each statement is a trip to the engine, and these come before the flush).
             added = await db.execute(
                 "INSERT INTO tasks (id, channel, message_id, state, raw_json, created_at)"
@@ -216,6 +216,7 @@ class SqlStore(SqlConversations, SqlTaskViews):
         parsed: InboundMessage | None = None,
         error: str | None = None,
         known: TaskRecord | None = None,
+        kind: TaskKind | None = None,
     ) -> TaskRecord:
         current = known if known is not None else await self.get_task(task_id)
         check_transition(current.state, target)
@@ -224,7 +225,7 @@ class SqlStore(SqlConversations, SqlTaskViews):
         sets = ["state = ?"]
         values: list[Any] = [target.value]
         # The task as the row will read (one trip to the database fewer per transition,
-        # issue 19); the parsed message goes through JSON as a re-read would.
+        # decision 0098); the parsed message goes through JSON as a re-read would.
         changed: dict[str, Any] = {"state": target}
         if reason is not None:
             completed_at = time.time()
@@ -249,10 +250,14 @@ class SqlStore(SqlConversations, SqlTaskViews):
             sets.append("error = ?")
             values.append(error)
             changed["error"] = error
+        if kind is not None:
+            sets.append("kind = ?")
+            values.append(kind.value)
+            changed["kind"] = kind
         # No state needs a flush of its own (module docstring): recovery rebuilds it from
         # the accepted message and the stored reply, both flushed before their effects.
         # A task the caller knew is updated only from the state it knew (one read fewer
-        # on intake's way, issue 19); moved meanwhile, it is read and checked as usual.
+        # on intake's way, decision 0098); moved meanwhile, it is read and checked as usual.
         where, keys = ("id = ? AND state = ?", [task_id, current.state.value]) if known else (
             "id = ?", [task_id])  # fmt: skip
         updated = await self._database.write(
@@ -261,7 +266,7 @@ class SqlStore(SqlConversations, SqlTaskViews):
         if known is not None and not updated:
             return await self.transition(
                 task_id, target, reason=reason, conversation_id=conversation_id,
-                parsed=parsed, error=error,
+                parsed=parsed, error=error, kind=kind,
             )  # fmt: skip
         return self._published(dataclasses.replace(current, **changed), current.state)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-from gateway_bot.domain.lifecycle import CompletionReason, TaskState
+from gateway_bot.domain.lifecycle import CompletionReason, TaskKind, TaskState
 from gateway_bot.domain.messages import InboundMessage, RawMessage, Reply, Usage
 from gateway_bot.domain.records import (
     ApprovalRecord,
@@ -105,9 +105,10 @@ class Store(Protocol):
         states: Iterable[TaskState] | None = None,
         conversation_id: str | None = None,
         limit: int = 100,
+        kind: TaskKind | None = None,
     ) -> list[TaskRecord]:
         """The newest ``limit`` tasks matching the filters, oldest first (read-only views:
-        status, dashboard)."""
+        status, dashboard). ``kind``: agent tasks or commands only (None: both)."""
         ...
 
     async def list_conversations(
@@ -120,9 +121,11 @@ class Store(Protocol):
         """Approvals still waiting for an owner, oldest first."""
         ...
 
-    async def count_tasks(self) -> dict[tuple[TaskState, CompletionReason | None], int]:
-        """How many tasks are in each state (and, once completed, each reason): the
-        metrics' task gauges, without reading every row."""
+    async def count_tasks(
+        self, kind: TaskKind = TaskKind.AGENT
+    ) -> dict[tuple[TaskState, CompletionReason | None], int]:
+        """How many tasks of ``kind`` are in each state (and, once completed, each reason):
+        the metrics' task and command gauges, without reading every row."""
         ...
 
     async def open(self) -> None: ...
@@ -141,7 +144,7 @@ class Store(Protocol):
         ``on_committed(task id, is_new)`` is called once the message is committed (safe
         from the process's death) and before it is on disk, so that taking it in can
         start during the flush; nothing may reach a person or the source before this
-        call returns (issue 19).
+        call returns (decision 0098).
         """
         ...
 
@@ -171,11 +174,13 @@ class Store(Protocol):
         parsed: InboundMessage | None = None,
         error: str | None = None,
         known: TaskRecord | None = None,
+        kind: TaskKind | None = None,
     ) -> TaskRecord:
         """Move a task to ``target``; raises IllegalTransition for a move the lifecycle
         forbids. Entering EXECUTING stamps started_at and counts an attempt. ``known``: the
         task as the caller last had it, so it is not read first unless its state has
-        changed since (the row is updated only from that state)."""
+        changed since (the row is updated only from that state). ``kind``: what routing
+        found the message to be (a command), recorded with the same write."""
         ...
 
     async def save_parsed(self, task_id: str, parsed: InboundMessage) -> None:

@@ -1,7 +1,8 @@
 """The listings and counts over the core's tables, a part of ``SqlStore``
 (``state/sql_store.py``): the newest tasks matching filters (status, dashboard, the
 executor's budget check), the approvals waiting for an owner, and the task counts the
-metrics show.
+metrics show. Each can keep to one kind (``TaskKind``): an operator's lists and charts count
+agent tasks, and commands apart.
 
 Apart from the tasks' intake and lifecycle (sqlite_store.py had grown past 400 lines): these
 only read, and change no task. ``SqlStore`` inherits them, so callers still see one store
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from gateway_bot.domain.lifecycle import CompletionReason, TaskState
+from gateway_bot.domain.lifecycle import CompletionReason, TaskKind, TaskState
 from gateway_bot.domain.records import ApprovalRecord, TaskRecord
 from gateway_bot.state.approvals_store import _approval as _approval_from_row
 from gateway_bot.state.database import Database
@@ -31,9 +32,13 @@ class SqlTaskViews:
         states: Iterable[TaskState] | None = None,
         conversation_id: str | None = None,
         limit: int = 100,
+        kind: TaskKind | None = None,
     ) -> list[TaskRecord]:
         where: list[str] = []
         values: list[Any] = []
+        if kind is not None:
+            where.append("kind = ?")
+            values.append(kind.value)
         if states is not None:
             names = [s.value for s in states]
             where.append(f"state IN ({','.join('?' * len(names))})")
@@ -55,9 +60,13 @@ class SqlTaskViews:
         )
         return [_approval_from_row(row) for row in rows]
 
-    async def count_tasks(self) -> dict[tuple[TaskState, CompletionReason | None], int]:
+    async def count_tasks(
+        self, kind: TaskKind = TaskKind.AGENT
+    ) -> dict[tuple[TaskState, CompletionReason | None], int]:
         rows = await self._database.fetch_all(
-            "SELECT state, completion_reason, COUNT(*) FROM tasks GROUP BY state, completion_reason"
+            "SELECT state, completion_reason, COUNT(*) FROM tasks WHERE kind = ?"
+            " GROUP BY state, completion_reason",
+            [kind.value],
         )
         return {
             (TaskState(state), CompletionReason(reason) if reason else None): int(count)

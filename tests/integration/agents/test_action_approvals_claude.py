@@ -1,4 +1,4 @@
-"""Action approvals with the real Claude Code CLI (issue 20): the CLI asks the daemon before
+"""Action approvals with the real Claude Code CLI (decision 0087): the CLI asks the daemon before
 each tool call (``--permission-prompt-tool stdio`` and the hook that asks for every call),
 the daemon's policy asks a person for ``git push``, and the answer decides whether the push
 reaches the remote. Host sandbox and the console channel: what is under test is the CLI's
@@ -90,10 +90,11 @@ def test_a_pending_card_survives_kill_9_as_a_new_card_deny_reaches_the_agent_the
     # AskUserQuestion: one button per option; the answer is what the agent reads.
     second.send("ASK_QUESTION Which database? Postgres|SQLite")
     second.expect(r"^\[The agent asks a question\]$")
-    second.expect(r"^1\. Postgres$")
-    second.expect(r"^2\. SQLite$")
-    buttons = second.expect(r"Postgres \(question:[0-9a-f]{12}:0\) / SQLite \(question:")
-    code = re.findall(r"question:([0-9a-f]{12}):1", buttons)[0]
+    second.expect(r"^ 1\. Postgres$")
+    second.expect(r"^ 2\. SQLite$")
+    code = _code(second)
+    second.expect(r"^  1\) Postgres$")  # the card's choices: a number typed picks one
+    second.expect(r"^  2\) SQLite$")
     second.send(f"!answer {code} 2")
     reply = second.expect(r"^agent> Echo: ASK_QUESTION")
     assert '"Which database?"="SQLite"' in reply

@@ -1,4 +1,4 @@
-"""Action approval cards in real channels with the real daemon and CLI (issue 20).
+"""Action approval cards in real channels with the real daemon and CLI (decision 0087).
 
 In the Matrix room (real Synapse) where the agent works, a stranger's reaction decides
 nothing and the asker's ✅ lets the push run (the repo's config, which tries to allow

@@ -1,4 +1,4 @@
-"""The network-write boundary through the real daemon (issue 20, layer 2 end to end): the
+"""The network-write boundary through the real daemon (decision 0086, layer 2 end to end): the
 agent, in its podman container, pushes with git copied under another name (no tool-call
 rule could match that command, and none is configured); the egress proxy holds the push, the
 daemon cards the conversation with the host, path and pushed ref, and the person's answer

@@ -44,7 +44,7 @@ def test_a_key_the_model_api_refuses_is_one_clear_line_not_minutes_of_silence(
     chat.send("hello from a newcomer")
     chat.expect(
         r"^error> The model API refused the agent's credentials \(HTTP 401\): set a valid "
-        r"ANTHROPIC_API_KEY \(or CLAUDE_CODE_OAUTH_TOKEN, made by `claude setup-token`\)",
+        r"ANTHROPIC_API_KEY \(or CLAUDE_CODE_OAUTH_TOKEN, made by claude setup-token\)",
         timeout=90,
     )
     assert len(fake_api.asked_about("hello from a newcomer")) == 1, "stopped at the refusal"

@@ -1,4 +1,4 @@
-"""Start-up imports only what the configuration uses (AGENTS.md, Conventions, 2026-11-26).
+"""Start-up imports only what the configuration uses (AGENTS.md, Conventions).
 
 Every restart of the daemon, ``chat`` and ``gateway-bot --help`` used to import every
 channel library, podman-py, the dashboard and aiohttp: seconds of CPU before the first log

@@ -21,7 +21,7 @@ def test_stop_cancels_the_running_task_and_the_queue_goes_on(
     chat.expect(r"^agent> Conversation [0-9a-f]{8} ")
     chat.expect(r"^Running task [0-9a-f]{12} for \d+ s: SLOW JOB please$")
     chat.expect(r"^1 waiting:$")
-    chat.expect(r"^  1\. second message$")
+    chat.expect(r"^ 1\. second message$")
     chat.send("/stop")
     chat.expect(r"^agent> Stopping task [0-9a-f]{12}…$")
     chat.expect(r"^agent> Stopped\. The task was cancelled with /stop\.$")
@@ -43,7 +43,8 @@ def test_unknown_command_and_empty_message_get_clear_errors(
 ) -> None:
     chat = gateway("chat", "--config", str(config_path))
     chat.send("/frobnicate now")
-    chat.expect(r"^error> Unknown command 'frobnicate'\. Commands: /stop")
+    chat.expect(r"^error> Unknown command 'frobnicate'\. Commands \(! works instead of /\):$")
+    chat.expect(r"^ • /stop: cancel the running task$")
     chat.send("   ")
     chat.expect(r"^error> Your message was empty: nothing to do\.$")
     chat.send("/etc/hosts looks odd, can you check")
@@ -102,7 +103,7 @@ def test_repo_config_using_env_is_reported_to_the_user(
     chat = gateway("chat", "--config", str(config))
     chat.send("hello")
     chat.expect(r"^error> The repo config \.gateway/config\.yaml has problems:$")
-    chat.expect(r"^- line 2: !env is not allowed in a repo config")
+    chat.expect(r"^ • line 2: !env is not allowed in a repo config")
     chat.finish()
     assert fake_api.requests == []
 

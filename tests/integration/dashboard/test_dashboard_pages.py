@@ -89,7 +89,7 @@ async def serve(tmp_path: Path, settings: DashboardSettings) -> AsyncIterator[Pa
         parse_line=parse_stream_line,
     )
     key = load_or_make_key(tmp_path / "dashboard")
-    server = TestServer(build_app(application, feed, settings, key))
+    server = TestServer(build_app(application, feed, settings, key, database=world.store.database))
     await server.start_server()
     made = PagesDashboard(world, server, key)
     made.sandbox, made.root = sandbox, tmp_path

@@ -15,6 +15,7 @@ from typing import Any
 from aiohttp import ClientResponse, ClientSession, CookieJar
 
 from tests.conftest import write_config
+from tests.integration.dashboard.test_dashboard_security import FROM_THE_DASHBOARD
 from tests.support.fake_anthropic import FakeAnthropic
 
 TOKEN = "a-dashboard-token-for-tests"
@@ -59,7 +60,9 @@ async def test_an_operator_stops_a_running_task_from_the_dashboard(
     daemon.send("DASHBOARD PROBE: count the files")
     assert fake_api.wait_for_held(60), daemon.stderr
 
-    async with ClientSession(cookie_jar=CookieJar(unsafe=True)) as browser:
+    async with ClientSession(
+        cookie_jar=CookieJar(unsafe=True), headers=FROM_THE_DASHBOARD
+    ) as browser:
         first = await browser.get(base + "tasks", allow_redirects=False)
         assert (first.status, first.headers["Location"]) == (302, "/login")
         login = await browser.post(base + "login", data={"token": TOKEN})
@@ -150,7 +153,9 @@ async def test_the_acknowledgement_links_to_the_conversations_page(
     assert ack is not None, daemon.lines
     daemon.expect(r"^agent> Echo: hello there$")
     conversation_id, task_id = ack.group(1), ack.group(2)
-    async with ClientSession(cookie_jar=CookieJar(unsafe=True)) as browser:
+    async with ClientSession(
+        cookie_jar=CookieJar(unsafe=True), headers=FROM_THE_DASHBOARD
+    ) as browser:
         await browser.post(base + "login", data={"token": TOKEN})
         page = await browser.get(base + f"conversations/{conversation_id}")
         assert page.status == 200

@@ -13,6 +13,7 @@ import yaml
 from aiohttp import ClientSession, CookieJar
 
 from tests.integration.dashboard.test_dashboard_run import TOKEN, dashboard_url
+from tests.integration.dashboard.test_dashboard_security import FROM_THE_DASHBOARD
 from tests.support.fake_anthropic import FakeAnthropic
 from tests.support.sandbox_fixtures import SandboxSetup
 
@@ -30,7 +31,9 @@ async def test_the_conversation_page_shows_its_container_and_network_log(
     daemon.expect(r"^agent> Echo: .*hello from the box")
     context_id, info = sandbox.only_container()
 
-    async with ClientSession(cookie_jar=CookieJar(unsafe=True)) as browser:
+    async with ClientSession(
+        cookie_jar=CookieJar(unsafe=True), headers=FROM_THE_DASHBOARD
+    ) as browser:
         await browser.post(base + "login", data={"token": TOKEN})
         page = await (await browser.get(base + f"conversations/{context_id}")).text()
     container = re.search(r'<li class="container">(.*?)</li>', page, re.S)

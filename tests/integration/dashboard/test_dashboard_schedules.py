@@ -33,7 +33,8 @@ async def board(tmp_path: Path) -> AsyncIterator[Dashboard]:
         parse_line=parse_stream_line,
     )
     settings = DashboardSettings(token=TOKEN, operator={"fake": "owner"})
-    server = TestServer(build_app(application, feed, settings, load_or_make_key(tmp_path / "k")))
+    key = load_or_make_key(tmp_path / "k")
+    server = TestServer(build_app(application, feed, settings, key, database=world.store.database))
     await server.start_server()
     made = Dashboard(world, server, b"")
     yield made

@@ -196,11 +196,18 @@ def test_a_subaddress_picks_the_model_for_a_new_conversation(
     smtp_catcher: SmtpCatcher,
     mailbox: str,
 ) -> None:
-    start_daemon(
-        gateway, email_config(tmp_path, target_repo, fake_api, dovecot, smtp_catcher, mailbox)
+    config = email_config(
+        tmp_path,
+        target_repo,
+        fake_api,
+        dovecot,
+        smtp_catcher,
+        mailbox,
+        model_aliases={"opus-test": "claude-opus-test"},
     )
+    start_daemon(gateway, config)
     local, _, domain = mailbox.partition("@")
-    to = f"{local}+claude-opus-test@{domain}"
+    to = f"{local}+opus-test@{domain}"
     dovecot.deliver(to, mail("Model", "which model?", to=to))
     smtp_catcher.wait_for(ALICE)
     assert {r["model"] for r in fake_api.requests} == {"claude-opus-test"}

@@ -1,4 +1,4 @@
-"""A Matrix conversation continued by mail (issue 13, ``/mail``), against the real daemon, a
+"""A Matrix conversation continued by mail (decision 0077, ``/mail``), against the real daemon, a
 real Synapse, Dovecot and an SMTP server: ``!mail`` sends the latest reply to the sender's
 mapped address, a reply to that mail runs in the same conversation (same container, same
 agent session) and comes back by mail, and the Matrix room sees a note and the reply. Then

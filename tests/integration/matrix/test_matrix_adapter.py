@@ -223,7 +223,7 @@ async def test_membership_from_the_sync_refuses_departed_members_and_strangers(
     run_adapter: Callable[[MatrixChannelSettings, Path], RunningAdapter],
     tmp_path: Path,
 ) -> None:
-    """The attack on authentication without a homeserver round trip (issue 19): the bot's
+    """The attack on authentication without a homeserver round trip (decision 0105): the bot's
     own sync says who is joined, and a member's message routed after they left, or a
     message claiming a sender who never joined, is refused; in one batch, a member who
     spoke and then left is refused, one who joined and then spoke is accepted."""

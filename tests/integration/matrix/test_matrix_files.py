@@ -50,8 +50,8 @@ async def test_file_in_and_file_out(
     )
     await alice.wait_for(room, bot_text(bot.user_id, r"Echo: .*WRITE_FILE"))
     told = " ".join(fake_api.user_texts(fake_api.requests[-1]))
-    assert "/inbox/my_notes.txt]" in told
-    saved = list((tmp_path / "state" / "conversations").glob("*/inbox/my_notes.txt"))
+    assert "/inbox/my notes.txt]" in told
+    saved = list((tmp_path / "state" / "conversations").glob("*/inbox/my notes.txt"))
     assert [p.read_bytes() for p in saved] == [b"the notes"]
 
     sent = await alice.wait_for(

@@ -1,4 +1,4 @@
-"""Replicas share one state directory (issue 18), and with it files that every replica
+"""Replicas share one state directory (decision 0094), and with it files that every replica
 changes; an ``asyncio.Lock`` keeps apart only one process's coroutines.
 
 The git mirror: every task refreshes it before it runs and clones its conversation's

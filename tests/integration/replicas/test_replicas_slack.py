@@ -27,6 +27,8 @@ from tests.support.replica_fixtures import (
     wait_for,
 )
 
+pytestmark = pytest.mark.slow
+
 ALICE, DM = "U0ALICE", "D0ALICE"
 
 
@@ -223,8 +225,6 @@ ASKING_AGENT = r"""#!{python}
 # message; a prompt with PUSH asks to run "git push" (a control request) and waits for the
 # daemon's answer. The reply names the msg-C-N word and the answer (allow or deny).
 import json, re, sys
-
-pytestmark = pytest.mark.slow
 message = json.loads(sys.stdin.readline())["message"]["content"][0]["text"]
 word = re.findall(r"msg-[0-9]+-[0-9]+", message)[-1]
 with open("{runs}", "a") as runs:

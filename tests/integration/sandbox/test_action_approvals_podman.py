@@ -1,4 +1,4 @@
-"""Action approvals with the real CLI inside the conversation's podman container (issue 20):
+"""Action approvals with the real CLI inside the conversation's podman container (decision 0087):
 the hook and the permission round trip work there as on the host (the CLI runs as root, its
 settings dir in the container's home). The attack: the repo's Claude settings switch hooks
 off, bypass permissions and allow every Bash call; a read-only command (which never asks

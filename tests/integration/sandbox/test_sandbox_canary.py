@@ -15,7 +15,7 @@ from gateway_bot.sandbox.base import ExecutionContext
 from gateway_bot.sandbox.canary import Target, probe
 from gateway_bot.sandbox.podman.sandbox import PodmanSandbox
 from tests.conftest import gateway_env, write_config
-from tests.support.sandbox_fixtures import SandboxSetup
+from tests.support.sandbox_fixtures import SandboxSetup, per_run
 
 
 def run_check(config: Path) -> subprocess.CompletedProcess[str]:
@@ -58,7 +58,7 @@ def test_the_canary_reports_a_connection_that_gets_through(sandbox: SandboxSetup
     dirs = {name: root / name for name in ("workspace", "home", "inbox", "outbox", "storage")}
     for path in dirs.values():
         path.mkdir(parents=True)
-    context = ExecutionContext(id="canary-control", **dirs)
+    context = ExecutionContext(id=per_run("canary-control"), **dirs)
 
     async def go() -> list[str]:
         report = await probe(
@@ -66,7 +66,7 @@ def test_the_canary_reports_a_connection_that_gets_through(sandbox: SandboxSetup
         )
         await podman.close()
         assert report.finished
-        assert report.hostname == "gwb-canary-control"
+        assert report.hostname == f"gwb-{context.id}"
         assert report.visible_host_paths == []
         return report.connected
 

@@ -23,7 +23,7 @@ from gateway_bot.sandbox.egress.held import HeldRequest
 from gateway_bot.sandbox.egress.rules import EgressRule
 from gateway_bot.sandbox.podman.sandbox import PodmanSandbox
 from tests.support.git_http_server import GitHttpServer
-from tests.support.sandbox_fixtures import Relay, SandboxSetup
+from tests.support.sandbox_fixtures import Relay, SandboxSetup, per_run
 
 DEADLINE_S = 120
 """A guard so a hung push fails the test instead of hanging it, not a speed check."""
@@ -41,7 +41,7 @@ def make_context(root: Path, allowlist: tuple[EgressRule, ...]) -> ExecutionCont
     for path in dirs.values():
         path.mkdir(parents=True)
     return ExecutionContext(
-        id="pusher", allowlist=allowlist, network_log=root / "network.log", **dirs
+        id=per_run("pusher"), allowlist=allowlist, network_log=root / "network.log", **dirs
     )
 
 
@@ -141,7 +141,7 @@ def test_a_push_under_another_name_is_held_until_the_owner_decides(
             assert (held.method, held.host, held.port, held.path) == (
                 "POST", relay.host, relay.port, "/repo.git/git-receive-pack",
             )  # fmt: skip
-            assert held.context_id == "pusher"
+            assert held.context_id == context.id
             assert held.refs == (RefUpdate("refs/heads/main", ZERO_SHA, commit),)
             assert held.commit_subjects == ("the pushed commit",)
             assert owner.branch_when_asked[:2] == [None, None]

@@ -6,7 +6,13 @@ from __future__ import annotations
 import signal
 
 from tests.support.fake_anthropic import FakeAnthropic
-from tests.support.sandbox_fixtures import SandboxSetup, current_image, podman, podman_run_flags
+from tests.support.sandbox_fixtures import (
+    SandboxSetup,
+    current_image,
+    per_run,
+    podman,
+    podman_run_flags,
+)
 
 
 def _crash_requests(api: FakeAnthropic) -> int:
@@ -53,11 +59,12 @@ def test_kill_9_idle_and_mid_task_keeps_the_container_and_answers_once(
 def test_a_labelled_container_the_state_does_not_know_is_reported_and_left_alone(
     gateway, sandbox: SandboxSetup, fake_api: FakeAnthropic
 ) -> None:
-    stranger = "gwb-feedf00d"
+    context_id = per_run("feedf00d")
+    stranger = f"gwb-{context_id}"
     podman(
         "run", "-d", "--name", stranger, *podman_run_flags(),
         "--label", f"gateway-bot.deployment={sandbox.deployment}",
-        "--label", "gateway-bot.role=agent", "--label", "gateway-bot.context=feedf00d",
+        "--label", "gateway-bot.role=agent", "--label", f"gateway-bot.context={context_id}",
         "--entrypoint", "sleep", current_image("localhost/gateway-bot/agent"), "infinity",
     )  # fmt: skip
     daemon = gateway("run", "--config", str(sandbox.config()))
@@ -68,5 +75,5 @@ def test_a_labelled_container_the_state_does_not_know_is_reported_and_left_alone
     assert f"container {stranger} has this deployment's labels" in daemon.stderr
     assert "left alone" in daemon.stderr
     containers = sandbox.containers()
-    assert containers["feedf00d"]["running"], "the stranger was not touched"
+    assert containers[context_id]["running"], "the stranger was not touched"
     assert len(containers) == 2

@@ -15,7 +15,7 @@ from gateway_bot.runtime.agent_setup import agent_image_files
 from gateway_bot.sandbox.base import ExecutionContext, Sandbox
 from gateway_bot.sandbox.host import HostSandbox
 from gateway_bot.sandbox.podman.sandbox import PodmanSandbox
-from tests.support.sandbox_fixtures import SandboxSetup
+from tests.support.sandbox_fixtures import SandboxSetup, per_run
 
 ANSWER_EACH_LINE = 'while read -r line; do echo "got $line"; done; echo "input ended"'
 DEADLINE_S = 180
@@ -23,11 +23,13 @@ DEADLINE_S = 180
 
 
 def make_context(root: Path, context_id: str) -> ExecutionContext:
+    """A context named ``context_id`` plus a suffix of this run (its container is
+    ``gwb-<id>``, which two runs on one machine must not share)."""
     dirs = {name: root / context_id / name for name in ("workspace", "home", "inbox", "outbox")}
     dirs["storage"] = root / context_id / "storage"
     for path in dirs.values():
         path.mkdir(parents=True)
-    return ExecutionContext(id=context_id, **dirs)
+    return ExecutionContext(id=per_run(context_id), **dirs)
 
 
 async def converse(sandbox: Sandbox, context: ExecutionContext) -> tuple[list[str], int]:
@@ -67,7 +69,7 @@ def test_a_podman_process_answers_turn_by_turn_until_its_stdin_closes(
     said, code = asyncio.run(go())
     assert said == ["got first turn", "got second turn", "input ended"]
     assert code == 0
-    assert sandbox.containers()["stdin-open"]["running"], "the container outlives the process"
+    assert sandbox.containers()[context.id]["running"], "the container outlives the process"
 
 
 def test_a_host_process_answers_turn_by_turn_until_its_stdin_closes(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Claude Code's permission requests routed to the daemon (issue 20, the tool-call guard).
+"""Claude Code's permission requests routed to the daemon (decision 0087, the tool-call guard).
 
 With action approvals on, the CLI runs without ``--dangerously-skip-permissions``, in
 stream-json input, with ``--permission-prompt-tool stdio``: before a tool call it may not
@@ -19,7 +19,7 @@ Given as ``--settings`` (flag settings outrank the user's and the project's), wi
 or the repo wrote (``disableAllHooks``, ``bypassPermissions``, allow rules) then neither
 drops the hook nor skips the request (checked on 2.1.197). The agent is root in its
 container and could still change managed settings or run commands outside the CLI: this is
-a guard against mistakes, not a boundary (README, Action approvals).
+a guard against mistakes, not a boundary (docs/approvals.md).
 """
 
 from __future__ import annotations

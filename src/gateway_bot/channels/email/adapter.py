@@ -1,10 +1,10 @@
 """The email channel as the core sees it: authenticate and parse a stored mail, answer it.
 
-An email thread is a conversation (key: the thread id in our Message-IDs and subject tags).
-A mail joins a thread by In-Reply-To, then References newest first, then the
-``[ID:xxxxxxxx]`` subject tag; otherwise it starts one. A thread belongs to its first
-sender: anyone else writing into it is, for the approval policy, a sender the allow rules
-have not admitted there (``room`` is the thread).
+An email thread is a conversation (key: the thread id in our Message-IDs and subject tags;
+``threads`` says which thread a mail joins). A thread belongs to its first sender: anyone
+else writing into it is, for the approval policy, a sender the allow rules have not
+admitted there (``room`` is the thread). What the agent reads of a mail is ``reading``'s
+text under ``agent_text``'s subject and notes.
 
 Unauthenticated mail (see ``auth``) is refused with AuthenticationError: the core logs it
 and never answers, since the From address is exactly what a forger chose.
@@ -30,12 +30,13 @@ in that thread whose authenticated sender is a linked address carries
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
+from collections.abc import Mapping
 from email.message import EmailMessage
 from email.utils import formataddr
 
-from gateway_bot.channels.email import compose, mime
+from gateway_bot.channels.email import compose, mime, models
+from gateway_bot.channels.email.agent_text import agent_text, reply_lines
 from gateway_bot.channels.email.auth import (
     Refused,
     check_dmarc,
@@ -47,15 +48,12 @@ from gateway_bot.channels.email.listener import CHANNEL, EmailListener
 from gateway_bot.channels.email.oauth import TokenSource
 from gateway_bot.channels.email.smtp import SmtpError, open_transaction
 from gateway_bot.channels.email.store import EmailStore
+from gateway_bot.channels.email.threads import thread_for
 from gateway_bot.config.channels import EmailChannelSettings
 from gateway_bot.core.channel import AuthenticationError, MailRequest
 from gateway_bot.core.fault_points import reached
-from gateway_bot.core.workspaces.inbox_files import (
-    InboxError,
-    InboxWriter,
-    safe_filename,
-    size_text,
-)
+from gateway_bot.core.workspaces.inbox_files import InboxError, InboxWriter, size_text
+from gateway_bot.domain.filenames import safe_filename
 from gateway_bot.domain.messages import (
     Attachment,
     InboundMessage,
@@ -82,8 +80,15 @@ each becomes a file in the agent's inbox."""
 class EmailAdapter:
     name = CHANNEL
 
-    def __init__(self, settings: EmailChannelSettings, database: Database) -> None:
+    def __init__(
+        self,
+        settings: EmailChannelSettings,
+        database: Database,
+        subaddress_models: Mapping[str, str] | None = None,
+    ) -> None:
+        """``subaddress_models``: the models a ``bot+NAME@`` address may ask for (``models``)."""
         self._settings = settings
+        self._models = dict(subaddress_models or {})
         self._store = EmailStore(database)
         self._tokens = TokenSource(settings) if settings.auth == "oauth2" else None
         self._listener = EmailListener(settings, self._store, self._tokens)
@@ -134,13 +139,7 @@ class EmailAdapter:
         if await self._store.first_mail_with(sender.address, own_id, key) != key:
             log.info("%s: another copy of %s was taken in already", sender.address, own_id)
             return None  # the core completes it as "nothing to act on"
-        # A mail parsed again (a retry, a restart) keeps the thread it was given; a new
-        # thread's key comes from the mail's bytes, so it is the same on every parse.
-        thread = (
-            await self._store.thread_of(own_id)
-            or await self._thread_of(message)
-            or hashlib.sha256(key.encode()).hexdigest()[:8]
-        )
+        thread = await thread_for(self._store, message, own_id, key)
         await self._store.remember_thread(own_id, thread)
         owner = await self._store.claim_thread(thread, sender.address)
         continues = await self._store.chat_conversation(thread, sender.address)
@@ -167,6 +166,15 @@ class EmailAdapter:
         if found is None:
             await self._send_once(f"too-deep:{raw.message_id}", context, TOO_DEEP, "", ())
             return None
+        subject_news = bool(str(message.get("Subject") or "").strip()) and (
+            await self._store.subject_is_new(thread, subject, own_id)
+        )
+        read = agent_text(found.body, subject if subject_news else None)
+        model, model_note = models.resolve(
+            mime.model_hint(mime.recipients_of(message), self._settings.address), self._models
+        )
+        notes = [*reply_lines(read.left_out).splitlines(), *([model_note] if model_note else [])]
+        context["notes"] = notes
         attachments = tuple(
             Attachment(
                 filename=part.filename,
@@ -181,12 +189,12 @@ class EmailAdapter:
             message_id=raw.message_id,
             sender_id=sender.address,
             sender_name=sender.name,
-            body=found.body,
+            body=read.text,
             conversation_key=thread,
             received_at=raw.received_at,
             channel_context=context,
             attachments=attachments,
-            model_hint=mime.model_hint(mime.recipients_of(message), self._settings.address),
+            model_hint=model,
             sender_allowed=continues is not None
             or (
                 owner == sender.address
@@ -210,21 +218,13 @@ class EmailAdapter:
         body = f"{text}\n\nThe answer will come as a reply to your mail."
         await self._send_once(f"ack:{task_id}", context, body, "", ())
 
-    async def _thread_of(self, message: EmailMessage) -> str | None:
-        for msgid in mime.references_newest_first(message):
-            ours = mime.thread_of_our_id(msgid)
-            if ours is not None and ours.isalnum():
-                return ours
-            known = await self._store.thread_of(msgid)
-            if known is not None:
-                return known
-        return mime.subject_tag(str(message.get("Subject") or ""))
-
     async def save_attachments(self, message: InboundMessage, inbox: InboxWriter) -> list[str]:
         saved: list[str] = []
         problems: list[str] = []
         limit = self._settings.max_attachment_bytes
-        parts: list[bytes] | None = None
+        # Each stored mail's parts, read once: a message can carry the files of earlier
+        # mails too (``core/intake/lone_files.py``), each attachment naming its own mail.
+        parts_of: dict[str, list[bytes]] = {}
         if len(message.attachments) > MAX_ATTACHMENTS:
             problems.append(
                 f"Your mail had {len(message.attachments)} attachments; only the first "
@@ -239,12 +239,13 @@ class EmailAdapter:
                 )
                 continue
             key, _, index = attachment.source_ref.rpartition("#")
+            parts = parts_of.get(key)
             if parts is None:
                 data = await self._store.raw(key)
                 if data is None:
                     problems.append(f"{name} is no longer stored and was not saved.")
                     continue
-                parts = await asyncio.to_thread(mime.all_part_bytes, data)
+                parts = parts_of[key] = await asyncio.to_thread(mime.all_part_bytes, data)
             try:
                 saved.append(await inbox.save(name, parts[int(index)]))
             except (InboxError, IndexError, ValueError) as exc:
@@ -279,6 +280,7 @@ class EmailAdapter:
         )
         text = request.text + ("\n\n" + " ".join(problems) if problems else "")
         subject = mime.base_subject(request.subject) or "(no subject)"
+        await self._store.subject_is_new(thread, subject, "")  # a reply keeping it: no news
         context: JsonDict = {
             "to": request.address,
             "subject": subject,
@@ -297,6 +299,9 @@ class EmailAdapter:
         text = reply.text
         if problems:
             text += "\n\n" + " ".join(problems)
+        notes = [str(note) for note in context.get("notes") or ()]
+        if notes:  # what could not be read, a model that was not taken: the sender hears
+            text += "\n\n" + "\n".join(notes)
         footer = reply.usage.summary() if reply.usage else ""
         await self._send_once(f"reply:{task_id}", context, text, footer, tuple(files))
 

@@ -1,29 +1,23 @@
-"""A raw mail turned into what the channel needs: its text, its threading references, its
-attachments, the model asked for by subaddress. Pure functions, no I/O.
-
-Text: text/html is preferred over text/plain (mail clients put the real formatting, and
-their quote markers, there), each part decoded with its declared charset (big5,
-iso-8859-1, windows-1252...); a charset Python does not know falls back to utf-8 with
-replacement characters rather than losing the mail.
-"""
+"""A raw mail turned into what the channel needs: its text (``reading``), its threading
+references, its attachments, the model asked for by subaddress. Pure functions, no I/O."""
 
 from __future__ import annotations
 
 import email
 import email.policy
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from email.message import EmailMessage, Message
 from email.parser import BytesParser
 
-from gateway_bot.channels.email.quotes import MAX_HTML_CHARS, html_to_text, plain_to_text
+from gateway_bot.channels.email import markers
+from gateway_bot.channels.email.reading import MailText, read_body, walk_parts
 
 _MSGID = re.compile(r"<[\x21-\x3b\x3d\x3f-\x7e]+>")  # printable ASCII: ids go out in headers
 _OUR_MSGID = re.compile(r"^<gwb\.([A-Za-z0-9]{6,32})\.[0-9]+@[^<>\s]+>$")  # as tags
 _SUBJECT_TAG = re.compile(r"\[ID:([A-Za-z0-9]{6,32})\]")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-_REPLY_PREFIX = re.compile(r"^\s*((re|fwd?|aw|sv|antw)\s*:\s*)+", re.IGNORECASE)
+_REPLY_PREFIX = re.compile(r"^\s*((re|fwd?|aw|sv|antw|wg|tr|rv|vs|odp)\s*:\s*)+", re.IGNORECASE)
 
 
 class TooDeep(Exception):
@@ -52,15 +46,16 @@ def parse_headers(raw: bytes) -> EmailMessage:
 
 @dataclass(frozen=True)
 class Contents:
-    body: str
+    body: MailText
     attachments: list[PartRef]
 
 
 def contents(message: EmailMessage) -> Contents:
-    """Text and attachments in one walk of the parts; TooDeep when walking them exhausts
-    the stack (an attached mail is re-serialised to measure it, a level per nesting)."""
+    """Text and attachments; TooDeep when walking them exhausts the stack (an attached
+    mail is re-serialised to measure it, a level per nesting)."""
     try:
-        return Contents(body_text(message), attachment_parts(message))
+        body = read_body(message, markers.is_forward_subject(str(message.get("Subject") or "")))
+        return Contents(body, attachment_parts(message, set(body.parts)))
     except RecursionError as exc:
         raise TooDeep from exc
 
@@ -76,67 +71,29 @@ class PartRef:
 
 
 def body_text(message: EmailMessage) -> str:
-    """The sender's new words: HTML preferred, quotes stripped (see ``quotes``). The body is
-    the one ``get_body`` finds, so a forwarded mail attached to this one is never read as
-    its text."""
-    body = message.get_body(preferencelist=("html", "plain"))
-    if body is None:
-        return ""
-    text = decode_text(body)
-    if body.get_content_subtype() != "html":
-        return plain_to_text(text)
-    if len(text) > MAX_HTML_CHARS:  # too big to convert: the sender's plain version if any
-        plain = message.get_body(preferencelist=("plain",))
-        if plain is not None:
-            return plain_to_text(decode_text(plain))
-    return html_to_text(text)
+    """The sender's words as the agent reads them (see ``reading``)."""
+    return read_body(message, markers.is_forward_subject(str(message.get("Subject") or ""))).text
 
 
-def decode_text(part: Message) -> str:
-    payload = part.get_payload(decode=True)
-    if not isinstance(payload, bytes):
-        return str(part.get_payload())
-    charset = part.get_content_charset() or "us-ascii"
-    for candidate in (charset, "utf-8"):
-        try:
-            return payload.decode(candidate, errors="replace")
-        except LookupError:
-            continue
-    return payload.decode("utf-8", errors="replace")
-
-
-def _parts(message: Message) -> Iterator[Message]:
-    """Every part in document order, without descending into attached mails (a
-    message/rfc822 part is one attachment, not a source of more)."""
-    yield message
-    if message.get_content_type() == "message/rfc822":
-        return
-    if message.is_multipart():
-        for part in message.get_payload():
-            if isinstance(part, Message):
-                yield from _parts(part)
-
-
-def _is_attachment(part: Message, body: Message | None) -> bool:
-    if part is body:
-        return False
+def _is_attachment(part: Message) -> bool:
+    """A file: an attached mail, or a part marked as an attachment or named (an unnamed
+    inline image is a signature logo, and no file the sender means)."""
     if part.get_content_type() == "message/rfc822":
         return True
     if part.is_multipart():
         return False
     disposition = (part.get_content_disposition() or "").lower()
-    return disposition == "attachment" or (
-        bool(part.get_filename()) and part.get_content_maintype() != "text"
-    )
+    return disposition == "attachment" or bool(part.get_filename())
 
 
-def attachment_parts(message: EmailMessage) -> list[PartRef]:
+def attachment_parts(message: EmailMessage, text_indexes: set[int] | None = None) -> list[PartRef]:
     """Files the sender attached (named inline images included; an attached mail as one
-    ``.eml`` file)."""
-    body = message.get_body(preferencelist=("html", "plain"))
+    ``.eml`` file); never a part read as the mail's text (``text_indexes``)."""
+    if text_indexes is None:
+        text_indexes = set(read_body(message, False).parts)
     found = []
-    for index, part in enumerate(_parts(message)):
-        if index == 0 or not _is_attachment(part, body):
+    for index, part in enumerate(walk_parts(message)):
+        if index == 0 or index in text_indexes or not _is_attachment(part):
             continue
         data = _bytes_of(part)
         default = f"attachment-{index}" + (
@@ -166,7 +123,7 @@ def _bytes_of(part: Message) -> bytes:
 def all_part_bytes(raw: bytes) -> list[bytes]:
     """Every walked part's bytes, by the index ``attachment_parts`` gave (one walk for all
     of a mail's attachments, not one per attachment)."""
-    return [_bytes_of(part) for part in _parts(parse_bytes(raw))]
+    return [_bytes_of(part) for part in walk_parts(parse_bytes(raw))]
 
 
 # -- threading ---------------------------------------------------------------------------
@@ -197,6 +154,11 @@ def thread_of_our_id(msgid: str) -> str | None:
 def subject_tag(subject: str) -> str | None:
     match = _SUBJECT_TAG.search(subject)
     return match.group(1) if match else None
+
+
+def is_reply_subject(subject: str) -> bool:
+    """``Re:``, ``AW:``, ``SV:``... in front: a reply, whose subject is its thread's."""
+    return bool(_REPLY_PREFIX.match(subject)) and not markers.is_forward_subject(subject)
 
 
 def base_subject(subject: str) -> str:

@@ -12,6 +12,8 @@
 - ``email_seen``: the first mail's key per (sender, Message-ID): a second copy is dropped.
 - ``email_chat_links``: threads ``/mail`` opened for a chat conversation, per address: a
   mail in such a thread from that address continues the chat conversation.
+- ``email_thread_subjects``: each thread's latest subject and the mail that set it (a
+  subject reaches the agent when it is news in its thread).
 - ``email_sends``: send intents. A reply's Message-ID is recorded before SMTP is dialled,
   ``sending`` once the server has all of the data but its end-of-data line (until then
   nothing can have been delivered, and an ``intended`` one is sent again), ``sent`` after
@@ -72,7 +74,7 @@ EMAIL_MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (sender, message_id)
     );
     """,
-    # 3: threads opened by /mail for a chat conversation, and for whom (issue 13).
+    # 3: threads opened by /mail for a chat conversation, and for whom (decision 0077).
     """
     CREATE TABLE email_chat_links (
         thread TEXT NOT NULL,
@@ -80,6 +82,15 @@ EMAIL_MIGRATIONS: tuple[str, ...] = (
         conversation_id TEXT NOT NULL,
         created_at DOUBLE PRECISION NOT NULL,
         PRIMARY KEY (thread, address)
+    );
+    """,
+    # 4: each thread's latest subject, and the mail that set it: the agent reads
+    # a subject when it says something new.
+    """
+    CREATE TABLE email_thread_subjects (
+        thread TEXT PRIMARY KEY,
+        subject TEXT NOT NULL,
+        set_by TEXT NOT NULL
     );
     """,
 )
@@ -204,6 +215,22 @@ class EmailStore:
         found = await self.thread_owner(thread)
         assert found is not None
         return found
+
+    async def subject_is_new(self, thread: str, subject: str, message_id: str) -> bool:
+        """Whether ``subject`` (prefixes and tag removed) is news in ``thread``: the thread's
+        first, or another than the last one seen, or set by this very mail (a parse again
+        after a restart reads it as the first parse did). It becomes the thread's subject."""
+        row = await self._db.fetch_one(
+            "SELECT subject, set_by FROM email_thread_subjects WHERE thread=?", (thread,)
+        )
+        if row is not None and str(row[0]) == subject:
+            return str(row[1]) == message_id
+        await self._db.write(
+            "INSERT INTO email_thread_subjects (thread, subject, set_by) VALUES (?, ?, ?)"
+            " ON CONFLICT (thread) DO UPDATE SET subject=excluded.subject, set_by=excluded.set_by",
+            (thread, subject, message_id),
+        )
+        return True
 
     async def link_chat(self, thread: str, address: str, conversation_id: str) -> None:
         """``thread`` continues ``conversation_id`` for mail from ``address`` (the first

@@ -67,6 +67,7 @@ class InboundParser:
                 inviter_id=str(raw.payload["inviter"]),
                 inviter_name=str(raw.payload.get("inviter_name") or raw.payload["inviter"]),
                 received_at=raw.received_at,
+                is_direct=raw.payload.get("direct") is True,
             )
         event: JsonDict = raw.payload["event"]
         sender = str(event.get("sender", raw.sender))

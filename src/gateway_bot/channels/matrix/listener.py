@@ -296,7 +296,8 @@ class MatrixListener:
             # A stranger's "direct" flag is not believed: a room marked direct engages the
             # bot with every message, so an owner who lets the bot join a stranger's group
             # would have its chatter carded and its allowed members' every line run. A real
-            # two-person room counts as direct by its members anyway.
+            # two-person room counts as direct by its members anyway. The claim goes to the
+            # owner's card only, as a request to talk: Join then admits the inviter too.
             await self._accept(
                 RawMessage(
                     channel=self._channel,
@@ -307,6 +308,7 @@ class MatrixListener:
                     payload={
                         "kind": "invite",
                         "room_id": room_id,
+                        "direct": direct,
                         **invite_details(invite_state, inviter),
                     },
                     received_at=time.time(),

@@ -121,8 +121,10 @@ class SlackAdapter:
         )
 
     async def _parse_click(self, raw: RawMessage, body: dict[str, Any]) -> Decision:
-        team = str((body.get("team") or {}).get("id") or "")
-        clicker = body.get("user") or {}
+        if (problem := events.click_problem(body)) is not None:
+            raise AuthenticationError(raw.sender or "unknown", f"not a button click: {problem}")
+        team = str(body["team"].get("id") or "")
+        clicker = body["user"]
         foreign = foreign_team([team, str(clicker.get("team_id") or "")], self._settings)
         if foreign is not None or not team:
             raise AuthenticationError(raw.sender, f"click from another workspace ({foreign})")
@@ -137,6 +139,7 @@ class SlackAdapter:
             decider_id=user.id,
             decider_name=user.name,
             decided_at=float(action.get("action_ts") or raw.received_at),
+            where=events.click_place(body),
         )
 
     async def _parse_added(self, raw: RawMessage, event: dict[str, Any]) -> RoomInvite:
@@ -247,6 +250,23 @@ class SlackAdapter:
 
     async def send_rejection(self, context: JsonDict, text: str) -> None:
         await self._post_mrkdwn(context, f":no_entry_sign: {render.to_mrkdwn(text)}")
+
+    async def send_notice(self, context: JsonDict, text: str) -> None:
+        """News (a scheduled run starting): the information sign, where a refusal has the
+        prohibited one."""
+        await self._post_mrkdwn(context, f":information_source: {render.to_mrkdwn(text)}")
+
+    async def tell_decider(self, decision: Decision, text: str) -> None:
+        """An ephemeral message: only the person who pressed sees it, where they pressed."""
+        channel = str(decision.where.get("channel") or "")
+        if not channel:
+            return
+        await self._client.chat_postEphemeral(
+            channel=channel,
+            user=decision.decider_id,
+            thread_ts=decision.where.get("thread_ts") or None,
+            text=render.notice(":no_entry_sign:", text),
+        )
 
     async def send_card(self, context: JsonDict, card: Card) -> str:
         channel = str(context["channel"])

@@ -106,16 +106,49 @@ def conversation_key(team_id: str, event: JsonDict) -> str:
     return f"{team_id}:{event['channel']}:{thread_root(event)}"
 
 
+def click_problem(body: JsonDict) -> str | None:
+    """Why a ``block_actions`` payload is not a click this module can read, or None.
+
+    Checked before anything reads it: a field of the wrong type would raise in the
+    listener, Bolt would answer 500, the envelope would stay unacknowledged and Slack would
+    deliver it again, failing the same way, for ever."""
+    for key in ("user", "team", "container"):
+        if not isinstance(body.get(key), dict):
+            return f"its {key!r} is not an object"
+    if not isinstance(body["user"].get("id"), str):
+        return "its user has no id"
+    actions = body.get("actions")
+    if not isinstance(actions, list) or not actions or not isinstance(actions[0], dict):
+        return "it has no action"
+    return None
+
+
 def action_message_id(body: JsonDict) -> str:
-    """A button press: the same click redelivered keeps its id, a second click does not."""
-    team = str((body.get("team") or {}).get("id", ""))
-    user = str((body.get("user") or {}).get("id", ""))
-    action = (body.get("actions") or [{}])[0]
-    container = body.get("container") or {}
+    """A button press: the same click redelivered keeps its id, a second click does not.
+    ``body`` passed ``click_problem``."""
+    team = str(body["team"].get("id", ""))
+    user = str(body["user"]["id"])
+    action = body["actions"][0]
+    container = body["container"]
     where = f"{container.get('channel_id', '')}:{container.get('message_ts', '')}"
     return (
         f"{team}:action:{where}:{user}:{action.get('action_id', '')}:{action.get('action_ts', '')}"
     )
+
+
+def click_place(body: JsonDict) -> JsonDict:
+    """Where a click happened (channel, thread), to tell the clicker something there."""
+    container = body.get("container")
+    message = body.get("message")
+    if not isinstance(container, dict):
+        return {}
+    thread = container.get("thread_ts") or (
+        message.get("thread_ts") if isinstance(message, dict) else None
+    )
+    place: JsonDict = {"channel": str(container.get("channel_id") or "")}
+    if _is_ts(thread):
+        place["thread_ts"] = thread
+    return place
 
 
 _LINK = re.compile(r"<([^<>|]+)(?:\|([^<>]*))?>")

@@ -341,7 +341,7 @@ class SlackListener:
         listen_all = self._settings.listen == "all"
         if not events.should_submit(event, bot_user_id, False, listen_all=listen_all):
             # Only an un-mentioned reply in a channel thread needs the threads table: a
-            # DM or a mention goes in without that read before its commit (issue 19).
+            # DM or a mention goes in without that read before its commit (decision 0104).
             in_thread = events.is_thread_reply(event) and await self._records.in_thread(
                 team, event["channel"], events.thread_root(event)
             )
@@ -367,11 +367,17 @@ class SlackListener:
 
     async def _on_click(self, body: dict[str, Any], ack: AsyncAck) -> None:
         await self._caught_up.wait()
+        problem = events.click_problem(body)
+        if problem is not None:
+            # Acked and dropped: it fails the same way every time Slack would redeliver it.
+            log.warning("ignored a Slack click: %s", problem)
+            await ack()
+            return
         await self._submit_or_raise(
             RawMessage(
                 channel=CHANNEL,
                 message_id=events.action_message_id(body),
-                sender=str((body.get("user") or {}).get("id", "")),
+                sender=str(body["user"]["id"]),
                 payload={"kind": "click", "body": body},
                 received_at=time.time(),
             )

@@ -3,6 +3,7 @@
 from gateway_bot.cli.commands import (  # noqa: F401
     approvals,
     check,
+    down,
     image,
     install_service,
     matrix,

@@ -15,12 +15,17 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also run the canary: prove from inside that the sandbox confines the agent",
     )
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 2 also on a warning or note `run` would refuse to start on",
+    )
 
 
 def _run(args: argparse.Namespace) -> int:
     from gateway_bot.cli.check import run_check
 
-    return run_check(args.config, canary=args.sandbox)
+    return run_check(args.config, canary=args.sandbox, strict=args.strict)
 
 
 register("check", "validate a config and the agent set-up", _arguments, _run)

@@ -22,7 +22,7 @@ def _run(args: argparse.Namespace) -> int:
     config = operator_config(args.config)
     if config is None:
         return EXIT_CONFIG
-    return run_status(config.state_dir, as_json=args.json, state_url=config.state.url)
+    return run_status(config, as_json=args.json)
 
 
 register("status", "channels, containers, tasks and approvals of a deployment", _arguments, _run)

@@ -1,4 +1,4 @@
-"""Action approvals (issue 20): the agent (or the egress proxy on its behalf) asks before an
+"""Action approvals (decision 0087): the agent (or the egress proxy on its behalf) asks before an
 action the policy says to ask about, and a person answers with a card's button in the
 conversation where the agent works.
 
@@ -336,6 +336,13 @@ class ActionApprovals:
             return future.result()
         record = await self._records.get(code)
         return decision_of(record) if record is not None else ActionDecision(False, reason, None)
+
+    @property
+    def who_may_decide(self) -> str:
+        """Who may decide its cards, in words for a person whose press was refused."""
+        if self._deciders is Deciders.OWNERS:
+            return "an owner or admin"
+        return "an owner or admin, the person whose message asked, or a member an owner admitted"
 
     async def _may_decide(self, record: ActionApprovalRecord, channel: str, who: str) -> bool:
         if self._access.may_decide(channel, who):

@@ -1,5 +1,5 @@
 """``agent.budget_usd``: a conversation asks before the turn that would take it past its
-budget (issue 20). What a turn will cost is not known before it runs: the last turn's cost
+budget (decision 0087). What a turn will cost is not known before it runs: the last turn's cost
 stands in for it, so the question comes before the turn that would likely cross the line
 (and before every turn once the budget is spent). "Always in this conversation" on that
 card lets this conversation spend past this budget without asking again."""

@@ -1,4 +1,4 @@
-"""What people read on an action approval card (issue 20), pending and closed.
+"""What people read on an action approval card (decision 0087), pending and closed.
 
 The card shows exactly what would run (the command or file verbatim in a code block: the
 agent wrote it, so no markdown in it is rendered), the working directory and the rule that
@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime
 from zoneinfo import ZoneInfo
 
-from gateway_bot.core.admission.cards import plain, preview
+from gateway_bot.core.admission.cards import code_span, plain, preview
 from gateway_bot.domain.messages import Button, Card
 from gateway_bot.state.action_approvals_store import (
     ABANDONED,
@@ -83,7 +83,7 @@ def pending_card(request: ActionApprovalRecord, *, buttons: bool) -> Card:
     return Card(
         title=f"{asks}: {_shorten(plain(request.summary), 80)}",
         body=(
-            f"{preview(request.details)}\n\nAsked by the rule `{plain(request.rule)}`. "
+            f"{preview(request.details)}\n\nAsked by the rule {code_span(request.rule)}. "
             f"Nothing runs unless someone who may decide allows it. {how}"
         ),
         buttons=(

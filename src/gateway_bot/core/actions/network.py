@@ -1,4 +1,4 @@
-"""The egress proxy's held requests as action approvals (issue 20, layer 2's card).
+"""The egress proxy's held requests as action approvals (decision 0086, layer 2's card).
 
 The sandbox holds a request an egress ``ask`` rule matches and asks one callable (its
 ``EgressAsk``, ``sandbox/egress/held.py``) with a ``HeldRequest``; ``network_asker`` is that

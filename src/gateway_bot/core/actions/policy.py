@@ -6,8 +6,8 @@ subshells, so ``cd x && git push`` meets ``git push*``. Leading variable assignm
 the usual wrappers (``sudo``, ``env``, ``command``, ``exec``, ``nohup``, ``time``) are
 dropped, and ``bash -c '...'`` / ``sh -c '...'`` is parsed inside. A glob or regex is also
 tried against the whole command line. This is a guard against mistakes, not a boundary:
-the agent can always write a script that runs git under another name (README, "Action
-approvals"); the egress proxy's rules are the boundary.
+the agent can always write a script that runs git under another name (docs/approvals.md);
+the egress proxy's rules are the boundary.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A task's action approvals in its timeline (issue 20): what was asked, by which rule, who
+"""A task's action approvals in its timeline (decision 0087): what was asked, by which rule, who
 decided what and when, and whose presses were refused."""
 
 from __future__ import annotations

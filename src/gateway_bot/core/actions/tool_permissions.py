@@ -1,4 +1,4 @@
-"""One task's answers to its agent's tool calls (issue 20): the policy decides, and where it
+"""One task's answers to its agent's tool calls (decision 0087): the policy decides, and where it
 says ``ask`` a person does, through ``ActionApprovals.ask`` (a card in the conversation).
 
 AskUserQuestion comes the same way: each question with its options becomes a card, and the

@@ -18,6 +18,11 @@ from gateway_bot.domain.messages import Button, Card
 from gateway_bot.domain.records import ApprovalRecord, ApprovalState
 
 _ACTION_PREFIX = "approval"
+SENDER, ROOM, DIRECT = "sender", "room", "direct"
+"""An approval's kinds: an unknown sender's held messages; an invitation into a room; an
+invitation to a direct chat (a request to talk: Join admits the inviter there too, where a
+room's Join admits nobody, its people's messages ask again)."""
+INVITES = frozenset({ROOM, DIRECT})
 SHOWN_MESSAGES = 3
 """A flood of messages is one card quoting the first few, not a card (or a quote) each. No
 more than a conversation queues by default (one running, three waiting), so what Allow
@@ -81,6 +86,17 @@ def plain(text: str) -> str:
     return _MARKDOWN_PUNCTUATION.sub(r"\\\1", text)
 
 
+def code_span(text: str) -> str:
+    """``text`` as inline code, literal: nothing in a code span renders (no link, no
+    emphasis) and backslashes are not escapes there, so it is not ``plain``-escaped (a rule
+    ``git push*`` showed as ``git push\\*``); fenced with one backtick more than its longest
+    run of them, hidden characters dropped as ``plain`` does."""
+    text = " ".join(_HIDDEN.sub("", text).split())
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
 _MARKDOWN_ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")
 
 
@@ -131,7 +147,19 @@ def pending_card(approval: ApprovalRecord, held: HeldSummary, *, buttons: bool =
     """The card asking an owner; ``buttons`` False makes the text card of a channel without
     buttons, which says what to reply instead."""
     where = room_label(approval.room_title, approval.room)
-    if approval.kind == "room":
+    if approval.kind == DIRECT:
+        who = f"{plain(approval.sender_name)} ({plain(approval.sender_id)})"
+        return Card(
+            title=f"Direct chat from {plain(approval.sender_name)}",
+            body=(
+                f"{who} invited the bot to a direct chat, {where} ({approval.channel}). "
+                f"Join and allow: the bot joins and {plain(approval.sender_name)} may use it "
+                "there, in one decision. Ignore: it declines. "
+                + _how_to_decide(approval.code, "join and allow", "ignore", buttons)
+            ),
+            buttons=_buttons(approval.code, "Join and allow", "Ignore") if buttons else (),
+        )
+    if approval.kind == ROOM:
         return Card(
             title=f"Invitation to {where}",
             body=(
@@ -172,7 +200,12 @@ def decided_card(approval: ApprovalRecord, timezone: str, outcome: Outcome | Non
     at = f"{when:%Y-%m-%d %H:%M} {timezone}"
     if approval.state is ApprovalState.EXPIRED:
         outcome_text = f"Expired at {at}; the held messages were dropped."
-    elif approval.kind == "room":
+    elif approval.kind == DIRECT and approval.state is ApprovalState.ALLOWED:
+        outcome_text = (
+            f"Joined by {approval.decided_by} at {at}; {plain(approval.sender_name)} may use "
+            "the bot there."
+        )
+    elif approval.kind in INVITES:
         verb = "Joined" if approval.state is ApprovalState.ALLOWED else "Ignored"
         outcome_text = f"{verb} by {approval.decided_by} at {at}."
     else:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from gateway_bot.config.access import AccessSettings, SenderPolicy
 from gateway_bot.core.admission.card_posting import CARD_REFRESH_S, CardPosting
-from gateway_bot.core.admission.cards import Outcome, preview, room_label
+from gateway_bot.core.admission.cards import DIRECT, INVITES, ROOM, Outcome, preview, room_label
 from gateway_bot.core.channel import ChannelAdapter, RoomInvitations
 from gateway_bot.core.commands.revoke import revoke_approval
 from gateway_bot.core.retries import DEFAULT_POLICY, RetryPolicy
@@ -150,7 +150,7 @@ class Gatekeeper:
                     sender_name=invite.inviter_name,
                     preview="",
                     expires_at=time.time() + self._access.approval_expiry_hours * 3600,
-                    kind="room",
+                    kind=DIRECT if invite.is_direct else ROOM,
                 )
             await approvals.hold(pending.code, task.id)
             if pending.card_ref is None:
@@ -227,8 +227,8 @@ class Gatekeeper:
             assert decided is not None
             held = await approvals.held_tasks(code)
             outcome = None
-            if approval.kind == "room":
-                await self._settle_invite(approval, state, held)
+            if approval.kind in INVITES:
+                await self._settle_invite(approval, state, held, decider_id)
             elif state is ApprovalState.ALLOWED:
                 shown = await approvals.shown_tasks(code)
                 unseen = [task_id for task_id in held if task_id not in shown]
@@ -243,7 +243,9 @@ class Gatekeeper:
                 await self._drop(held, f"denied by {decider_id}")
             await self._posts.close_decided(decided, outcome)
         where = room_label(approval.room_title, approval.room)
-        if approval.kind == "room":
+        if approval.kind == DIRECT and state is ApprovalState.ALLOWED:
+            return f"Joined {where} and allowed {approval.sender_name} there."
+        if approval.kind in INVITES:
             verb = "Joined" if state is ApprovalState.ALLOWED else "Ignored the invite to"
             return f"{verb} {where}."
         if outcome is None:
@@ -260,9 +262,15 @@ class Gatekeeper:
         )
 
     async def _settle_invite(
-        self, approval: ApprovalRecord, state: ApprovalState, held: list[str]
+        self, approval: ApprovalRecord, state: ApprovalState, held: list[str], decider_id: str
     ) -> None:
         adapter = self._adapters.get(approval.channel)
+        if approval.kind == DIRECT and state is ApprovalState.ALLOWED:
+            # A direct invite is a request to talk: one decision joins and admits them
+            # (before the join, so their first message there finds them a member).
+            await self._store.approvals.add_member(
+                approval.channel, approval.room, approval.sender_id, decider_id
+            )
         if isinstance(adapter, RoomInvitations):
             if state is ApprovalState.ALLOWED:
                 await adapter.join_room(approval.room)

@@ -61,7 +61,7 @@ class ChatCommands:
         self._new_conversation = new_conversation
         self._workspaces = workspaces
         self.action_approvals: ActionApprovals | None = None
-        """Set by the service when action approvals are on (issue 20)."""
+        """Set by the service when action approvals are on (decision 0087)."""
 
     async def reply(
         self,

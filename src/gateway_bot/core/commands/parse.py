@@ -47,22 +47,25 @@ class CommandName(enum.Enum):
     RULES = "rules"
 
 
-HELP_TEXT = (
-    "Commands: /stop (cancel the running task), /status (running task and queue), "
-    "/new (start a fresh conversation), /model NAME (model for a new session: now if none "
-    "started yet, else from the next /new), /agent NAME (agent CLI for a new session, "
-    "likewise), /diff (the agent's changes not pushed yet), "
-    "/approve CODE and /deny CODE (owners and admins: decide an approval card; also the "
-    "person the agent answered: its schedule request), "
-    "/revoke USER [everywhere | ROOM] (owners: take back an approval), "
-    '/schedule [TZ=Zone] WHEN PROMPT (WHEN: a quoted cron rule "0 9 * * 1-5" or a phrase '
-    "such as every weekday at 9:00, in 2 hours, tomorrow at 7:15), /schedules, "
-    "/unschedule ID, /pause ID, /resume ID, "
-    "/mail (send the latest reply to your address; a reply to it continues here), "
-    "/allow CODE [always], /deny CODE [REASON] and /answer CODE TEXT (an action the agent "
-    "asks to run, or its question), /rules (what this conversation allowed always), /help. "
-    "`!` works instead of `/`."
-)
+HELP_TEXT = """Commands (`!` works instead of `/`):
+- `/stop`: cancel the running task
+- `/status`: the running task and the queue
+- `/new`: start a fresh conversation
+- `/model NAME`: the model for a new session (now if none started yet, else from the next `/new`)
+- `/agent NAME`: the agent CLI for a new session, likewise
+- `/diff`: the agent's changes not pushed yet
+- `/approve CODE`, `/deny CODE`: decide an approval card (owners and admins; also the person \
+the agent answered: its schedule request)
+- `/revoke USER [everywhere | ROOM]`: take back an approval (owners)
+- `/schedule [TZ=Zone] WHEN PROMPT`: WHEN is a quoted cron rule `"0 9 * * 1-5"` or a phrase \
+such as every weekday at 9:00, in 2 hours, tomorrow at 7:15
+- `/schedules`, `/unschedule ID`, `/pause ID`, `/resume ID`: list and change schedules
+- `/mail`: send the latest reply to your address (a reply to it continues here)
+- `/allow CODE [always]`, `/deny CODE [REASON]`, `/answer CODE TEXT`: an action the agent \
+asks to run, or its question
+- `/rules`: what this conversation allowed always
+- `/help`: this list"""
+"""One command a line (a list in every channel that renders markdown, the console too)."""
 
 _COMMAND = re.compile(r"^[/!]([A-Za-z][A-Za-z-]*)(?:\s+(.*))?$", re.DOTALL)
 

@@ -24,7 +24,7 @@ from gateway_bot.core.channel import ChannelAdapter, ProgressDisplay
 from gateway_bot.core.fault_points import reached
 from gateway_bot.core.jobs import Jobs
 from gateway_bot.core.retries import DEFAULT_POLICY, RetryPolicy, call_channel
-from gateway_bot.domain.lifecycle import CompletionReason, TaskState
+from gateway_bot.domain.lifecycle import CompletionReason, TaskKind, TaskState
 from gateway_bot.domain.messages import InboundMessage, Progress, Reply
 from gateway_bot.domain.records import TaskRecord
 from gateway_bot.state.store import Store
@@ -114,12 +114,14 @@ class ReplyDelivery:
         text: str,
         reason: CompletionReason,
         files: tuple[str, ...] = (),
+        kind: TaskKind | None = None,
     ) -> None:
         """Reply without queueing (commands, refusals). The reply is stored here, where the
         caller may hold the intake lock, and sent by a job of its own: a channel that is slow
         or failing never holds up the messages behind this one. ``files`` are host paths in
-        the task's sent/ directory (a long /diff)."""
-        await self._store.transition(task.id, TaskState.EXECUTING, parsed=message)
+        the task's sent/ directory (a long /diff). ``kind``: COMMAND for a command's answer
+        (kept apart from agent tasks in lists, charts and metrics)."""
+        await self._store.transition(task.id, TaskState.EXECUTING, parsed=message, kind=kind)
         reply = Reply(text=text, files=files, is_error=reason is not CompletionReason.SUCCESS)
         await self._store.record_reply(task.id, reply)
         self._jobs.spawn(self._send(task.id, message, reply, reason), name=f"answer-{task.id}")

@@ -36,13 +36,19 @@ from gateway_bot.core.workspaces.inbox_files import InboxWriter, candidate_names
 from gateway_bot.domain.lifecycle import CompletionReason
 from gateway_bot.domain.messages import InboundMessage, Reply, Usage
 from gateway_bot.domain.records import ConversationRecord
-from gateway_bot.sandbox.base import REPO_CONTAINERFILE_PATH, Sandbox
+from gateway_bot.sandbox.base import REPO_CONTAINERFILE_PATH, Sandbox, SandboxPreparationFailed
 from gateway_bot.sandbox.context_files import ContextFiles, WorkspaceSetupFailed
 from gateway_bot.sandbox.disk_usage import DiskUsage, combined, measure
 from gateway_bot.sandbox.egress.allowlist import ALLOWLIST_PATH, parse_allowlist
 from gateway_bot.state.store import Store
 
 log = logging.getLogger(__name__)
+
+PREPARE_ATTEMPTS = 3
+PREPARE_WAIT_S = 1.0
+"""A sandbox that failed to get ready in a way nobody foresaw (``SandboxPreparationFailed``:
+nothing of the task ran) is tried again after 1 s, then 2 s, before the failure is shown: a
+container another task stopped or changed a moment earlier is found as it is now."""
 
 
 @dataclass(frozen=True)
@@ -90,7 +96,7 @@ class TaskExecutor:
         self.ask_action: AskAction | None = None
         self.budget_usd: float | None = None
         """``agent.budget_usd``: ask (through ``ask_action``) before a turn past it."""
-        """Action approvals (issue 20): set by the daemon once the service that cards the
+        """Action approvals (decision 0087): set by the daemon once the service that cards the
         conversations exists; with both, the agent's tool calls are asked of the daemon."""
 
     async def execute(
@@ -173,6 +179,20 @@ class TaskExecutor:
             await on_event(event)
 
         async def run_agent(request: AgentRequest) -> AgentOutcome | Stalled | DiskUsage:
+            for attempt in range(1, PREPARE_ATTEMPTS + 1):
+                try:
+                    return await run_once(request)
+                except SandboxPreparationFailed as exc:
+                    if attempt == PREPARE_ATTEMPTS:
+                        raise
+                    log.warning(
+                        "task %s: %s; trying again (%d of %d)",
+                        task_id, exc, attempt + 1, PREPARE_ATTEMPTS,
+                    )  # fmt: skip
+                    await asyncio.sleep(PREPARE_WAIT_S * attempt)
+            raise AssertionError("unreachable")
+
+        async def run_once(request: AgentRequest) -> AgentOutcome | Stalled | DiskUsage:
             watch = StallWatch(self._defaults.stall_s)
             if policy is not None and self.ask_action is not None:
                 permissions = ConversationToolPermissions(

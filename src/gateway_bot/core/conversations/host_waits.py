@@ -1,4 +1,4 @@
-"""A task whose sandbox host does not answer (issue 18): it is kept (PENDING, first in its
+"""A task whose sandbox host does not answer (decision 0088): it is kept (PENDING, first in its
 lane, re-run after a restart too) and never run elsewhere; its sender is told once; between
 tries a pause stands in for the run, so /status shows why it waits and /stop can end it.
 

@@ -38,6 +38,9 @@ def build_prompt(
         # look for them, nor take "see the attached file" for a file it has.
         names = ", ".join(" ".join(a.filename.split()) for a in message.attachments)
         lines.append(f"[The sender attached files that did not reach you: {names}]")
+    if message.attachments and not message.body.strip():
+        # Files sent alone (``core/intake/lone_files.py``: no words followed in time).
+        lines.append("[Only files arrived: the sender wrote nothing with them]")
     return "\n".join(lines) + "\n\n" + message.body
 
 

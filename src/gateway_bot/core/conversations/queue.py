@@ -104,6 +104,11 @@ class Scheduler:
         when schedules are on: ``core/schedules/proposals.py``)."""
 
     @property
+    def notices(self) -> QueueNotices:
+        """Best-effort sends in jobs of their own (routing tells a refused decider why)."""
+        return self._notices
+
+    @property
     def running_tasks(self) -> Mapping[str, RunningTask]:
         """Conversation id -> its running task (a live view, read by the chat commands)."""
         return self._running
@@ -128,7 +133,7 @@ class Scheduler:
         """The task's message is committed but not yet on disk (``on_disk`` says when it
         is): ``queue`` waits for that before the task joins its lane, so no person hears
         of a message a power cut could still take (no acknowledgement, refusal or run), and
-        a task killed before it is on disk is at most being routed (issue 19)."""
+        a task killed before it is on disk is at most being routed (decision 0098)."""
         self._disk.hold(task_id, on_disk)
 
     async def queue(self, task: TaskRecord, message: InboundMessage, conversation_id: str) -> None:

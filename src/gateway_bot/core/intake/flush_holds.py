@@ -1,5 +1,5 @@
 """Messages committed but not yet known to be on disk, held back from their lanes and
-from every notice until they are (issue 19: group commit).
+from every notice until they are (decision 0098: group commit).
 
 A message's flush can fail (a disk error; on PostgreSQL a connection lost during the
 synchronous commit), or its ``submit`` can be cancelled while it waits. The hold then stays

@@ -64,7 +64,7 @@ class Intake:
     async def submit(self, raw: RawMessage) -> bool:
         """Durably accept a message. Returns True once it is safe to ack at the source.
 
-        Taking it in starts once it is committed, while its flush runs (issue 19); what a
+        Taking it in starts once it is committed, while its flush runs (decision 0098); what a
         person sees of it (acknowledgement, refusal) waits for the flush
         (``Scheduler.hold_notices``), as the ack at the source waits for this return."""
         if raw.channel not in self._adapters:

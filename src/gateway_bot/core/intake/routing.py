@@ -23,22 +23,32 @@ from gateway_bot.core.actions.cards import parse_action_id
 from gateway_bot.core.admission.cards import parse_approval_action
 from gateway_bot.core.admission.engagement import engages, is_blank
 from gateway_bot.core.admission.gate import Gatekeeper
-from gateway_bot.core.channel import AuthenticationError, ChannelAdapter, SenderRecheck
+from gateway_bot.core.channel import (
+    AuthenticationError,
+    ChannelAdapter,
+    SenderRecheck,
+    TellsDecider,
+)
 from gateway_bot.core.commands.effects import ChatCommands
 from gateway_bot.core.commands.mail import ConversationMailer
 from gateway_bot.core.commands.parse import Command, CommandName, UnknownCommand, parse_command
 from gateway_bot.core.conversations.delivery import ReplyDelivery
 from gateway_bot.core.conversations.queue import Scheduler
 from gateway_bot.core.intake.intake import AfterLock
+from gateway_bot.core.intake.lone_files import LoneFiles
 from gateway_bot.core.retries import is_transient
 from gateway_bot.core.schedules.proposals import ScheduleProposals, parse_proposal_action
 from gateway_bot.core.schedules.runner import ScheduleRunner
-from gateway_bot.domain.lifecycle import CompletionReason, TaskState
+from gateway_bot.domain.lifecycle import CompletionReason, TaskKind, TaskState
 from gateway_bot.domain.messages import Decision, InboundMessage, RoomInvite
 from gateway_bot.domain.records import ContextLine, ConversationRecord, TaskRecord
 from gateway_bot.state.store import Store
 
 log = logging.getLogger(__name__)
+
+COMMAND = TaskKind.COMMAND
+"""What commands, card decisions and typed answers are recorded as (apart from agent
+tasks in the operator's lists, charts and metrics)."""
 
 
 @dataclasses.dataclass
@@ -56,6 +66,7 @@ class Router:
     schedules: ScheduleRunner | None
     _proposals: ScheduleProposals | None
     action_approvals: ActionApprovals | None
+    _lone_files: LoneFiles
     _diffs: defaultdict[str, asyncio.Lock] = dataclasses.field(
         default_factory=lambda: defaultdict(asyncio.Lock)
     )
@@ -134,7 +145,7 @@ class Router:
     ) -> None:
         reply = await self._commands.reply(conversation, message, command, task.id)
         await self._replies.answer_now(
-            task, message, reply.text, CompletionReason.SUCCESS, files=reply.files
+            task, message, reply.text, CompletionReason.SUCCESS, files=reply.files, kind=COMMAND
         )
 
     async def release_held(self, task_id: str) -> None:
@@ -159,7 +170,9 @@ class Router:
             command = parse_command(message.body)
         except UnknownCommand as exc:
             if trusted:
-                await self._replies.answer_now(task, message, str(exc), CompletionReason.REJECTED)
+                await self._replies.answer_now(
+                    task, message, str(exc), CompletionReason.REJECTED, kind=COMMAND
+                )
             else:
                 await self._drop_untrusted(task, message, "command")
             return None
@@ -182,7 +195,9 @@ class Router:
         if trusted and started is not None and self.action_approvals is not None:
             answered = await self.action_approvals.answer_reply(started.id, message)
             if answered is not None:
-                await self._replies.answer_now(task, message, answered, CompletionReason.SUCCESS)
+                await self._replies.answer_now(
+                    task, message, answered, CompletionReason.SUCCESS, kind=COMMAND
+                )
                 return None
         if not engages(message, room, started is not None):
             if room.ignored is IgnoredMessages.ACCUMULATE and trusted:
@@ -210,7 +225,17 @@ class Router:
             return None
         if not (await self._gate.admit(task, message)).admitted:
             return None
-        await self._queue_engaging(task, message)
+        gathered = self._lone_files.gather(task.id, message)
+        if gathered.message is None:
+            return None  # only files: they wait (AUTHENTICATING) for the words about them
+        await self._queue_engaging(task, gathered.message)
+        for joined in gathered.joined:
+            await self._store.transition(
+                joined,
+                TaskState.COMPLETED,
+                reason=CompletionReason.SUCCESS,
+                error=f"its files went with task {task.id}",
+            )
         return None
 
     async def _route_scheduled(self, task: TaskRecord, message: InboundMessage) -> None:
@@ -254,15 +279,19 @@ class Router:
         proposed = parse_proposal_action(decision.action_id)
         action = parse_action_id(decision.action_id)
         reply = None
+        who_may = None
         if action is not None and self.action_approvals is not None:
+            who_may = self.action_approvals.who_may_decide
             reply = await self.action_approvals.decide(
                 decision.channel, decision.decider_id, decision.decider_name, *action
             )
         elif proposed is not None and self._proposals is not None:
+            who_may = "the person who asked for it or an owner or admin"
             reply = await self._proposals.decide(
                 decision.channel, decision.decider_id, decision.decider_name, *proposed
             )
         elif parsed is not None:
+            who_may = "an owner or admin"
             reply = await self._gate.decide(
                 decision.channel, decision.decider_id, decision.decider_name, *parsed
             )
@@ -270,7 +299,24 @@ class Router:
             log.warning("unknown card action %r by %s", decision.action_id, decision.decider_id)
         reason = CompletionReason.SUCCESS if reply else CompletionReason.UNAUTHORIZED
         await self._store.transition(
-            task.id, TaskState.COMPLETED, reason=reason, error=None if reply else "decision ignored"
+            task.id,
+            TaskState.COMPLETED,
+            reason=reason,
+            error=None if reply else "decision ignored",
+            kind=COMMAND,
+        )
+        if reply is None and who_may is not None:
+            self._tell_refused(decision, f"Only {who_may} can decide this card: nothing changed.")
+
+    def _tell_refused(self, decision: Decision, text: str) -> None:
+        """The refused presser alone hears why (best effort, after the refusal is recorded):
+        without a word, a press that changes nothing looks like a bot that is broken."""
+        adapter = self._adapters[decision.channel]
+        if not isinstance(adapter, TellsDecider):
+            return
+        self._scheduler.notices.tell(
+            f"{decision.channel}: telling {decision.decider_id} their press was refused",
+            lambda: adapter.tell_decider(decision, text),
         )
 
     async def _queue_message(self, task: TaskRecord, message: InboundMessage) -> None:

@@ -29,7 +29,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 
 from gateway_bot.config.access import ScheduleLimits
-from gateway_bot.core.channel import ChannelAdapter
+from gateway_bot.core.channel import ChannelAdapter, send_news
 from gateway_bot.core.schedules.rules import Rule, prompt_preview, show_time, slots_until
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState
 from gateway_bot.domain.messages import InboundMessage, RawMessage
@@ -223,13 +223,14 @@ class ScheduleRunner:
         log.info("schedule %d: run due %s is task %s", schedule.id, when, task_id)
 
     async def _notice(self, schedule: ScheduleRecord, text: str) -> None:
-        """Cosmetic (the run's reply follows anyway): one bounded attempt, failures logged."""
+        """Cosmetic (the run's reply follows anyway): one bounded attempt, failures logged.
+        News, not a refusal: a run starting must not look like an error."""
         adapter = self._adapters.get(schedule.channel)
         if adapter is None:
             return
         try:
             await asyncio.wait_for(
-                adapter.send_rejection(schedule.origin.channel_context, text), NOTICE_TIMEOUT_S
+                send_news(adapter, schedule.origin.channel_context, text), NOTICE_TIMEOUT_S
             )
         except Exception:
             log.warning("schedule %d: could not post %r", schedule.id, text, exc_info=True)
@@ -237,7 +238,7 @@ class ScheduleRunner:
     async def run_message(self, task: TaskRecord) -> InboundMessage | None:
         """The message a scheduled run's task carries, or None for any other task. Built
         from the /schedule message, so it goes where that was said, as its sender. A
-        message id of another shape is no run: no read (issue 19: every message asks)."""
+        message id of another shape is no run: no read (decision 0104: every message asks)."""
         if not task.message_id.startswith(RUN_MESSAGE_PREFIX):
             return None
         run = await self.store.run_by_message(task.message_id)

@@ -1,5 +1,6 @@
-"""The daemon's status snapshot: what only its memory holds (channel health, the sandbox's
-containers), written to ``<state>/daemon-status.json`` for ``gateway-bot status``.
+"""The daemon's status snapshot: what only its memory holds (channel health; the sandbox's
+containers as it last listed them, which ``gateway-bot status`` asks podman for itself:
+docs/decisions/0122-status-asks-podman-now.md), written to ``<state>/daemon-status.json``.
 
 Why a file and not a socket: ``status`` must answer also when the daemon is gone (and say
 so), and a file needs no listener, no port and no authentication beyond the state
@@ -144,21 +145,23 @@ def not_running_note(snapshot: Snapshot | None, now: float) -> str:
     if snapshot is None:
         return "No daemon is running (it never wrote a status snapshot here)."
     if snapshot.stopped_at is not None:
-        return f"No daemon is running (pid {snapshot.pid} stopped at {_when(snapshot.stopped_at)})."
+        stopped = reported_when(snapshot.stopped_at)
+        return f"No daemon is running (pid {snapshot.pid} stopped at {stopped})."
     if not daemon_alive(snapshot.pid):
         return (
             f"No daemon is running (pid {snapshot.pid} is gone; its last status is from "
-            f"{_when(snapshot.written_at)})."
+            f"{reported_when(snapshot.written_at)})."
         )
     if now - snapshot.written_at > STALE_S:
         return (
             f"The daemon (pid {snapshot.pid}) has not updated its status since "
-            f"{_when(snapshot.written_at)}: it may be stuck."
+            f"{reported_when(snapshot.written_at)}: it may be stuck."
         )
     return ""
 
 
-def _when(at: float) -> str:
+def reported_when(at: float) -> str:
+    """A snapshot's time as ``status`` shows it (local time, to the second)."""
     return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(at))
 
 

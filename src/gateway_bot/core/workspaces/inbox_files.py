@@ -1,7 +1,8 @@
 """Files that arrive from chat, on their way into a conversation's inbox.
 
-Two kinds of hostility meet here. A sender chooses the name, so it is sanitised: no
-directories (no ``../``), no leading dots, a bounded length. And the inbox is mounted into
+Two kinds of hostility meet here. A sender chooses the name, so it is sanitised
+(``domain/filenames.safe_filename``: no directories, no leading dots, no invisible or
+bidi characters, a bounded length; letters of any script kept). And the inbox is mounted into
 the agent's sandbox, so the agent can leave anything there: a symlink named like the next
 upload (``report.txt -> /etc/cron.d/x``) or a directory where a file is expected. The
 daemon runs as root, so it must never write *through* a path the agent controls.
@@ -21,16 +22,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from gateway_bot.domain.filenames import safe_filename as safe_filename  # what channels name
 from gateway_bot.sandbox.context_files import ContextFiles, FileRefused
 from gateway_bot.sandbox.host_files import HostContextFiles
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
-_MAX_NAME = 100
 _MAX_TRIES = 1000
 INCOMING = "incoming"
 """Staging directory beside the inbox, inside the conversation's root; never mounted."""
@@ -41,20 +40,6 @@ _NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CL
 
 class InboxError(Exception):
     """A file could not be placed in the inbox; the message says why, for the sender."""
-
-
-def safe_filename(name: str) -> str:
-    """A basename of ``[A-Za-z0-9._+-]`` that does not start with a dot, at most 100
-    characters, keeping the extension when it has to shorten."""
-    base = name.replace("\\", "/").rsplit("/", 1)[-1]
-    base = _UNSAFE.sub("_", base).strip("._") or "file"
-    if len(base) > _MAX_NAME:
-        stem, dot, suffix = base.rpartition(".")
-        if dot and 0 < len(suffix) <= 10:
-            base = f"{stem[: _MAX_NAME - len(suffix) - 1]}.{suffix}"
-        else:
-            base = base[:_MAX_NAME]
-    return base
 
 
 def candidate_names(name: str) -> list[str]:

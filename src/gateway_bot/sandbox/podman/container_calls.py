@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import json
 import logging
 import re
 from typing import Any
@@ -42,6 +43,20 @@ class ContainerCalls:
         filters = {"label": f"{LABEL_DEPLOYMENT}={self._deployment}"}
         found = await self._service.api(lambda c: c.containers.list(all=True, filters=filters))
         infos = [dict(container.attrs) for container in found]
+        return [info for info in infos if (info.get("Labels") or {}).get(LABEL_ROLE) == "agent"]
+
+    async def our_containers_listed(self) -> list[dict[str, Any]]:
+        """``our_containers`` when the local REST service does not answer (``chat`` ended
+        and stopped the one it started; ``gateway-bot status`` runs without a daemon): the
+        podman CLI lists them from the storage itself, starting no service."""
+        if self._service.url is not None or await self._service.answers():
+            return await self.our_containers()
+        listed = await self._service.cli(
+            "ps", "--all", "--format", "json",
+            "--filter", f"label={LABEL_DEPLOYMENT}={self._deployment}",
+            timeout_s=60,
+        )  # fmt: skip
+        infos = [dict(info) for info in json.loads(listed.stdout or "[]")]
         return [info for info in infos if (info.get("Labels") or {}).get(LABEL_ROLE) == "agent"]
 
     async def memory(self, name: str) -> int | None:

@@ -115,7 +115,7 @@ class HostSet:
                     created_at=created_at(info),
                     host=where,
                 )
-                for info in await host.calls.our_containers()
+                for info in await host.calls.our_containers_listed()
             ]
         return found
 

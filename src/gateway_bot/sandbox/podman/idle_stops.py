@@ -69,6 +69,8 @@ class IdleStops:
         self._contexts = contexts
         self._foreign = foreign
         self.kept_processes: KeptProcesses | None = None
+        self._making_room: dict[str, asyncio.Lock] = {}
+        """One making of room per host at a time (``enforce_cap``), by host name."""
 
     async def housekeep(self) -> None:
         """For ever: stop idle containers, enforce caps, and prune old images hourly."""
@@ -111,13 +113,21 @@ class IdleStops:
         return None if state.busy else state.last_used
 
     async def enforce_cap(self, host: PodmanHost, keep: str | None) -> None:
-        running = await self.running_contexts(host)
-        idle = sorted(
-            (since, c) for c in running if c != keep and (since := self.idle_since(c)) is not None
-        )
-        excess = len(running) - host.capacity
-        for _, context_id in idle[: max(0, excess)]:
-            await self.stop(host, context_id, f"more than {host.capacity} running")
+        """Stop the longest idle containers past the host's cap. Once per host at a time,
+        each on a listing taken under that turn: two tasks starting together each counted
+        the other's container and chose the same idle one (the second stop met a stopped
+        container), or stopped two where one made room."""
+        lock = self._making_room.setdefault(host.name, asyncio.Lock())
+        async with lock:
+            running = await self.running_contexts(host)
+            idle = sorted(
+                (since, c)
+                for c in running
+                if c != keep and (since := self.idle_since(c)) is not None
+            )
+            excess = len(running) - host.capacity
+            for _, context_id in idle[: max(0, excess)]:
+                await self.stop(host, context_id, f"more than {host.capacity} running")
 
     async def stop(self, host: PodmanHost, context_id: str, why: str) -> None:
         kept = self.kept_processes
@@ -129,8 +139,13 @@ class IdleStops:
         async with state.lock:
             name = spec.container_name(context_id)
             log.info("stopping container %s (%s)", name, why)
+            # Stopped meanwhile (behind the daemon's back, or by its own init) is stopped:
+            # podman answers 304 with no body, which podman-py reads as JSON unless told
+            # to ignore it ("Expecting value: line 1 column 1").
             with contextlib.suppress(NotFound):
-                await host.service.api(lambda c: c.containers.get(name).stop(timeout=5))
+                await host.service.api(
+                    lambda c: c.containers.get(name).stop(timeout=5, ignore=True)
+                )
 
     async def running_contexts(self, host: PodmanHost) -> list[str]:
         return await self._hosts.running(host, self._foreign)

@@ -36,6 +36,7 @@ from gateway_bot.sandbox.base import (
     SandboxContainer,
     SandboxHost,
     SandboxPaths,
+    SandboxPreparationFailed,
     SandboxProcess,
     SandboxUnavailable,
 )
@@ -242,6 +243,16 @@ class PodmanSandbox:
             state.busy = True
             try:
                 host, name = await self._prepare(context, state)
+            except SandboxUnavailable:
+                state.busy = False
+                raise
+            except Exception as exc:
+                state.busy = False
+                state.known = None  # the next try asks podman afresh
+                raise SandboxPreparationFailed(
+                    f"preparing {spec.container_name(context.id)} failed: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
             except BaseException:
                 state.busy = False
                 raise
