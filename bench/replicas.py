@@ -16,12 +16,26 @@ Failover (``ha.lease_seconds: 3``), ``--runs`` times on each engine: the replica
 Slack listener is killed (SIGKILL) and a message sent at once; timed from the kill to that
 message's reply, which the other replica must take over to send.
 
+Failover in the gap (``--failover-only`` runs just this, ``--json PATH`` keeps it), with the
+default lease (15 s, ``--lease``) on each engine: idle (nothing running) and mid-task (a
+slow task of the first conversation running somewhere), ``--runs`` times each. The
+listener's replica is killed (SIGKILL); at once three conversations get messages (a
+follow-up in two threads, a new one), and Slack's retry window passes (``gives_up_retries``:
+the fake would otherwise redeliver them the moment the next listener connects, which real
+Slack does a minute later), so only the new listener's catch-up from the channel answers
+them. Reported: time from the kill to the first and to the last answer (target: within the
+lease plus 10 s), and messages lost (never answered), doubled (answered twice) and out of
+order (a thread's answers in another order than its messages), all to be 0.
+
 Prints the numbers and medians. Not a test: they depend on the machine (and its load).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import re
 import statistics
 import tempfile
 import time
@@ -41,6 +55,7 @@ LEASE_S = 3.0
 INSTANT_AGENT = r"""#!/bin/sh
 prompt=$(cat)
 word=$(printf '%s\n' "$prompt" | grep -o 'job-[0-9]*' | tail -n 1)
+case "$prompt" in *slowly*) sleep 3 ;; esac
 echo '{"type":"system","subtype":"init","session_id":"bench-'$$'","model":"fake"}'
 echo '{"type":"result","subtype":"success","is_error":false,"result":"Done: '$word'",'\
 '"session_id":"bench-'$$'","num_turns":1}'
@@ -59,7 +74,13 @@ def _wait(check: Callable[[], Any], what: str, timeout: float = 300) -> Any:
 
 class Deployment:
     def __init__(
-        self, root: Path, api: FakeAnthropic, fake: FakeSlack, ha: bool, state_url: str | None
+        self,
+        root: Path,
+        api: FakeAnthropic,
+        fake: FakeSlack,
+        ha: bool,
+        state_url: str | None,
+        lease_s: float = LEASE_S,
     ) -> None:
         root.mkdir(parents=True)
         agent = root / "agent"
@@ -81,7 +102,7 @@ class Deployment:
         if state_url is not None:
             sections["state"] = {"url": state_url}
         if ha:
-            sections["ha"] = {"enabled": True, "lease_seconds": LEASE_S, "poll_seconds": 0.2}
+            sections["ha"] = {"enabled": True, "lease_seconds": lease_s, "poll_seconds": 0.2}
         self.config = write_config(root, make_repo(root / "repo"), api, **sections)
         self.ha = ha
         self.processes: list[GatewayProcess] = []
@@ -163,10 +184,113 @@ def _failover(root: Path, api: FakeAnthropic, fake: FakeSlack, state_url: str | 
         deployment.stop()
 
 
+def _answers(fake: FakeSlack, root: str) -> list[str]:
+    """The job words of the bot's answers in a thread, in the order they were posted."""
+    return [
+        word
+        for m in fake.bot_posts(DM, root)
+        for word in re.findall(r"Done: (job-\d+)", m.get("text", ""))
+    ]
+
+
+def _tasks_started(deployment: Deployment) -> int:
+    return sum(len(re.findall(r"task \S+ running \(slack", p.stderr)) for p in deployment.processes)
+
+
+def _failover_gap(
+    root: Path, api: FakeAnthropic, fake: FakeSlack, state_url: str | None, lease_s: float,
+    mid_task: bool,
+) -> dict[str, Any]:  # fmt: skip
+    """One kill of the listener's replica; what the user sees of the messages sent then."""
+    fake.reset()
+    fake.add_user(ALICE, "Alice")
+    fake.add_channel(DM, im_with=ALICE)
+    deployment = Deployment(root, api, fake, True, state_url, lease_s)
+    try:
+        holder = deployment.start()
+        fake.wait_connected(1, timeout=300)
+        deployment.start()
+        sent: dict[str, list[str]] = {}
+        for word in ("job-0", "job-1"):
+            thread = fake.user_says(ALICE, DM, f"do {word}")
+            sent[thread] = [word]
+            _wait(partial(_replied, fake, thread, word), f"the reply to {word}")
+        threads = list(sent)
+        if mid_task:
+            before = _tasks_started(deployment)
+            fake.user_says(ALICE, DM, "do job-2 slowly", thread_ts=threads[0])
+            sent[threads[0]].append("job-2")
+            _wait(lambda: _tasks_started(deployment) > before, "the slow task to run")
+        killed = time.perf_counter()
+        holder.kill()
+        for thread, word in ((threads[0], "job-3"), (threads[1], "job-4")):
+            fake.user_says(ALICE, DM, f"do {word}", thread_ts=thread)
+            sent[thread].append(word)
+        sent[fake.user_says(ALICE, DM, "do job-5")] = ["job-5"]
+        fake.gives_up_retries()
+        expected = {word for words in sent.values() for word in words}
+        first: float | None = None
+        deadline = killed + lease_s + 120
+        while time.perf_counter() < deadline:
+            seen = {w for t in sent for w in _answers(fake, t)}
+            if first is None and seen & {"job-3", "job-4", "job-5"}:
+                first = time.perf_counter() - killed
+            if expected <= seen:
+                break
+            time.sleep(0.02)
+        last = time.perf_counter() - killed
+        lost = doubled = out_of_order = 0
+        for thread, words in sent.items():
+            answered = _answers(fake, thread)
+            lost += sum(1 for w in words if w not in answered)
+            doubled += sum(answered.count(w) - 1 for w in set(answered))
+            order = [w for w in answered if w in words]
+            out_of_order += int(order != sorted(set(order), key=words.index))
+        return {
+            "kind": "mid-task" if mid_task else "idle",
+            "first_answer_s": round(first, 2) if first is not None else None,
+            "last_answer_s": round(last, 2) if not lost else None,
+            "target_s": lease_s + 10,
+            "lost": lost,
+            "doubled": doubled,
+            "out_of_order": out_of_order,
+        }
+    except TimeoutError:
+        print(deployment.logs())
+        raise
+    finally:
+        deployment.stop()
+
+
+def _failover_gaps(
+    base: Path, api: FakeAnthropic, fake: FakeSlack, engines: list[tuple[str, Any]],
+    runs: int, lease_s: float,
+) -> list[dict[str, Any]]:  # fmt: skip
+    results = []
+    for engine, place in engines:
+        for mid_task in (False, True):
+            for run in range(runs):
+                where = base / f"gap-{engine}-{int(mid_task)}-{run}"
+                result = _failover_gap(where, api, fake, place(), lease_s, mid_task)
+                result["engine"] = engine
+                results.append(result)
+                print(
+                    f"{engine:>10} failover {result['kind']:>8}: first answer "
+                    f"{result['first_answer_s']} s, last {result['last_answer_s']} s "
+                    f"(target {result['target_s']:.0f} s), lost {result['lost']}, doubled "
+                    f"{result['doubled']}, out of order {result['out_of_order']}",
+                    flush=True,
+                )
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="failovers to time")
     parser.add_argument("--tasks", type=int, default=60, help="messages per throughput run")
+    parser.add_argument("--failover-only", action="store_true", help="only the gap failovers")
+    parser.add_argument("--lease", type=float, default=15.0, help="the gap failovers' lease")
+    parser.add_argument("--json", type=Path, help="write the gap failovers' results here")
     args = parser.parse_args()
     api, fake = FakeAnthropic(), FakeSlack()
     api.start()
@@ -182,6 +306,17 @@ def main() -> None:
                 ("SQLite", lambda: None),
                 ("PostgreSQL", databases.fresh),
             ]
+            gaps = _failover_gaps(base, api, fake, engines, args.runs, args.lease)
+            if args.json is not None:
+                report = {
+                    "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "load_average_at_end": os.getloadavg(),
+                    "lease_seconds": args.lease,
+                    "failovers": gaps,
+                }
+                args.json.write_text(json.dumps(report, indent=1) + "\n")
+            if args.failover_only:
+                return
             for engine, place in engines:
                 for label, replicas in (("single daemon, no ha", 0), ("one replica", 1),
                                         ("two replicas", 2)):  # fmt: skip

@@ -17,6 +17,7 @@ Like fake_anthropic, the server runs on its own thread and event loop so that sy
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import hmac
 import itertools
@@ -681,41 +682,81 @@ class FakeSlack:
         return {"channel": channel, "ts": ts, "text": message["text"]}
 
     def _m_conversations_replies(self, args: JSON) -> JSON:
-        root = args.get("ts", "")
-        found = [
-            m
-            for m in self.messages.get(args.get("channel", ""), [])
-            if m["ts"] == root or m.get("thread_ts") == root
-        ]
-        if not found:
+        """Slack's shape: the parent first whatever the time range (with ``reply_count``,
+        ``latest_reply``), then the replies in the range oldest first (``parent_user_id``),
+        ``limit`` at a time behind an opaque cursor."""
+        channel, root = args.get("channel", ""), args.get("ts", "")
+        if channel not in self.channels:
+            return {"error": "channel_not_found"}
+        parent = next((m for m in self.messages[channel] if m["ts"] == root), None)
+        if parent is None:
             return {"error": "thread_not_found"}
-        return self._page(found, args)
+        replies = [m for m in self.messages[channel] if m.get("thread_ts") == root != m["ts"]]
+        in_range = [m for m in replies if _in_range(m["ts"], args)]
+        shown = [self._as_listed(parent, channel, args)]
+        shown += [dict(self._as_listed(m, channel, args), parent_user_id=parent.get("user"))
+                  for m in in_range]  # fmt: skip
+        return _cursor_page(shown, args, default_limit=1000)
 
     def _m_conversations_history(self, args: JSON) -> JSON:
+        """Slack's shape: top-level messages (and thread broadcasts) newest first,
+        ``oldest``/``latest`` exclusive unless ``inclusive``, a parent with its thread's
+        ``reply_count`` and ``latest_reply``, no ``channel`` field, paged."""
+        channel = args.get("channel", "")
+        if channel not in self.channels:
+            return {"error": "channel_not_found"}
         top = [
             m
-            for m in self.messages.get(args.get("channel", ""), [])
-            if m.get("thread_ts") in (None, m["ts"])
+            for m in self.messages[channel]
+            if m.get("thread_ts") in (None, m["ts"]) or m.get("subtype") == "thread_broadcast"
         ]
-        return self._page(list(reversed(top)), args)
+        shown = [self._as_listed(m, channel, args) for m in reversed(top)
+                 if _in_range(m["ts"], args)]  # fmt: skip
+        return _cursor_page(shown, args, default_limit=100)
 
-    def _page(self, messages: list[JSON], args: JSON) -> JSON:
-        oldest = float(args.get("oldest") or 0)
-        messages = [m for m in messages if float(m["ts"]) > oldest]
-        start, limit = int(args.get("cursor") or 0), int(args.get("limit") or 100)
-        page = messages[start : start + limit]
-        shown = []
-        for message in page:
-            copy = {k: v for k, v in message.items() if k not in ("history", "channel")}
-            if str(args.get("include_all_metadata")).lower() not in ("true", "1"):
-                copy.pop("metadata", None)
-            shown.append(copy)
-        more = start + limit < len(messages)
-        return {
-            "messages": shown,
-            "has_more": more,
-            "response_metadata": {"next_cursor": str(start + limit) if more else ""},
-        }
+    def _as_listed(self, message: JSON, channel: str, args: JSON) -> JSON:
+        """A message as the history methods list it (no channel, event or edit-log fields)."""
+        hidden = ("history", "channel", "channel_type", "event_ts")
+        copy = {k: v for k, v in message.items() if k not in hidden}
+        if str(args.get("include_all_metadata")).lower() not in ("true", "1"):
+            copy.pop("metadata", None)
+        replies = [m for m in self.messages[channel] if m.get("thread_ts") == message["ts"]
+                   and m["ts"] != message["ts"]]  # fmt: skip
+        if replies and message.get("thread_ts") in (None, message["ts"]):
+            copy.update(
+                thread_ts=message["ts"],
+                reply_count=len(replies),
+                reply_users=sorted({str(m.get("user")) for m in replies}),
+                latest_reply=replies[-1]["ts"],
+            )
+        return copy
+
+    def _m_users_conversations(self, args: JSON) -> JSON:
+        """The conversations the bot is a member of (DMs with it; channels it is in)."""
+        wanted = set(str(args.get("types") or "public_channel").split(","))
+        listed = []
+        for channel in self.channels.values():
+            kind = "im" if channel["is_im"] else "public_channel"
+            member = channel["is_im"] or channel.get("is_member") or channel["id"] in self.bot_in
+            if member and kind in wanted:
+                listed.append(
+                    {"id": channel["id"], "is_im": channel["is_im"], "is_channel": not
+                     channel["is_im"], "is_private": False, "is_mpim": False,
+                     **({"user": channel["user"]} if channel["is_im"] else
+                        {"name": channel["name"], "is_member": True})}
+                )  # fmt: skip
+        page = _cursor_page(listed, args, default_limit=100, key="channels")
+        page.pop("has_more", None)
+        return page
+
+    def gives_up_retries(self) -> list[str]:
+        """Slack's retry window passes: every event it could not get acknowledged (sent to
+        no connection, or to one that never acked) is given up, as Slack stops retrying
+        after its last attempt. Returns the envelopes dropped."""
+        with self._lock:
+            dropped = list(self.pending)
+            self.pending.clear()
+        return dropped
 
     def _m_conversations_info(self, args: JSON) -> JSON:
         channel = self.channels.get(args.get("channel", ""))
@@ -771,6 +812,33 @@ class FakeSlack:
                 fields["thread_ts"] = args["thread_ts"]
             self._post(channel, **fields)
         return {"files": shared}
+
+
+def _in_range(ts: str, args: JSON) -> bool:
+    """``oldest`` < ts < ``latest`` (each end included with ``inclusive``)."""
+    inclusive = str(args.get("inclusive")).lower() in ("true", "1")
+    value = float(ts)
+    oldest, latest = args.get("oldest"), args.get("latest")
+    if oldest not in (None, "") and (value < float(oldest) or (value == float(oldest)
+                                                               and not inclusive)):  # fmt: skip
+        return False
+    return latest in (None, "") or value < float(latest) or (value == float(latest) and inclusive)
+
+
+def _cursor_page(
+    items: list[JSON], args: JSON, *, default_limit: int, key: str = "messages"
+) -> JSON:
+    """One page behind Slack's opaque cursor (base64 of ``next_ts:N`` here): ``has_more``
+    and ``response_metadata.next_cursor``, empty on the last page."""
+    cursor = str(args.get("cursor") or "")
+    try:
+        start = int(base64.b64decode(cursor).decode().removeprefix("next_ts:")) if cursor else 0
+    except ValueError:
+        return {"error": "invalid_cursor"}
+    limit = max(1, min(int(args.get("limit") or default_limit), 1000))
+    page, more = items[start : start + limit], start + limit < len(items)
+    following = base64.b64encode(f"next_ts:{start + limit}".encode()).decode() if more else ""
+    return {key: page, "has_more": more, "response_metadata": {"next_cursor": following}}
 
 
 def file_content(fake: FakeSlack, file_id: str) -> bytes:

@@ -388,6 +388,11 @@ class Application:
         only they are told whether a code exists."""
         return self._live_service("deciding an approval").gatekeeper.decides_somewhere(identity)
 
+    def decides_here(self, channel: str) -> bool:
+        """Can this process decide an approval of ``channel`` (``GatewayService.decides_here``):
+        the control socket sends the shell elsewhere when not."""
+        return self._live_service("deciding an approval").decides_here(channel)
+
     async def decide_approval(
         self, code: str, choice: str, *, channel: str, decider_id: str, decider_name: str = ""
     ) -> str | None:

@@ -26,7 +26,7 @@ from gateway_bot.config.access import AccessSettings
 from gateway_bot.config.action_rules import ActionApprovalSettings
 from gateway_bot.core.actions.approvals import ActionApprovals
 from gateway_bot.core.admission.gate import Gatekeeper
-from gateway_bot.core.channel import ChannelAdapter
+from gateway_bot.core.channel import ChannelAdapter, SendsWhereItListens
 from gateway_bot.core.commands.effects import ChatCommands
 from gateway_bot.core.commands.mail import ConversationMailer
 from gateway_bot.core.commands.schedule import ScheduleCommands
@@ -241,6 +241,15 @@ class GatewayService:
         for task in await self._store.tasks_in_states([TaskState.QUEUED]):
             if self.replicas is None or self.replicas.leads(task.channel):
                 self._intake.take_in(task.id)
+
+    def decides_here(self, channel: str) -> bool:
+        """May this process decide ``channel``'s approvals (release the held messages, edit
+        the card, join the room)? Always, but for a channel that sends only where its
+        listener runs (Matrix) under replicas: only the listener's holder can edit its card
+        or join its room, so a decision is left to that replica."""
+        if self.replicas is None or self.replicas.leads(channel):
+            return True
+        return not isinstance(self._adapters.get(channel), SendsWhereItListens)
 
     async def take_in_channel(self, channel: str) -> None:
         """A replica that just took a channel's listener lease takes up the messages the

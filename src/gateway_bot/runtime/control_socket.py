@@ -12,6 +12,18 @@ One request per connection, one JSON line each way:
 ``{"op": "decide", "code": ..., "choice": "allow"|"deny", "as": ...}`` ->
 ``{"ok": bool, "text": ...}``. A daemon that is not running cannot be asked; the command
 says so (decide from chat or start the daemon): decisions are never queued for later.
+
+Replicas (``ha``) each serve a socket of their own beside it, ``replica-<replica id>.sock``,
+and the command asks each in turn until one decides: any replica decides as a press would
+(the decision is the shared database's; the held messages run wherever their conversation is
+claimed), except one that cannot send where the approval's channel needs its listener
+(Matrix: card and room belong to the listener's replica), which answers ``"elsewhere"``.
+Before, only the first replica served the one socket (the others logged "another daemon
+already listens") and when it stopped no shell decision could be made at all. Chosen over
+decisions written into the database for the listener's holder to act on: the decision
+takes effect while the command waits, as it did, with no new table or poll, and the
+command's answer is the deciding replica's own line. A socket left by a replica that died
+is removed by the next replica that starts on the same machine (nothing answers it).
 """
 
 from __future__ import annotations
@@ -21,6 +33,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import socket
 import struct
 from collections.abc import Iterator
@@ -42,22 +55,46 @@ class DaemonUnreachable(RuntimeError):
     """No daemon answers on this state directory's control socket."""
 
 
-def socket_path(state_dir: Path) -> Path:
-    return state_dir / "control" / "daemon.sock"
+REPLICA_PREFIX = "replica-"
+
+
+def socket_path(state_dir: Path, replica_id: str | None = None) -> Path:
+    """The single daemon's socket, or a replica's own."""
+    if replica_id is None:
+        return state_dir / "control" / "daemon.sock"
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", replica_id)
+    return state_dir / "control" / f"{REPLICA_PREFIX}{safe}.sock"
+
+
+def daemon_sockets(state_dir: Path) -> list[Path]:
+    """Every socket a daemon or replica of ``state_dir`` may answer on: the single daemon's
+    first, then the replicas', newest first (an old one is likelier a dead replica's that
+    nobody removed: one on another machine)."""
+    single = socket_path(state_dir)
+    replicas = []
+    for path in (state_dir / "control").glob(f"{REPLICA_PREFIX}*.sock"):
+        with contextlib.suppress(OSError):
+            replicas.append((path.lstat().st_mtime_ns, path))
+    return [single, *(path for _, path in sorted(replicas, reverse=True))]
 
 
 class ControlServer:
-    """Started by the daemon after its service; stopped before it shuts down."""
+    """Started by the daemon after its service; stopped before it shuts down. ``replica_id``:
+    this replica's own socket (``ha``), beside the others'."""
 
-    def __init__(self, application: Application, state_dir: Path) -> None:
+    def __init__(
+        self, application: Application, state_dir: Path, replica_id: str | None = None
+    ) -> None:
         self.application = application
-        self.path = socket_path(state_dir)
+        self.path = socket_path(state_dir, replica_id)
         self._server: asyncio.Server | None = None
 
     async def start(self) -> None:
         """Raises OSError when the socket cannot be made (path too long, another live
         daemon on this state directory)."""
         await asyncio.to_thread(_prepare, self.path)
+        if self.path.name.startswith(REPLICA_PREFIX):
+            await asyncio.to_thread(_remove_dead_replicas, self.path)
         with _addressable(self.path) as address:
             self._server = await asyncio.start_unix_server(
                 self._serve, path=address, limit=REQUEST_LIMIT
@@ -80,6 +117,8 @@ class ControlServer:
                 answer = {"ok": False, "text": "Only the daemon's own user may use this socket."}
             else:
                 line = await asyncio.wait_for(reader.readline(), READ_TIMEOUT_S)
+                if not line:
+                    return  # a probe (is anyone listening here?): nothing to answer
                 answer = await self._answer(json.loads(line))
             writer.write(json.dumps(answer).encode() + b"\n")
             await writer.drain()
@@ -113,6 +152,12 @@ class ControlServer:
             return {"ok": False, "text": f"There is no approval {code}."}
         if approval.state is not ApprovalState.PENDING:
             return {"ok": False, "text": f"Approval {code} was already {approval.state.value}."}
+        if not self.application.decides_here(approval.channel):
+            return {
+                "ok": False,
+                "elsewhere": True,
+                "text": f"this replica does not hold the {approval.channel} listener",
+            }
         log.info("approval %s decided from the shell: %s as %s", code, choice, owner)
         line = await self.application.decide_approval(
             code, choice, channel=approval.channel, decider_id=owner
@@ -146,6 +191,28 @@ def _prepare(path: Path) -> None:
     raise OSError(f"another daemon already listens on {path}")
 
 
+def _remove_dead_replicas(mine: Path) -> None:
+    """Sockets of replicas that ran on this machine (their id starts with its host name) and
+    died: nothing answers them. Another machine's, on a shared directory, are left alone
+    (a socket answers only on the machine that made it)."""
+    here = f"{REPLICA_PREFIX}{re.sub(r'[^A-Za-z0-9._-]', '_', socket.gethostname())}-"
+    for path in mine.parent.glob(f"{here}*.sock"):
+        if path == mine:
+            continue
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            with _addressable(path) as address:
+                probe.connect(address)
+        except ConnectionRefusedError:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                log.info("removed the control socket of a replica that ended: %s", path.name)
+        except OSError:
+            pass
+        finally:
+            probe.close()
+
+
 SUN_PATH_MAX = 107
 """A Unix socket's address holds at most this many bytes (108 with the NUL)."""
 
@@ -175,9 +242,27 @@ def _same_user(writer: asyncio.StreamWriter) -> bool:
 
 
 def ask_daemon(state_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
-    """Send one request to the daemon of ``state_dir`` (blocking: the CLI's side).
-    Raises DaemonUnreachable when none answers."""
-    path = socket_path(state_dir)
+    """Send one request to the daemon of ``state_dir``, or to each of its replicas in turn
+    until one answers other than "elsewhere" (blocking: the CLI's side). Raises
+    DaemonUnreachable when none does."""
+    why = []
+    for path in daemon_sockets(state_dir):
+        if path.name.startswith(REPLICA_PREFIX) or path.exists() or path.is_symlink():
+            try:
+                answer = _ask(path, request)
+            except DaemonUnreachable as exc:
+                why.append(str(exc))
+                continue
+            if answer.get("elsewhere") is not True:
+                return answer
+            why.append(f"{path.name}: {answer.get('text', 'elsewhere')}")
+    if not why:
+        path = socket_path(state_dir)
+        raise DaemonUnreachable(f"no daemon answers at {path} (No such file or directory)")
+    raise DaemonUnreachable("; ".join(why))
+
+
+def _ask(path: Path, request: dict[str, Any]) -> dict[str, Any]:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
         client.settimeout(ANSWER_TIMEOUT_S)
         try:

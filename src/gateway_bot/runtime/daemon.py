@@ -258,7 +258,8 @@ class Daemon:
     def serve_control(self) -> None:
         """Answer ``gateway-bot approve|deny`` once running (``run`` asks for it; ``chat``,
         a console the user already sits at, does not)."""
-        self.control = ControlServer(self.application, self.config.state_dir)
+        replica_id = self.replicas.id if self.replicas is not None else None
+        self.control = ControlServer(self.application, self.config.state_dir, replica_id)
 
     async def _start_control(self) -> None:
         """Without its control socket the daemon still serves chat; only shell decisions

@@ -36,7 +36,7 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from gateway_bot.channels.slack import events, webapi
+from gateway_bot.channels.slack import catch_up, events, webapi
 from gateway_bot.channels.slack.health import FATAL_ERRORS, Health, backoff_delay
 from gateway_bot.channels.slack.http_events import HttpEventsServer
 from gateway_bot.channels.slack.records import SlackRecords
@@ -80,6 +80,13 @@ class SlackListener:
         self._http: HttpEventsServer | None = None
         self._connections: aiohttp.ClientSession | None = None
         """The Web API client's kept-alive connections while the listener runs."""
+        self._caught_up = asyncio.Event()
+        """Set once what was said while no listener ran is submitted (``catch_up.py``):
+        events wait for it, so a conversation's messages go in in the order they were sent."""
+        self._catching_up: asyncio.Task[None] | None = None
+        self._behind = False
+        """The last catch-up failed: the mark stays put and the next tick tries again."""
+        self._marking: asyncio.Task[None] | None = None
 
         # Bolt passes arguments by parameter name, so it gets plain functions, not methods.
         async def authorize(
@@ -135,6 +142,9 @@ class SlackListener:
         if self._socket is not None:
             await self._socket.stop()
         await stop_task(self._task)
+        await stop_task(self._catching_up)
+        await stop_task(self._marking)
+        self._catching_up = self._marking = None
         if self._http is not None:
             await self._http.stop()
         if self._connections is not None:
@@ -167,8 +177,11 @@ class SlackListener:
     async def _run(self) -> None:
         if await self._learn_identity() is None:
             return
+        if self._marking is None:
+            self._marking = asyncio.create_task(self._keep_mark())
         if self._http is not None:
             self._health.set(ChannelHealth.CONNECTED, f"Events API on {self._http.address}")
+            self._start_catching_up()
             return
         app_token = self._settings.app_token or ""
         app_client = AsyncWebClient(token=app_token, base_url=self._settings.api_base_url)
@@ -178,8 +191,52 @@ class SlackListener:
             self._handle_envelope,
             self._health,
             max_delay_s=self._settings.reconnect_max_delay_seconds,
+            on_hello=self._start_catching_up,
         )
         await self._socket.run()
+
+    # -- what was said while no listener ran (``catch_up.py``) --------------------------
+
+    def _start_catching_up(self) -> None:
+        """At every connection (after the hello: what is said from now on comes as
+        events); one at a time."""
+        if self._catching_up is not None and not self._catching_up.done():
+            return
+        self._caught_up.clear()
+        self._catching_up = asyncio.create_task(self._catch_up())
+
+    async def _catch_up(self) -> None:
+        identity = await self.identity()
+        try:
+            await catch_up.catch_up(
+                self._client,
+                self._records,
+                identity.team_id,
+                lambda event: self._take_event(event, identity.team_id, identity.user_id),
+            )
+        except Exception:
+            # Events go on (Slack's retries still cover a short gap); the mark stays where
+            # it was, and the next tick of ``_keep_mark`` reads from it again.
+            log.exception("slack: reading what was said while no listener ran failed")
+            self._behind = True
+        else:
+            self._behind = False
+        finally:
+            self._caught_up.set()
+
+    async def _keep_mark(self) -> None:
+        identity = await self.identity()
+        while True:
+            await asyncio.sleep(catch_up.MARK_EVERY_S)
+            connected = self._health.status.health is ChannelHealth.CONNECTED
+            if connected and self._behind and self._caught_up.is_set():
+                self._start_catching_up()
+            elif connected and self._caught_up.is_set():
+                try:
+                    mark = time.time() - catch_up.GRACE_S
+                    await self._records.set_heard_up_to(identity.team_id, mark)
+                except Exception:
+                    log.warning("slack: could not record how far it has heard", exc_info=True)
 
     # -- identity ----------------------------------------------------------------------
 
@@ -263,8 +320,11 @@ class SlackListener:
             # Acked and dropped: raising would answer 500 and Slack would redeliver it.
             log.warning("dropped a Slack event that is not an object: %r", event)
             return
+        await self._caught_up.wait()
         team = str(body.get("team_id") or context.team_id or "")
-        bot_user_id = context.bot_user_id or ""
+        await self._take_event(event, team, context.bot_user_id or "")
+
+    async def _take_event(self, event: dict[str, Any], team: str, bot_user_id: str) -> None:
         if events.is_bot_added(event, bot_user_id):
             await self._submit_or_raise(
                 RawMessage(
@@ -306,6 +366,7 @@ class SlackListener:
             await self._records.join_thread(team, event["channel"], event["ts"])
 
     async def _on_click(self, body: dict[str, Any], ack: AsyncAck) -> None:
+        await self._caught_up.wait()
         problem = events.click_problem(body)
         if problem is not None:
             # Acked and dropped: it fails the same way every time Slack would redeliver it.

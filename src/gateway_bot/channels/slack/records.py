@@ -62,6 +62,14 @@ SLACK_MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (team, channel, thread_ts)
     );
     """,
+    # 2: how far the listener has heard its workspace (``catch_up.py``): a listener that
+    # starts reads the conversations' history from there.
+    """
+    CREATE TABLE slack_heard_up_to (
+        team TEXT PRIMARY KEY,
+        ts DOUBLE PRECISION NOT NULL
+    );
+    """,
 )
 
 _LEGACY_TABLES = (
@@ -209,6 +217,34 @@ class SlackRecords:
         if row is not None:
             self._know_thread(key)
         return row is not None
+
+    async def threads_since(self, team: str, channel: str, oldest: float) -> list[str]:
+        """The threads the bot is in, in ``channel``, whose root is newer than ``oldest``."""
+        db = await self._db()
+        rows = await db.fetch_all(
+            "SELECT thread_ts FROM slack_threads WHERE team=? AND channel=?", (team, channel)
+        )
+        return sorted(str(r[0]) for r in rows if float(r[0]) > oldest)
+
+    # -- how far the workspace was heard ------------------------------------------------
+
+    async def heard_up_to(self, team: str) -> float | None:
+        """Every message before this time (Slack's clock, seconds) was heard by a listener
+        (or given up by Slack's retries); None before a listener first ran."""
+        db = await self._db()
+        row = await db.fetch_one("SELECT ts FROM slack_heard_up_to WHERE team=?", (team,))
+        return float(row[0]) if row else None
+
+    async def set_heard_up_to(self, team: str, ts: float) -> None:
+        """Only ever forward (two replicas' writes in any order keep the later)."""
+        db = await self._db()
+        await db.write(
+            "INSERT INTO slack_heard_up_to (team, ts) VALUES (?, ?)"
+            " ON CONFLICT (team) DO UPDATE SET ts = excluded.ts"
+            " WHERE excluded.ts > slack_heard_up_to.ts",
+            (team, ts),
+            durable=False,
+        )
 
     def _know_thread(self, key: tuple[str, str, str]) -> None:
         self._known_threads.pop(key, None)

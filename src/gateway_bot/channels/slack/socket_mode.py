@@ -52,7 +52,11 @@ class SocketModeConnection:
         health: Health,
         *,
         max_delay_s: float,
+        on_hello: Callable[[], None] | None = None,
     ) -> None:
+        """``on_hello``: called when Slack greets a new connection (before any envelope on
+        it is handled)."""
+        self._on_hello = on_hello
         self._client = app_client
         self._app_token = app_token
         self._handle = handle
@@ -134,6 +138,8 @@ class SocketModeConnection:
                     if kind == "hello":
                         greeted = True
                         self._health.set(ChannelHealth.CONNECTED, "Socket Mode connected")
+                        if self._on_hello is not None:
+                            self._on_hello()
                     elif kind == "disconnect":
                         log.info("Slack asked to reconnect (%s)", message.get("reason"))
                         return None, greeted

@@ -12,6 +12,17 @@ server only through its proxy, which adds the key there, as for a remote model A
 Bound with IP_FREEBIND: the network's bridge may appear only with its first container, after
 the daemon started. Living in the daemon's process, the relay ends with it (also on kill -9):
 nothing stays bound that the next start would trip over, and the next start binds afresh.
+
+Several hosts on this machine (``sandbox.podman.hosts`` with ``unix://`` services) each have
+their own proxy: the relay accepts every one of them (it listens on the first host's egress
+gateway, an address of this machine that the other hosts' bridges route to), so a
+conversation placed on any of them reaches the model API by the one URL the agents are
+given. Before, it accepted the first host's proxy only: every conversation on a second host
+got "502 Bad Gateway". Replicas sharing a ``state_dir`` agree on the port through
+``model-relay.json`` (under its ``flock``) and all listen on it (``SO_REUSEPORT``: the kernel
+hands each connection to one of them), so the URL, the allowlist's port and a conversation's
+route are the same whichever replica runs it, and a replica that dies takes no relay away
+from the others.
 """
 
 from __future__ import annotations
@@ -19,14 +30,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import json
 import logging
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
-from gateway_bot.sandbox.base import SandboxUnavailable
+from gateway_bot.sandbox import shared_lock
+from gateway_bot.sandbox.base import HostUnreachable, SandboxUnavailable
+
+if TYPE_CHECKING:
+    from gateway_bot.sandbox.podman.hosts import PodmanHost
 
 log = logging.getLogger(__name__)
 
@@ -36,9 +54,9 @@ PEER_REFRESH_S = 1.0
 address (another container on the egress network) must not make podman calls in a loop."""
 _CHUNK = 65536
 
-PeerLookup = Callable[[], Awaitable[str | None]]
-"""The one address allowed to connect (the egress proxy's, on the egress network), or None
-while there is none."""
+PeerLookup = Callable[[], Awaitable[Collection[str]]]
+"""The addresses allowed to connect: the egress proxies' (one per host on this machine), on
+their egress networks; empty while none runs."""
 
 
 def loopback_target(url: str) -> tuple[str, int]:
@@ -61,18 +79,55 @@ def loopback_target(url: str) -> tuple[str, int]:
     return parts.hostname, port
 
 
+async def relay_for(url: str, hosts: Sequence[PodmanHost]) -> ModelRelay:
+    """The relay (not started) through which the proxies of every host on this machine reach
+    ``url``, a service on its loopback. A host on another machine cannot: said once here."""
+    target = loopback_target(url)
+    local = [host for host in hosts if host.service.is_local]
+    if not local:
+        raise SandboxUnavailable(
+            f"{url} is on this machine's loopback, and no sandbox host runs here to relay it "
+            "to: give the agents an address their hosts can reach"
+        )
+    for host in hosts:
+        if not host.service.is_local:
+            log.warning(
+                "host %s is another machine: its conversations cannot reach %s on this "
+                "machine's loopback (give them an address that host can reach)",
+                host.name,
+                url,
+            )
+
+    async def proxies() -> list[str]:
+        """A host that does not answer has no proxy to let in; the others still do."""
+        found = await asyncio.gather(
+            *(host.proxy.egress_address() for host in local), return_exceptions=True
+        )
+        return [address for address in found if isinstance(address, str) and address]
+
+    for host in local:  # the first that answers: the address is this machine's either way
+        try:
+            gateway = await host.proxy.egress_gateway()
+        except HostUnreachable as exc:
+            log.warning("%s: the model relay listens on another host's gateway", exc)
+            continue
+        return ModelRelay(gateway, *target, proxies)
+    raise SandboxUnavailable(f"no sandbox host on this machine answers to relay {url} to")
+
+
 class ModelRelay:
-    """``listen_host:port`` -> ``target_host:target_port``, for connections from the address
-    ``allowed_peer`` names. It listens on the target's port number when that is free there
-    (one number for people to read), on another free port else."""
+    """``listen_host:port`` -> ``target_host:target_port``, for connections from the addresses
+    ``allowed_peers`` names. It listens on the port the replicas agreed on, else on the
+    target's port number when that is free there (one number for people to read), on another
+    free port else."""
 
     def __init__(
-        self, listen_host: str, target_host: str, target_port: int, allowed_peer: PeerLookup
+        self, listen_host: str, target_host: str, target_port: int, allowed_peers: PeerLookup
     ) -> None:
         self.listen_host = listen_host
         self.target = (target_host, target_port)
-        self._allowed_peer = allowed_peer
-        self._allowed: str | None = None
+        self._allowed_peers = allowed_peers
+        self._allowed: frozenset[str] = frozenset()
         self._looked_up_at = float("-inf")
         self._lookup_lock = asyncio.Lock()
         self._server: asyncio.Server | None = None
@@ -90,11 +145,43 @@ class ModelRelay:
         """``url`` with the relay's address in place of the loopback one."""
         return urlunsplit(urlsplit(url)._replace(netloc=self.address))
 
-    async def start(self) -> None:
-        sock = _listening_socket(self.listen_host, self.port)
+    async def start(self, agreement: Path | None = None) -> None:
+        """``agreement``: the file in which the replicas sharing a ``state_dir`` record the
+        port they all listen on (read and written under its ``flock``)."""
+        if agreement is None:
+            sock = _listening_socket(self.listen_host, self.port)
+        else:
+            async with shared_lock.held(agreement.with_name(agreement.name + ".lock")):
+                sock = await asyncio.to_thread(self._bind_agreed, agreement)
         self.port = sock.getsockname()[1]
         self._server = await asyncio.start_server(self._serve, sock=sock)
         log.info("model relay on %s for %s:%d (egress proxy only)", self.address, *self.target)
+
+    def _bind_agreed(self, agreement: Path) -> socket.socket:
+        """The port another replica recorded for this relay, shared; or, when none is
+        recorded or it cannot be shared (another program took it since), a port of its own,
+        recorded for the replicas that start after."""
+        key = f"{self.address.rsplit(':', 1)[0]} -> {self.target[0]}:{self.target[1]}"
+        try:
+            agreed = json.loads(agreement.read_text())
+        except (OSError, ValueError):
+            agreed = {}
+        agreed = agreed if isinstance(agreed, dict) else {}
+        port = agreed.get(key)
+        if isinstance(port, int) and 0 < port < 65536:
+            try:
+                return _listening_socket(self.listen_host, port, fallback=False)
+            except OSError as exc:
+                log.info("model relay: the agreed port %d cannot be shared (%s)", port, exc)
+        sock = _listening_socket(self.listen_host, self.port)
+        agreed[key] = sock.getsockname()[1]
+        partial = agreement.with_suffix(".partial")
+        partial.unlink(missing_ok=True)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        with os.fdopen(os.open(partial, flags, 0o600), "w") as handle:
+            handle.write(json.dumps(agreed, indent=1, sort_keys=True))
+        os.replace(partial, agreement)
+        return sock
 
     async def close(self) -> None:
         if self._server is None:
@@ -108,7 +195,7 @@ class ModelRelay:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = str((writer.get_extra_info("peername") or ("?",))[0])
         if not await self._is_allowed(peer):
-            log.warning("model relay: refused a connection from %s (not the egress proxy)", peer)
+            log.warning("model relay: refused a connection from %s (no egress proxy)", peer)
             writer.close()
             return
         try:
@@ -128,33 +215,36 @@ class ModelRelay:
                 end.close()
 
     async def _is_allowed(self, peer: str) -> bool:
-        if peer == self._allowed:
+        if peer in self._allowed:
             return True
         async with self._lookup_lock:
-            if peer != self._allowed and time.monotonic() - self._looked_up_at > PEER_REFRESH_S:
-                # The proxy's address is podman's choice and may change when the proxy is
+            if peer not in self._allowed and time.monotonic() - self._looked_up_at > PEER_REFRESH_S:
+                # A proxy's address is podman's choice and may change when the proxy is
                 # recreated: asked again, but not for every stranger's connection.
                 self._looked_up_at = time.monotonic()
                 try:
-                    self._allowed = await self._allowed_peer()
+                    self._allowed = frozenset(await self._allowed_peers())
                 except Exception as exc:  # a podman error: refuse, never let through
-                    log.warning("model relay: cannot find the egress proxy's address: %s", exc)
-                    self._allowed = None
-        return self._allowed is not None and peer == self._allowed
+                    log.warning("model relay: cannot find the egress proxies' addresses: %s", exc)
+                    self._allowed = frozenset()
+        return peer in self._allowed
 
 
-def _listening_socket(host: str, port: int) -> socket.socket:
+def _listening_socket(host: str, port: int, *, fallback: bool = True) -> socket.socket:
+    """Shared with the other replicas' relays (``SO_REUSEPORT``: only sockets that all set
+    it, of the same user, share a port; anything else holding it refuses the bind)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    for attempt in (port, 0) if port else (0,):
+    for attempt in (port, 0) if port and fallback else (port,):
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             sock.setsockopt(socket.IPPROTO_IP, IP_FREEBIND, 1)
             sock.bind((host, attempt))
             sock.listen(64)
         except OSError as exc:
             sock.close()
-            if exc.errno == errno.EADDRINUSE and attempt:
+            if exc.errno == errno.EADDRINUSE and attempt and fallback:
                 log.info("model relay: %s:%d is taken, using another port", host, attempt)
                 continue
             raise

@@ -25,10 +25,8 @@ import contextlib
 import json
 import logging
 import os
-import shutil
-import ssl
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,7 +36,7 @@ from podman.errors import NotFound, PodmanError
 from gateway_bot.sandbox import shared_lock
 from gateway_bot.sandbox.base import InjectedCredential, SandboxUnavailable
 from gateway_bot.sandbox.egress.rules import ASK, EgressRule, HeaderInjection, rules_to_json
-from gateway_bot.sandbox.podman import strays
+from gateway_bot.sandbox.podman import proxy_directory, strays
 from gateway_bot.sandbox.podman.images import ImageBuilder
 from gateway_bot.sandbox.podman.service import API_ERRORS, PodmanService, api_error_text
 from gateway_bot.sandbox.podman.strays import ProcessIdentity
@@ -52,9 +50,6 @@ LABEL_CONTEXT = "gateway-bot.context"
 _MOUNT = "/egress"
 LOGS = f"{_MOUNT}/logs"
 """The one place the proxy writes: the per-context network logs and its ready mark."""
-_CA_FILES = ("mitmproxy-ca.pem", "mitmproxy-ca-cert.pem", "mitmproxy-dhparam.pem")
-"""What mitmproxy needs in its confdir to start without writing there."""
-_MAKE_CA = "from mitmproxy.certs import CertStore; CertStore.from_store('/ca', 'mitmproxy', 2048)"
 
 
 @dataclass(frozen=True)
@@ -115,23 +110,48 @@ class EgressProxy:
             ):
                 return
             self._known = None
+            async with self.shared_turn():
+                await self._repair(image.id, image.tag, networks, may_recreate=may_recreate)
+
+    @contextlib.asynccontextmanager
+    async def shared_turn(self) -> AsyncIterator[None]:
+        """This process's turn at the host's proxy, after every other replica's that shares
+        its directory (``proxy.lock``, a ``flock``): creating, starting, recreating the
+        container and making its CA are each one replica's at a time. Replicas started
+        together on an empty deployment otherwise all found no proxy and all created one
+        ("the container name ... is already in use" for all but the first) and wrote the CA
+        into one directory at once."""
+        async with shared_lock.held(self.directory / "proxy.lock"):
+            yield
+
+    async def _repair(
+        self,
+        image_id: str,
+        image_tag: str,
+        networks: Iterable[tuple[str, str]],
+        *,
+        may_recreate: bool,
+    ) -> None:
+        """Inspect, then create, recreate, start and attach what is missing (under
+        ``shared_turn``: what another replica did meanwhile is seen here)."""
+        wanted = [network for network, _ in networks]
+        info = await self._inspect()
+        stopped = info is not None and not info["State"]["Running"]
+        if info is not None and info.get("Image") != image_id and (may_recreate or stopped):
+            log.info("egress proxy: new image %s, recreating %s", image_tag, self.name)
+            await self._service.remove_container(self.name)
+            info = None
+        if info is None:
+            await self._create(image_tag)
+        if info is None or not info["State"]["Running"]:
+            await self._start()
             info = await self._inspect()
-            stopped = info is not None and not info["State"]["Running"]
-            if info is not None and info.get("Image") != image.id and (may_recreate or stopped):
-                log.info("egress proxy: new image %s, recreating %s", image.tag, self.name)
-                await self._service.remove_container(self.name)
-                info = None
-            if info is None:
-                await self._create(image.tag)
-            if info is None or not info["State"]["Running"]:
-                await self._start()
-                info = await self._inspect()
-            assert info is not None
-            attached = set((info.get("NetworkSettings") or {}).get("Networks") or {})
-            for network, address in networks:
-                if network not in attached:
-                    await self.connect(network, address)
-            self._learn(info, attached | set(wanted))
+        assert info is not None
+        attached = set((info.get("NetworkSettings") or {}).get("Networks") or {})
+        for network, address in networks:
+            if network not in attached:
+                await self.connect(network, address)
+        self._learn(info, attached | set(wanted))
 
     def _learn(self, info: dict[str, Any], networks: set[str]) -> None:
         """Remember the running proxy (only on this machine, whose /proc holds its process):
@@ -145,7 +165,7 @@ class EgressProxy:
 
     async def stop(self) -> None:
         """Stop (not remove) the proxy; the next ``ensure`` starts it again."""
-        async with self._lock:
+        async with self._lock, self.shared_turn():
             self._known = None
 
             def call(client: Any) -> None:
@@ -284,8 +304,9 @@ class EgressProxy:
         return await self._service.api(call)
 
     async def _create(self, image: str) -> None:
-        upstream_ca = await asyncio.to_thread(self._prepare_directory)
-        await self._ensure_ca(image)
+        upstream_ca = await asyncio.to_thread(proxy_directory.prepare, self.directory)
+        labels = {LABEL_DEPLOYMENT: self._deployment, LABEL_ROLE: "proxy"}
+        await proxy_directory.ensure_ca(self._service, labels, self.directory, image)
         await self._ensure_egress_network()
         command = [
             "--listen-port", str(PROXY_PORT),
@@ -323,46 +344,22 @@ class EgressProxy:
         try:
             await self._service.api(call)
         except API_ERRORS as exc:
+            if await self._made_by_another_replica():
+                return  # created meanwhile by a replica that shares no directory with this one
             raise SandboxUnavailable(
                 f"could not create the egress proxy: {api_error_text(exc)}"
             ) from exc
 
-    def _prepare_directory(self) -> bool:
-        """Make the shared directory; copy the host's CA bundle in for upstream checks.
-        Returns whether there was one."""
-        for sub in ("ca", "logs"):
-            (self.directory / sub).mkdir(parents=True, exist_ok=True)
-        bundle = Path(ssl.get_default_verify_paths().cafile or "/etc/ssl/certs/ca-certificates.crt")
-        if not bundle.is_file():
-            return False
-        copy = self.directory / "upstream-ca.pem"
-        copy.unlink(missing_ok=True)  # written afresh, never through a link left there
-        shutil.copyfile(bundle, copy)
-        return True
-
-    async def _ensure_ca(self, image: str) -> None:
-        """mitmproxy's CA, made once by mitmproxy's own code in a one-off container that
-        sees only the CA directory (read-write) and no network. Afterwards the proxy gets
-        that directory read-only: with these files present, mitmproxy 11 writes nothing
-        to its confdir."""
-        ca = self.directory / "ca"
-        if await asyncio.to_thread(_has_ca, ca):
-            return
-        log.info("egress proxy: making its CA in %s", ca)
-        result = await self._service.cli(
-            "run", "--rm", *self._service.cli_limit_flags(), "--network=none",
-            "--label", f"{LABEL_DEPLOYMENT}={self._deployment}",
-            "--label", f"{LABEL_ROLE}=proxy",
-            "--mount", f"type=bind,source={ca},target=/ca",
-            "--entrypoint", "/opt/mitmproxy/bin/python3",
-            image, "-c", _MAKE_CA,
-            check=False, timeout_s=300,
-        )  # fmt: skip
-        if result.returncode != 0 or not await asyncio.to_thread(_has_ca, ca):
-            raise SandboxUnavailable(
-                "could not make the egress proxy's CA: "
-                f"{(result.stdout + result.stderr).strip()[-500:]}"
-            )
+    async def _made_by_another_replica(self) -> bool:
+        """After a refused create: is a container of this name there now, labelled as this
+        deployment's proxy? Then it is used as found (the next ``ensure`` repairs its image
+        or networks). A container of that name that is not ours is never adopted."""
+        info = await self._inspect()
+        labels = ((info or {}).get("Config") or {}).get("Labels") or {}
+        ours = (labels.get(LABEL_DEPLOYMENT), labels.get(LABEL_ROLE)) == (self._deployment, "proxy")
+        if info is not None and not ours:
+            log.warning("egress proxy: %s exists and is not this deployment's", self.name)
+        return ours
 
     async def _start(self) -> None:
         ready = self.directory / "logs" / "ready"
@@ -384,12 +381,16 @@ class EgressProxy:
             await asyncio.sleep(0.1)
 
     async def _ensure_egress_network(self) -> None:
+        """Made when missing; one made meanwhile by another replica (each looks when it
+        starts its relay) is as good as one made here."""
+
         def call(client: Any) -> None:
-            if not client.networks.exists(self._egress_network):
+            if client.networks.exists(self._egress_network):
+                return
+            try:
                 client.networks.create(self._egress_network, driver="bridge")
+            except API_ERRORS:
+                if not client.networks.exists(self._egress_network):
+                    raise
 
         await self._service.api(call)
-
-
-def _has_ca(directory: Path) -> bool:
-    return all((directory / name).is_file() for name in _CA_FILES)

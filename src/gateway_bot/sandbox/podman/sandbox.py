@@ -52,7 +52,7 @@ from gateway_bot.sandbox.podman.exec_env import ExecEnvError, ExecEnvFiles
 from gateway_bot.sandbox.podman.host_set import HostSet
 from gateway_bot.sandbox.podman.hosts import PodmanHost, make_hosts
 from gateway_bot.sandbox.podman.idle_stops import ContextState, IdleStops
-from gateway_bot.sandbox.podman.model_relay import ModelRelay, loopback_target
+from gateway_bot.sandbox.podman.model_relay import ModelRelay, relay_for
 from gateway_bot.sandbox.podman.process import start_cli_exec
 from gateway_bot.sandbox.podman.reattach import reattach_host
 
@@ -73,7 +73,7 @@ class PodmanSandbox:
     ) -> None:
         self._settings = settings
         self.deployment = settings.deployment or deployment_for(state_dir)
-        work_dir = state_dir / "sandbox"
+        work_dir = self._work_dir = state_dir / "sandbox"
         self._hosts = HostSet(
             make_hosts(settings, work_dir, self.deployment, agent_files),
             work_dir / "placement.json",
@@ -200,13 +200,13 @@ class PodmanSandbox:
 
     async def reach_host_loopback(self, url: str, *, start: bool = True) -> str:
         """Loopback in a container is the container: a relay in this process listens on the
-        egress network's gateway, for the proxy alone, and forwards to that one port
+        egress network's gateway, for the proxies of this machine's hosts alone (every
+        replica on the port they agreed on), and forwards to that one port
         (``model_relay.py``). The URL given back names the relay; the caller's allowlist and
         credentials follow it, so requests go through the proxy like any other."""
-        target = loopback_target(url)
-        relay = ModelRelay(await self.proxy.egress_gateway(), *target, self.proxy.egress_address)
+        relay = await relay_for(url, self.hosts)
         if start:
-            await relay.start()
+            await relay.start(self._work_dir / "model-relay.json")
             self._relays.append(relay)
             log.info("%s is reached through a relay at %s", url, relay.address)
         return relay.relayed(url)
