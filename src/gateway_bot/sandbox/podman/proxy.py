@@ -291,6 +291,7 @@ class EgressProxy:
             "--listen-port", str(PROXY_PORT),
             "--set", f"confdir={_MOUNT}/ca",
             "--set", "connection_strategy=lazy",  # nothing is dialled before the verdict
+            "--set", "stream_large_bodies=1m",  # a body the addon let through is never kept
             "--set", "flow_detail=0",
             "--set", "termlog_verbosity=warn",
         ]  # fmt: skip

@@ -1,0 +1,27 @@
+"""Attacks, each written as the attack: fixtures shared by the security tier."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.sandbox_fixtures import EgressNetwork
+from tests.support.egress_rig import ProxyRig
+
+
+@pytest.fixture(scope="module")
+def proxy_rig(
+    tmp_path_factory: pytest.TempPathFactory,
+    egress_network: EgressNetwork,
+    podman_socket: Path,
+) -> Iterator[ProxyRig]:
+    """The real egress proxy, two conversations and real servers behind it (one per module:
+    starting it costs seconds)."""
+    rig = ProxyRig(tmp_path_factory.mktemp("egress-rig"), egress_network, podman_socket)
+    try:
+        rig.start()
+        yield rig
+    finally:
+        rig.close()
