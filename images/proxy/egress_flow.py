@@ -59,7 +59,7 @@ HEAD_DEADLINE_S = 10.0
 """From a request head's first byte to its end (408 past it): a slow sender is cut off."""
 MAX_CONNECTIONS = 64
 """Connections one source address may hold open at once."""
-CONNECTIONS_PER_S, CONNECTION_BURST = 100.0, 200.0
+CONNECTIONS_PER_S, CONNECTION_BURST = 200.0, 400.0
 REQUESTS_PER_S, REQUEST_BURST = 200.0, 400.0
 _REFUSAL = "gateway_bot_refusal"
 

@@ -11,14 +11,14 @@ from tests.sandbox_fixtures import EgressNetwork
 from tests.support.egress_rig import ProxyRig
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def proxy_rig(
     tmp_path_factory: pytest.TempPathFactory,
     egress_network: EgressNetwork,
     podman_socket: Path,
 ) -> Iterator[ProxyRig]:
-    """The real egress proxy, two conversations and real servers behind it (one per module:
-    starting it costs seconds)."""
+    """The real egress proxy, two conversations and real servers behind it, once per session
+    (starting it costs seconds): each test sets the routes it needs and ``answer``."""
     rig = ProxyRig(tmp_path_factory.mktemp("egress-rig"), egress_network, podman_socket)
     try:
         rig.start()

@@ -253,22 +253,7 @@ class ProxyRig:
         (or ``body_chunks`` MB of zeros, stopping as soon as an answer comes), then read
         the answer. The body is left unsent when the proxy answers first."""
         chosen = self.conversations[conversation]
-        with socket.create_connection((chosen.proxy, PROXY_PORT), MESSAGE_TIMEOUT_S) as client:
-            client.sendall(head)
-            closed_early = False
-            try:
-                if body:
-                    client.sendall(body)
-                zeros = bytes(1024 * 1024)
-                for _ in range(body_chunks):
-                    readable, _, _ = select.select([client], [], [], 0)
-                    if readable:
-                        closed_early = True
-                        break
-                    client.sendall(zeros)
-            except OSError:
-                closed_early = True
-            return _read_reply(client, closed_early)
+        return send_raw(chosen.proxy, PROXY_PORT, head, body, body_chunks=body_chunks)
 
     def proxy_state(self) -> tuple[str, int]:
         """(start time, restart count) of the proxy container: a crash shows in either."""
@@ -306,6 +291,28 @@ class ProxyRig:
             text=True,
         )
         return found.stdout.strip() or None
+
+
+def send_raw(
+    host: str, port: int, head: bytes, body: bytes = b"", *, body_chunks: int = 0
+) -> Reply:
+    """One request on a new connection to ``host:port`` (``ProxyRig.send``)."""
+    with socket.create_connection((host, port), MESSAGE_TIMEOUT_S) as client:
+        client.sendall(head)
+        closed_early = False
+        try:
+            if body:
+                client.sendall(body)
+            zeros = bytes(1024 * 1024)
+            for _ in range(body_chunks):
+                readable, _, _ = select.select([client], [], [], 0)
+                if readable:
+                    closed_early = True
+                    break
+                client.sendall(zeros)
+        except OSError:
+            closed_early = True
+        return _read_reply(client, closed_early)
 
 
 def _freebind_socket(host: str) -> socket.socket:
