@@ -35,10 +35,12 @@ from typing import Any
 import egress_flow  # type: ignore[import-not-found]  # beside this file
 from egress_asking import MAX_ASK_BODY, ask_daemon, inflated  # type: ignore[import-not-found]
 from egress_routes import (  # type: ignore[import-not-found]  # beside this file
+    LISTENING,
     LOGS,
     READY,
     Route,
     Routes,
+    write_json,
     write_log,
 )
 from gwb_egress.git_push import (  # type: ignore[import-not-found]  # the daemon's package
@@ -61,7 +63,7 @@ from gwb_egress.target import (  # type: ignore[import-not-found]
     RequestTarget,
     read_target,
 )
-from mitmproxy import connection, http, tcp  # type: ignore[import-not-found]
+from mitmproxy import connection, ctx, http, tcp  # type: ignore[import-not-found]
 
 BODY_HEAD_WAIT_S = 10
 """How long a held request's first MB may take to arrive before the card goes without it."""
@@ -77,13 +79,38 @@ class EgressAllowlist:
         self.limits = egress_flow.SourceLimits()
         self._counted: set[str] = set()
         self._logged: dict[str, float] = {}
-        self._sweeper: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
 
     def running(self) -> None:
         egress_flow.patch()
-        self._sweeper = asyncio.get_running_loop().create_task(egress_flow.sweep_slow_heads())
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(egress_flow.sweep_slow_heads()),
+            loop.create_task(self._follow_listeners()),
+        ]
         LOGS.mkdir(parents=True, exist_ok=True)
         READY.write_text(f"{os.getpid()}\n")
+
+    async def _follow_listeners(self) -> None:
+        """One listener per context network, at the proxy's address there (``listen`` in
+        its route): a conversation flooding the proxy with connections fills its own
+        listener's queue, and the others' connections are still accepted. Followed every
+        quarter second; ``LISTENING`` says which addresses are served."""
+        current: set[str] | None = None
+        while True:
+            try:
+                wanted = self.routes.listen_addresses()
+                if wanted != current:
+                    port = ctx.options.listen_port or 8080
+                    modes = [f"regular@127.0.0.1:{port}"]
+                    modes += [f"regular@{address}:{port}" for address in sorted(wanted)]
+                    ctx.options.update(mode=modes)
+                    await ctx.master.addons.get("proxyserver").setup_servers()
+                    write_json(LISTENING, sorted(wanted))
+                    current = wanted
+            except Exception:  # a bad route must not end the following
+                log.exception("could not update the proxy's listeners")
+            await asyncio.sleep(0.25)
 
     def client_connected(self, client: connection.Client) -> None:
         """Per-source limits before anything is read: a conversation that floods the proxy

@@ -107,6 +107,9 @@ def patch() -> None:
         return (yield from original_killed(self, emit_error_hook))
 
     def read_headers(self: Any, event: Any) -> Generator[Any, Any, None]:
+        if len(self.buf) > MAX_HEAD and not _head_ends_within(self.buf, MAX_HEAD):
+            yield from _end(self, 431, f"request headers longer than {MAX_HEAD} bytes")
+            return
         yield from original_head(self, event)
         if self.state != self.read_headers or not self.buf:
             _slow_heads.pop(self, None)
@@ -126,6 +129,11 @@ def patch() -> None:
     Http1Server.read_headers = read_headers
     Http1Connection.wait = wait
     HttpStream._gateway_bot_patched = True
+
+
+def _head_ends_within(buffer: Any, limit: int) -> bool:
+    start = bytes(buffer)[: limit + 4]
+    return b"\r\n\r\n" in start or b"\n\n" in start
 
 
 def _end(layer: Any, status: int, why: str) -> Generator[Any, Any, None]:

@@ -22,6 +22,7 @@ ROUTES = EGRESS_DIR / "routes.json"
 LOGS = EGRESS_DIR / "logs"
 READY = LOGS / "ready"
 ASKS = EGRESS_DIR / "asks.sock"
+LISTENING = LOGS / "listening.json"
 
 log = logging.getLogger("gateway-bot-egress")
 
@@ -35,7 +36,9 @@ class Route:
         rules: tuple[EgressRule, ...],
         inject: tuple[HeaderInjection, ...],
         ask_timeout_s: float = 600.0,
+        listen: str | None = None,
     ) -> None:
+        self.listen = listen
         self.context = context
         self.rules = rules
         self.inject = inject
@@ -48,6 +51,7 @@ class Route:
             rules_from_json([*entry.get("rules", []), *entry.get("ask", [])]),
             tuple(HeaderInjection.from_json(item) for item in entry.get("inject", [])),
             float(entry.get("ask_timeout_s", 600.0)),
+            str(entry["listen"]) if entry.get("listen") else None,
         )
 
 
@@ -63,6 +67,11 @@ class Routes:
         if address.startswith("::ffff:"):
             address = address[len("::ffff:") :]
         return self._sources.get(address)
+
+    def listen_addresses(self) -> set[str]:
+        """The proxy's own address on each context's network (a listener each)."""
+        self._reload()
+        return {route.listen for route in self._sources.values() if route.listen}
 
     def _reload(self) -> None:
         try:
@@ -94,3 +103,10 @@ def write_log(context: str | None, entry: dict[str, Any]) -> None:
             handle.write(json.dumps(line) + "\n")
     except OSError as exc:
         log.warning("cannot write the network log of %s: %s", name, exc)
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Replace ``path`` whole (a reader never sees half of it)."""
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(data))
+    partial.replace(path)

@@ -149,7 +149,9 @@ class ProxyRig:
     def route(self, rules: Sequence[EgressRule], conversation: str = "a") -> None:
         """The conversation's rules (the server's git push ask rule is the caller's to add)."""
         chosen = self.conversations[conversation]
-        self.run(self.proxy.set_route(chosen.source, chosen.context, rules, (), 5))
+        self.run(
+            self.proxy.set_route(chosen.source, chosen.context, rules, (), 5, listen=chosen.proxy)
+        )
 
     async def _ask(self, held: HeldRequest) -> tuple[bool, str]:
         self.asked.append(held)
@@ -298,9 +300,9 @@ def send_raw(
 ) -> Reply:
     """One request on a new connection to ``host:port`` (``ProxyRig.send``)."""
     with socket.create_connection((host, port), MESSAGE_TIMEOUT_S) as client:
-        client.sendall(head)
         closed_early = False
         try:
+            client.sendall(head)
             if body:
                 client.sendall(body)
             zeros = bytes(1024 * 1024)

@@ -46,6 +46,12 @@ from gateway_bot.sandbox.podman.strays import ProcessIdentity
 log = logging.getLogger(__name__)
 
 PROXY_PORT = 8080
+LISTENING = "listening.json"
+"""Written by the addon in logs/: the addresses it listens on."""
+LISTEN_WAIT_S = 10
+NONLOCAL_BIND = {"net.ipv4.ip_nonlocal_bind": "1"}
+"""A context's listener may be bound before its network is attached (a proxy restarted with
+its routes): it then accepts as soon as the address is there."""
 LABEL_DEPLOYMENT = "gateway-bot.deployment"
 LABEL_ROLE = "gateway-bot.role"
 LABEL_CONTEXT = "gateway-bot.context"
@@ -216,10 +222,14 @@ class EgressProxy:
         rules: Sequence[EgressRule],
         credentials: Sequence[InjectedCredential] = (),
         ask_timeout_s: float = 600.0,
+        listen: str | None = None,
     ) -> None:
         """Requests from ``source`` belong to ``context_id`` and follow ``rules``; those to a
         credential's host get its header. A request held by an ask rule waits at most
-        ``ask_timeout_s`` (and a grace) for the daemon's answer."""
+        ``ask_timeout_s`` (and a grace) for the daemon's answer. ``listen`` is the proxy's
+        own address on the context's network: it gets a listener of its own there (a
+        flood of connections fills that listener's queue, not the other contexts'), and
+        this returns once it listens."""
         inject = [
             HeaderInjection(c.scheme, c.host, c.port, c.header, c.value).to_json()
             for c in credentials
@@ -233,12 +243,33 @@ class EgressProxy:
             "inject": inject,
             "ask_timeout_s": ask_timeout_s,
         }
+        if listen is not None:
+            entry["listen"] = listen
         # A route the file already holds is not rewritten (a rewrite makes the proxy re-read
         # every route): every task but a context's first. The file is read each time, never
         # a copy kept here: replicas sharing this host's proxy edit it too.
-        if (await asyncio.to_thread(self._read_routes)).get(source) == entry:
-            return
-        await self._edit_routes(lambda sources: sources.__setitem__(source, entry))
+        if (await asyncio.to_thread(self._read_routes)).get(source) != entry:
+            await self._edit_routes(lambda sources: sources.__setitem__(source, entry))
+        if listen is not None:
+            await self._listening(listen)
+
+    async def _listening(self, address: str) -> None:
+        """Wait (at most ``LISTEN_WAIT_S``) until the addon says it listens on ``address``.
+        A proxy on an addon older than per-context listeners writes no such file and
+        listens everywhere: nothing to wait for."""
+        listening = self.directory / "logs" / LISTENING
+        deadline = time.monotonic() + LISTEN_WAIT_S
+        while time.monotonic() < deadline:
+            try:
+                addresses = json.loads(await asyncio.to_thread(listening.read_text))
+            except FileNotFoundError:
+                return
+            except (OSError, ValueError):
+                addresses = []
+            if address in addresses:
+                return
+            await asyncio.sleep(0.05)
+        log.warning("egress proxy: not listening on %s after %s s", address, LISTEN_WAIT_S)
 
     async def drop_routes(self, context_id: str) -> None:
         def drop(sources: dict[str, Any]) -> None:
@@ -288,7 +319,8 @@ class EgressProxy:
         await self._ensure_ca(image)
         await self._ensure_egress_network()
         command = [
-            "--listen-port", str(PROXY_PORT),
+            # Loopback only at first; the addon adds a listener per context (``listen``).
+            "--mode", f"regular@127.0.0.1:{PROXY_PORT}",
             "--set", f"confdir={_MOUNT}/ca",
             "--set", "connection_strategy=lazy",  # nothing is dialled before the verdict
             "--set", "stream_large_bodies=1m",  # a body the addon let through is never kept
@@ -317,6 +349,7 @@ class EgressProxy:
                 runtime=self._service.runtime,
                 ulimits=self._service.api_ulimits(),
                 mem_limit="512m",
+                sysctls=NONLOCAL_BIND,
                 restart_policy={"Name": "on-failure"},
                 stop_timeout=5,
             )
