@@ -314,7 +314,7 @@ def send_raw(
                 client.sendall(zeros)
         except OSError:
             closed_early = True
-        return _read_reply(client, closed_early)
+        return read_reply(client, closed_early)
 
 
 def _freebind_socket(host: str) -> socket.socket:
@@ -326,7 +326,7 @@ def _freebind_socket(host: str) -> socket.socket:
     return listener
 
 
-def _read_reply(client: socket.socket, closed_early: bool) -> Reply:
+def read_reply(client: socket.socket, closed_early: bool) -> Reply:
     data = b""
     client.settimeout(MESSAGE_TIMEOUT_S)
     try:
