@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.sandbox_fixtures import EgressNetwork
 from tests.support.egress_rig import ProxyRig
+from tests.support.sandbox_fixtures import EgressNetwork
 
 
 @pytest.fixture(scope="session")

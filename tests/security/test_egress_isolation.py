@@ -87,6 +87,7 @@ def test_one_conversation_cannot_take_the_others_network_down(proxy_rig: ProxyRi
             began = time.monotonic()
             reply = rig.send(_get(f"{app}/pub/{len(seen_by_b)}"), conversation="b")
             seen_by_b.append((reply.status, time.monotonic() - began))
+            stop.wait(0.05)  # a working task's pace, well inside its own limits
 
     with ThreadPoolExecutor(DRIBBLERS + 4) as pool:
         try:
@@ -127,7 +128,8 @@ def test_one_conversation_cannot_take_the_others_network_down(proxy_rig: ProxyRi
         max(t for _, t in seen_by_b),
     )
     assert len(seen_by_b) >= 10
-    assert all(status == 200 for status, _ in seen_by_b), seen_by_b
+    failed = [(n, status) for n, (status, _) in enumerate(seen_by_b) if status != 200]
+    assert not failed, f"{failed} of {len(seen_by_b)} requests"
     assert rig.proxy_state() == started, "the proxy restarted"
     # And afterwards the attacker's own ordinary requests work again (its limits are its).
     rig.route([EgressRule(up.host, ports=(up.app_port,))])

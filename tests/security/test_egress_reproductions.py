@@ -1,4 +1,5 @@
-"""Issue 27's three reproductions against the real egress proxy, each written as the attack.
+"""Three attacks on the egress proxy, reproduced against the real one, each written as the
+attack (docs/decisions/0122-egress-one-reading-of-a-target.md, 0123-egress-decide-before-body.md).
 
 The agent is root in its container and writes whatever bytes it likes to the proxy; here the
 test writes them from the conversation's network. Behind the proxy: git's http-backend behind

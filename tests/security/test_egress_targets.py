@@ -1,4 +1,5 @@
-"""The differential test of the egress proxy's reading of request targets (issue 27).
+"""The differential test of the egress proxy's reading of request targets
+(docs/decisions/0122-egress-one-reading-of-a-target.md).
 
 Each odd request (``egress_targets/targets.txt``, written out with what the proxy must do, and
 a generated cross of base paths with spellings) goes byte for byte through the real proxy to

@@ -36,7 +36,7 @@ from gateway_bot.sandbox.egress.rules import EgressRule
 from gateway_bot.sandbox.podman.egress_asks import EgressAskListener
 from gateway_bot.sandbox.podman.sandbox import PodmanSandbox
 from tests.conftest import GIT_IDENTITY
-from tests.sandbox_fixtures import IP_FREEBIND, SESSION_PODMAN, EgressNetwork, podman
+from tests.support.sandbox_fixtures import IP_FREEBIND, SESSION_PODMAN, EgressNetwork, podman
 
 T = TypeVar("T")
 PROXY_PORT = 8080

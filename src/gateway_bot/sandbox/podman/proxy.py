@@ -15,7 +15,8 @@ holds a placeholder, the proxy sets the real header on requests to the model API
 ``routes.json`` is mode 0600, and the shared directory is mounted read-only into the proxy
 (routes, credentials, the CA and its key): a compromised proxy cannot rewrite its own
 rules or swap the CA the agents trust. Only ``logs/`` is writable there. The CA is made
-once, before the first start, by mitmproxy's own code in a one-off container.
+once, before the first start, by mitmproxy's own code in a one-off container
+(``proxy_files``).
 """
 
 from __future__ import annotations
@@ -25,8 +26,6 @@ import contextlib
 import json
 import logging
 import os
-import shutil
-import ssl
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ from gateway_bot.sandbox.base import InjectedCredential, SandboxUnavailable
 from gateway_bot.sandbox.egress.rules import ASK, EgressRule, HeaderInjection, rules_to_json
 from gateway_bot.sandbox.podman import strays
 from gateway_bot.sandbox.podman.images import ImageBuilder
+from gateway_bot.sandbox.podman.proxy_files import ensure_ca, prepare_directory
 from gateway_bot.sandbox.podman.service import API_ERRORS, PodmanService, api_error_text
 from gateway_bot.sandbox.podman.strays import ProcessIdentity
 
@@ -58,9 +58,6 @@ LABEL_CONTEXT = "gateway-bot.context"
 _MOUNT = "/egress"
 LOGS = f"{_MOUNT}/logs"
 """The one place the proxy writes: the per-context network logs and its ready mark."""
-_CA_FILES = ("mitmproxy-ca.pem", "mitmproxy-ca-cert.pem", "mitmproxy-dhparam.pem")
-"""What mitmproxy needs in its confdir to start without writing there."""
-_MAKE_CA = "from mitmproxy.certs import CertStore; CertStore.from_store('/ca', 'mitmproxy', 2048)"
 
 
 @dataclass(frozen=True)
@@ -315,8 +312,8 @@ class EgressProxy:
         return await self._service.api(call)
 
     async def _create(self, image: str) -> None:
-        upstream_ca = await asyncio.to_thread(self._prepare_directory)
-        await self._ensure_ca(image)
+        upstream_ca = await asyncio.to_thread(prepare_directory, self.directory)
+        await ensure_ca(self._service, self._deployment, self.directory / "ca", image)
         await self._ensure_egress_network()
         command = [
             # Loopback only at first; the addon adds a listener per context (``listen``).
@@ -361,43 +358,6 @@ class EgressProxy:
                 f"could not create the egress proxy: {api_error_text(exc)}"
             ) from exc
 
-    def _prepare_directory(self) -> bool:
-        """Make the shared directory; copy the host's CA bundle in for upstream checks.
-        Returns whether there was one."""
-        for sub in ("ca", "logs"):
-            (self.directory / sub).mkdir(parents=True, exist_ok=True)
-        bundle = Path(ssl.get_default_verify_paths().cafile or "/etc/ssl/certs/ca-certificates.crt")
-        if not bundle.is_file():
-            return False
-        copy = self.directory / "upstream-ca.pem"
-        copy.unlink(missing_ok=True)  # written afresh, never through a link left there
-        shutil.copyfile(bundle, copy)
-        return True
-
-    async def _ensure_ca(self, image: str) -> None:
-        """mitmproxy's CA, made once by mitmproxy's own code in a one-off container that
-        sees only the CA directory (read-write) and no network. Afterwards the proxy gets
-        that directory read-only: with these files present, mitmproxy 11 writes nothing
-        to its confdir."""
-        ca = self.directory / "ca"
-        if await asyncio.to_thread(_has_ca, ca):
-            return
-        log.info("egress proxy: making its CA in %s", ca)
-        result = await self._service.cli(
-            "run", "--rm", *self._service.cli_limit_flags(), "--network=none",
-            "--label", f"{LABEL_DEPLOYMENT}={self._deployment}",
-            "--label", f"{LABEL_ROLE}=proxy",
-            "--mount", f"type=bind,source={ca},target=/ca",
-            "--entrypoint", "/opt/mitmproxy/bin/python3",
-            image, "-c", _MAKE_CA,
-            check=False, timeout_s=300,
-        )  # fmt: skip
-        if result.returncode != 0 or not await asyncio.to_thread(_has_ca, ca):
-            raise SandboxUnavailable(
-                "could not make the egress proxy's CA: "
-                f"{(result.stdout + result.stderr).strip()[-500:]}"
-            )
-
     async def _start(self) -> None:
         ready = self.directory / "logs" / "ready"
         ready.unlink(missing_ok=True)
@@ -423,7 +383,3 @@ class EgressProxy:
                 client.networks.create(self._egress_network, driver="bridge")
 
         await self._service.api(call)
-
-
-def _has_ca(directory: Path) -> bool:
-    return all((directory / name).is_file() for name in _CA_FILES)
