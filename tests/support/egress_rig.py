@@ -345,6 +345,9 @@ def read_reply(client: socket.socket, closed_early: bool) -> Reply:
     for line in lines[1:]:
         name, _, value = line.partition(":")
         headers[name.strip().lower()] = value.strip()
+    status = int(lines[0].split()[1])
+    if status == 101:  # switched protocols: what follows is the new protocol's
+        return Reply(status, headers, rest, closed_early)
     length = int(headers.get("content-length", "-1"))
     try:
         while length < 0 or len(rest) < length:
@@ -354,4 +357,4 @@ def read_reply(client: socket.socket, closed_early: bool) -> Reply:
             rest += chunk
     except OSError:
         pass
-    return Reply(int(lines[0].split()[1]), headers, rest, closed_early)
+    return Reply(status, headers, rest, closed_early)
