@@ -9,126 +9,132 @@ log gets the line (``/egress/logs/<context>.log``, linked as ``network.log`` bes
 conversation's ``events.jsonl``) and which credential header its requests to the model API
 get (the agent only holds a placeholder; no other host ever sees the real value).
 
-Blocked requests get 403 with the reason, before any connection to the target is made.
+Every decision is made when a request's headers are in (``requestheaders``), on the one
+reading of its target the daemon shares (``gwb_egress.target``, ``gwb_egress.rules.judge``):
+what servers read in more than one way is a 400, what the rules refuse a 403, both with the
+reason and before anything is dialled or any of the body read (``egress_flow``). What goes,
+goes in its normal form, and its body streams through, never kept.
 
 A request the allow rules let out that matches an ask rule (default: every git push over
-HTTP) is held: the hook awaits the daemon's answer on ``/egress/asks.sock`` (one connection
-per request, see ``sandbox/podman/egress_asks.py``) while other flows go on. Nothing is
-dialled before the answer. A refusal (the daemon said no, did not answer in time, or is not
-there) is a 403 with the reason, or for a git push the rejection git prints per ref.
+HTTP) is held: its first MB is kept for the card (reading stops there), and the hook awaits
+the daemon's answer on ``/egress/asks.sock`` (``egress_asking``) while other flows go on.
+Nothing is dialled before the answer. A refusal (the daemon said no, did not answer in time,
+or is not there) is a 403 with the reason, or for a git push the rejection git prints per
+ref. Per-source limits (``egress_flow.SourceLimits``) keep one conversation from using up
+the proxy the others share.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import datetime
-import json
 import logging
 import os
 import socket
-import zlib
-from pathlib import Path
 from typing import Any
 
-from egress_git_push import (  # type: ignore[import-not-found]  # copied beside this file
+import egress_flow  # type: ignore[import-not-found]  # beside this file
+from egress_asking import MAX_ASK_BODY, ask_daemon, inflated  # type: ignore[import-not-found]
+from egress_routes import (  # type: ignore[import-not-found]  # beside this file
+    LISTENING,
+    LOGS,
+    READY,
+    Route,
+    Routes,
+    write_json,
+    write_log,
+)
+from gwb_egress.git_push import (  # type: ignore[import-not-found]  # the daemon's package
     is_empty_push,
     parse_push,
     refusal_report,
 )
-from egress_rules import (  # type: ignore[import-not-found]  # copied beside this file
-    EgressRule,
+from gwb_egress.rules import (  # type: ignore[import-not-found]
+    ASK,
+    REFUSE,
     HeaderInjection,
     Verdict,
-    ask_rule_for,
-    decide,
     decide_address,
     decide_connect,
     decide_raw_stream,
-    rules_from_json,
+    judge,
 )
-from mitmproxy import http, tcp  # type: ignore[import-not-found]
+from gwb_egress.target import (  # type: ignore[import-not-found]
+    AmbiguousTarget,
+    RequestTarget,
+    read_target,
+)
+from mitmproxy import connection, ctx, http, tcp  # type: ignore[import-not-found]
 
-EGRESS_DIR = Path(os.environ.get("GATEWAY_BOT_EGRESS_DIR", "/egress"))
-ROUTES = EGRESS_DIR / "routes.json"
-LOGS = EGRESS_DIR / "logs"
-READY = LOGS / "ready"
-ASKS = EGRESS_DIR / "asks.sock"
-MAX_ASK_BODY = 1024 * 1024
-"""The daemon sees at most this much of a held body (a push's refs come first)."""
-ANSWER_GRACE_S = 30
-"""How much longer than the daemon's own timeout a held request waits for an answer."""
+BODY_HEAD_WAIT_S = 10
+"""How long a held request's first MB may take to arrive before the card goes without it."""
+LOG_EVERY_S = 5.0
+"""A source's refused connections are logged at most this often (a flood writes no flood)."""
 
 log = logging.getLogger("gateway-bot-egress")
-
-
-class Route:
-    """What the proxy knows of one source address."""
-
-    def __init__(
-        self,
-        context: str,
-        rules: tuple[EgressRule, ...],
-        inject: tuple[HeaderInjection, ...],
-        ask_timeout_s: float = 600.0,
-    ) -> None:
-        self.context = context
-        self.rules = rules
-        self.inject = inject
-        self.ask_timeout_s = ask_timeout_s
-
-    @classmethod
-    def from_json(cls, entry: dict[str, Any]) -> Route:
-        return cls(
-            str(entry["context"]),
-            rules_from_json([*entry.get("rules", []), *entry.get("ask", [])]),
-            tuple(HeaderInjection.from_json(item) for item in entry.get("inject", [])),
-            float(entry.get("ask_timeout_s", 600.0)),
-        )
-
-
-class Routes:
-    """routes.json, re-read whenever the daemon replaces it (atomic rename: a new inode)."""
-
-    def __init__(self) -> None:
-        self._stamp: tuple[int, int, int] | None = None
-        self._sources: dict[str, Route] = {}
-
-    def lookup(self, address: str) -> Route | None:
-        self._reload()
-        if address.startswith("::ffff:"):
-            address = address[len("::ffff:") :]
-        return self._sources.get(address)
-
-    def _reload(self) -> None:
-        try:
-            stat = ROUTES.stat()
-        except FileNotFoundError:
-            self._sources, self._stamp = {}, None
-            return
-        stamp = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
-        if stamp == self._stamp:
-            return
-        try:
-            data = json.loads(ROUTES.read_text())
-        except (OSError, ValueError) as exc:
-            log.warning("routes.json unreadable, keeping the previous routes: %s", exc)
-            return
-        try:
-            sources = {source: Route.from_json(entry) for source, entry in data["sources"].items()}
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            log.warning("routes.json malformed, keeping the previous routes: %s", exc)
-            return
-        self._sources, self._stamp = sources, stamp
 
 
 class EgressAllowlist:
     def __init__(self) -> None:
         self.routes = Routes()
+        self.limits = egress_flow.SourceLimits()
+        self._counted: set[str] = set()
+        self._logged: dict[str, float] = {}
+        self._tasks: list[asyncio.Task[None]] = []
 
     def running(self) -> None:
+        egress_flow.patch()
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(egress_flow.sweep_slow_heads()),
+            loop.create_task(self._follow_listeners()),
+        ]
         LOGS.mkdir(parents=True, exist_ok=True)
         READY.write_text(f"{os.getpid()}\n")
+
+    async def _follow_listeners(self) -> None:
+        """One listener per context network, at the proxy's address there (``listen`` in
+        its route): a conversation flooding the proxy with connections fills its own
+        listener's queue, and the others' connections are still accepted. Followed every
+        quarter second; ``LISTENING`` says which addresses are served."""
+        current: set[str] | None = None
+        while True:
+            try:
+                wanted = self.routes.listen_addresses()
+                if wanted != current:
+                    port = ctx.options.listen_port or 8080
+                    modes = [f"regular@127.0.0.1:{port}"]
+                    modes += [f"regular@{address}:{port}" for address in sorted(wanted)]
+                    ctx.options.update(mode=modes)
+                    await ctx.master.addons.get("proxyserver").setup_servers()
+                    write_json(LISTENING, sorted(wanted))
+                    current = wanted
+            except Exception:  # a bad route must not end the following
+                log.exception("could not update the proxy's listeners")
+            await asyncio.sleep(0.25)
+
+    def client_connected(self, client: connection.Client) -> None:
+        """Per-source limits before anything is read: a conversation that floods the proxy
+        with connections is refused its own new ones, the others' go on."""
+        source = _source(client.peername[0])
+        refused = self.limits.connect(source)
+        if refused is None:
+            self._counted.add(client.id)
+            return
+        client.error = f"gateway-bot egress: {refused}"
+        now = asyncio.get_running_loop().time()
+        if now - self._logged.get(source, -LOG_EVERY_S) >= LOG_EVERY_S:
+            self._logged[source] = now
+            route = self._route(source)
+            write_log(
+                route.context if route else None,
+                {"method": "CONNECT", "url": f"from {source}", "allowed": False,
+                 "reason": f"connection refused: {refused}"},
+            )  # fmt: skip
+
+    def client_disconnected(self, client: connection.Client) -> None:
+        if client.id in self._counted:
+            self._counted.discard(client.id)
+            self.limits.disconnect(_source(client.peername[0]))
 
     def http_connect(self, flow: http.HTTPFlow) -> None:
         route = self._route(flow.client_conn.peername[0])
@@ -140,38 +146,72 @@ class EgressAllowlist:
         if not verdict.allowed:
             self._block(flow, route.context, f"{host}:{port}", verdict)
 
-    async def request(self, flow: http.HTTPFlow) -> None:
-        if flow.response is not None:
+    async def requestheaders(self, flow: http.HTTPFlow) -> None:
+        """The whole decision, before any of the body is read: the target read once
+        (``read_target``), judged once (``judge``), the normal form forwarded; a refusal
+        answered without reading the body; a held request's first MB kept for the card.
+        A failure here refuses (mitmproxy would forward a request whose hook raised)."""
+        if flow.response is not None or flow.request.method == "CONNECT":
             return
+        try:
+            await self._decide(flow)
+        except Exception as exc:  # fail closed, whatever went wrong
+            log.exception("refusing a request the addon could not decide")
+            if flow.response is None and flow.killable:
+                verdict = Verdict(False, f"the egress proxy could not decide: {type(exc).__name__}")
+                self._block(flow, None, _shown(flow.request), verdict, status=500)
+
+    async def _decide(self, flow: http.HTTPFlow) -> None:
+        request = flow.request
         route = self._route(flow.client_conn.peername[0])
-        url = flow.request.pretty_url
         if route is None:
-            self._block(flow, None, url, Verdict(False, "unknown source address"))
+            self._block(flow, None, request.pretty_url, Verdict(False, "unknown source address"))
             return
-        context, rules = route.context, route.rules
-        method, path = flow.request.method, flow.request.path
-        port = flow.request.port
-        verdict = decide(rules, method, flow.request.host, path, port)
-        header_host = (flow.request.host_header or "").rsplit(":", 1)[0].strip("[]")
-        if verdict.allowed and header_host and header_host.lower() != flow.request.host.lower():
-            verdict = decide(rules, method, header_host, path, port)  # no fronting past it
-        if not verdict.allowed:
-            self._block(flow, context, url, verdict)
+        if not self.limits.request(_source(flow.client_conn.peername[0])):
+            why = f"more than {egress_flow.REQUESTS_PER_S:g} requests a second"
+            self._block(flow, route.context, request.pretty_url, Verdict(False, why), status=429)
             return
-        hosts = (flow.request.host, header_host)
-        ask = ask_rule_for(rules, method, hosts, path, port)
-        if ask is not None:
-            body = _body_head(flow.request)
-            if not (path.split("?", 1)[0].endswith("/git-receive-pack") and is_empty_push(body)):
-                allowed, why = await _hold(flow, route, ask, body)
+        try:
+            target = _read(flow)
+        except AmbiguousTarget as exc:
+            self._block(flow, route.context, _shown(request), Verdict(False, str(exc)), 400)
+            return
+        judgement = judge(route.rules, target)
+        if judgement.action == REFUSE:
+            verdict = Verdict(False, judgement.reason)
+            self._block(flow, route.context, target.url, verdict, status=judgement.status)
+            return
+        _forward_as(flow, target)
+        reason = judgement.reason
+        if judgement.action == ASK:
+            head = egress_flow.BodyHead(flow, MAX_ASK_BODY)
+            body = await head.wait(BODY_HEAD_WAIT_S) if egress_flow.has_body(request) else b""
+            push = target.path.endswith("/git-receive-pack")
+            if push and head.complete and is_empty_push(body):
+                head.forget()  # git's probe before a big push: it changes nothing
+            else:
+                size = int(request.headers.get("content-length", "0") or 0) or head.size
+                allowed, why = await ask_daemon(flow, route, judgement.rule, target, body, size)
                 if not allowed:
-                    _refuse(flow, context, url, why, body)
+                    head.forget()
+                    _refuse(flow, route.context, target, why, body)
                     return
-                verdict = Verdict(True, f"approved: {why}")
+                reason = f"approved: {why}"
+            head.resume()
+        request.stream = True  # allowed: the body goes through as it comes, never kept
         _inject(flow, route.inject)
-        _write_log(
-            context, {"method": method, "url": url, "allowed": True, "reason": verdict.reason}
+        write_log(
+            route.context,
+            {"method": target.method, "url": target.url, "allowed": True, "reason": reason},
         )
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        if flow.response is not None:
+            flow.response.stream = True  # answers stream too: a big download is never kept
+
+    def websocket_message(self, flow: http.HTTPFlow) -> None:
+        if flow.websocket is not None:
+            del flow.websocket.messages[:-1]  # mitmproxy keeps every message otherwise
 
     async def server_connect(self, data: Any) -> None:
         """Before dialling: resolve the name here and refuse non-public addresses no rule
@@ -196,7 +236,7 @@ class EgressAllowlist:
         for address in addresses:
             verdict = decide_address(route.rules, str(host), address)
             if not verdict.allowed:
-                _write_log(
+                write_log(
                     route.context,
                     {"method": "CONNECT", "url": f"{host}:{port}", "allowed": False,
                      "reason": verdict.reason},
@@ -215,109 +255,115 @@ class EgressAllowlist:
             )
         )
         entry = {"method": "TCP", "url": host, "allowed": verdict.allowed, "reason": verdict.reason}
-        _write_log(route.context if route else None, entry)
+        write_log(route.context if route else None, entry)
         if not verdict.allowed:
             flow.kill()
 
     def _route(self, address: str) -> Route | None:
         return self.routes.lookup(address)
 
-    def _block(self, flow: http.HTTPFlow, context: str | None, url: str, verdict: Verdict) -> None:
+    def _block(
+        self,
+        flow: http.HTTPFlow,
+        context: str | None,
+        url: str,
+        verdict: Verdict,
+        status: int = 403,
+    ) -> None:
         method = flow.request.method
-        _write_log(
+        write_log(
             context, {"method": method, "url": url, "allowed": False, "reason": verdict.reason}
         )
-        flow.response = http.Response.make(
-            403,
+        header = verdict.reason.encode("ascii", "replace").decode("ascii")
+        response = http.Response.make(
+            status,
             f"Blocked by gateway-bot's egress proxy: {verdict.reason}.\n"
             "Allowed hosts are listed in the repo's .gateway/network-allowlist.yaml.\n",
-            {"Content-Type": "text/plain; charset=utf-8", "X-Gateway-Bot-Blocked": verdict.reason},
+            {"Content-Type": "text/plain; charset=utf-8", "X-Gateway-Bot-Blocked": header},
         )
+        _answer(flow, response)
 
 
-def _body_head(request: http.Request) -> bytes:
-    """The first ``MAX_ASK_BODY`` bytes of the body, decoded when it is compressed (inflated
-    only that far: a small gzip bomb costs nothing)."""
-    raw = request.raw_content or b""
-    encoding = request.headers.get("content-encoding", "").strip().lower()
-    if encoding in ("gzip", "x-gzip", "deflate"):
-        try:
-            return zlib.decompressobj(47).decompress(raw, MAX_ASK_BODY)  # gzip or zlib
-        except zlib.error:
-            return raw[:MAX_ASK_BODY]
-    return raw[:MAX_ASK_BODY]
+def _answer(flow: http.HTTPFlow, response: http.Response) -> None:
+    """Answer now: with no body to come, as mitmproxy answers; else without reading the body
+    (``egress_flow.refuse_before_body``, the connection closed after the answer)."""
+    if flow.request.method == "CONNECT" or not egress_flow.has_body(flow.request):
+        flow.response = response
+    else:
+        egress_flow.refuse_before_body(flow, response)
 
 
-async def _hold(
-    flow: http.HTTPFlow, route: Route, rule: EgressRule, body: bytes
-) -> tuple[bool, str]:
-    """Ask the daemon; (allowed, why). Every failure is a refusal that says what happened."""
+def _source(address: str) -> str:
+    return address[len("::ffff:") :] if address.startswith("::ffff:") else address
+
+
+def _read(flow: http.HTTPFlow) -> RequestTarget:
+    """The one reading of this request (``target.read_target``): where it goes, its Host
+    header (exactly one) or HTTP/2 authority, and inside a TLS tunnel its server name."""
     request = flow.request
-    url = request.pretty_url
-    _write_log(
-        route.context,
-        {"method": request.method, "url": url, "allowed": False, "held": True,
-         "reason": f"held for approval ({rule.describe()})"},
-    )  # fmt: skip
-    ask = {
-        "context": route.context,
-        "method": request.method,
-        "scheme": request.scheme,
-        "host": request.host,
-        "port": request.port,
-        "path": request.path,
-        "rule": rule.describe(),
-        "body": base64.b64encode(body).decode("ascii"),
-        "body_size": len(request.raw_content or b""),
-    }
-    try:
-        reader, writer = await asyncio.open_unix_connection(str(ASKS))
-    except OSError:
-        return False, "the gateway-bot daemon is not there to approve it"
-    try:
-        writer.write(json.dumps(ask).encode() + b"\n")
-        await writer.drain()
-        line = await asyncio.wait_for(reader.readline(), route.ask_timeout_s + ANSWER_GRACE_S)
-    except (TimeoutError, OSError, ValueError):
-        return False, "no answer from the gateway-bot daemon"
-    finally:
-        writer.close()
-    if not line:
-        return False, "the gateway-bot daemon stopped while the request waited for approval"
-    try:
-        answer = json.loads(line)
-        allowed, why = answer["allow"], answer["reason"]
-    except (ValueError, KeyError, TypeError):
-        return False, "the gateway-bot daemon's answer was unreadable"
-    if allowed is not True:
-        return False, str(why)[:300] or "denied"
-    return True, str(why)[:300] or "approved"
+    hosts = request.headers.get_all("host")
+    if len(hosts) > 1:
+        raise AmbiguousTarget("more than one Host header")
+    authority = request.authority if (request.is_http2 or request.is_http3) else ""
+    if authority and hosts and authority != hosts[0]:
+        raise AmbiguousTarget("the :authority and the Host header name different hosts")
+    sni = flow.client_conn.sni if request.scheme == "https" else None
+    return read_target(
+        request.method,
+        request.data.path.decode("utf-8", "surrogateescape"),
+        scheme=request.scheme,
+        host=request.host,
+        port=request.port,
+        host_header=authority or (hosts[0] if hosts else None),
+        server_name=sni,
+    )
 
 
-def _refuse(flow: http.HTTPFlow, context: str, url: str, why: str, body: bytes) -> None:
+def _forward_as(flow: http.HTTPFlow, target: RequestTarget) -> None:
+    """Send the server the normal form that was judged, not the spelling the client chose."""
+    request = flow.request
+    request.method = target.method
+    request.path = target.origin_form
+    request.host = target.host
+    if "host" in request.headers:
+        request.headers["host"] = target.authority
+
+
+def _shown(request: http.Request) -> str:
+    """A request that could not be read, for the log: printable and bounded."""
+    text = f"{request.scheme}://{request.host}:{request.port}" + request.data.path.decode(
+        "ascii", "backslashreplace"
+    )
+    return "".join(ch if ch.isprintable() else "?" for ch in text)[:2000]
+
+
+def _refuse(
+    flow: http.HTTPFlow, context: str, target: RequestTarget, why: str, body: bytes
+) -> None:
     """A held request that may not go: git gets a per-ref rejection it prints (a bare 403
     on the push would show only "RPC failed; HTTP 403"), anything else a 403."""
     reason = f"not approved: {why}"
-    _write_log(
-        context, {"method": flow.request.method, "url": url, "allowed": False, "reason": reason}
+    write_log(
+        context, {"method": target.method, "url": target.url, "allowed": False, "reason": reason}
     )
     header = reason.encode("ascii", "replace").decode("ascii")
     report = None
-    if flow.request.path.split("?", 1)[0].endswith("/git-receive-pack"):
-        report = refusal_report(parse_push(body), f"gateway-bot: {reason}")
+    if target.path.endswith("/git-receive-pack"):
+        report = refusal_report(parse_push(inflated(flow.request, body)), f"gateway-bot: {reason}")
     if report is not None:
-        flow.response = http.Response.make(
+        response = http.Response.make(
             200,
             report,
             {"Content-Type": "application/x-git-receive-pack-result",
              "Cache-Control": "no-cache", "X-Gateway-Bot-Blocked": header},
         )  # fmt: skip
-        return
-    flow.response = http.Response.make(
-        403,
-        f"Blocked by gateway-bot's egress proxy: {reason}.\n",
-        {"Content-Type": "text/plain; charset=utf-8", "X-Gateway-Bot-Blocked": header},
-    )
+    else:
+        response = http.Response.make(
+            403,
+            f"Blocked by gateway-bot's egress proxy: {reason}.\n",
+            {"Content-Type": "text/plain; charset=utf-8", "X-Gateway-Bot-Blocked": header},
+        )
+    _answer(flow, response)
 
 
 def _inject(flow: http.HTTPFlow, injections: tuple[HeaderInjection, ...]) -> None:
@@ -331,16 +377,6 @@ def _inject(flow: http.HTTPFlow, injections: tuple[HeaderInjection, ...]) -> Non
     for injection in injections:
         if injection.applies(request.scheme, request.host, request.port, request.host_header, sni):
             request.headers[injection.header] = injection.value
-
-
-def _write_log(context: str | None, entry: dict[str, Any]) -> None:
-    name = context if context else "_unknown"
-    line = {"time": datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"), **entry}
-    try:
-        with (LOGS / f"{name}.log").open("a", encoding="utf-8") as handle:
-            handle.write(json.dumps(line) + "\n")
-    except OSError as exc:
-        log.warning("cannot write the network log of %s: %s", name, exc)
 
 
 addons = [EgressAllowlist()]

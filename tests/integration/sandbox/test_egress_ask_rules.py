@@ -29,21 +29,36 @@ from gateway_bot.sandbox.egress.git_push import (
 )
 from gateway_bot.sandbox.egress.held import HeldRequest
 from gateway_bot.sandbox.egress.rules import (
+    ALLOW,
     ASK,
     GIT_PUSH_ASK,
+    REFUSE,
     EgressRule,
-    ask_rule_for,
     decide,
     decide_address,
     decide_connect,
     decide_raw_stream,
+    judge,
 )
+from gateway_bot.sandbox.egress.target import AmbiguousTarget, read_target
 from gateway_bot.sandbox.podman.egress_asks import SOCKET_NAME, EgressAskListener, parse_ask
 from tests.conftest import GIT_IDENTITY
 
 OPEN = EgressRule("git.example.org")
 _COMMAND = pkt_line(f"{ZERO_SHA} {'1' * 40} refs/heads/x\n".encode())
 PUSH = "/team/repo.git/git-receive-pack"
+
+
+def _outcome(rules: tuple[EgressRule, ...], method: str, path: str, **headers: str) -> str:
+    """What the proxy does with this request line: allow, ask, or refuse (400 included)."""
+    try:
+        target = read_target(
+            method, path, scheme="https", host="git.example.org", port=443,
+            host_header=headers.get("host", "git.example.org"),
+        )  # fmt: skip
+    except AmbiguousTarget:
+        return REFUSE
+    return judge(rules, target).action
 
 
 @pytest.mark.parametrize(
@@ -55,26 +70,35 @@ PUSH = "/team/repo.git/git-receive-pack"
         ("POST", "/team/repo.git//git-receive-pack"),
         ("POST", "/team/x/../repo.git/git-receive-pack"),
         ("POST", "/team/repo.git/%67it-receive-pack"),  # %67 is g
-        ("POST", "/team/repo.git%2fgit-receive-pack"),  # unreadable one way: asks
+        ("POST", "/team/repo.git%2fgit-receive-pack"),  # decoded again, it is a push
         # The attacks a forgiving server routes to receive-pack all the same:
         ("POST", PUSH + ";jsessionid=1"),  # servlet containers drop ;parameters (Gerrit)
         ("POST", "/team/repo.git;x/git-receive-pack;y"),
         ("POST", PUSH + "/"),  # a router that ignores a trailing slash
         ("POST", "/team/repo.git/GIT-Receive-Pack"),  # IIS routes in any case (Azure DevOps)
         ("POST", PUSH + "%3bx"),  # an encoded ; decoded, then dropped
+        ("POST", PUSH + "#x"),  # the forge drops the fragment (issue 27)
+        ("POST", PUSH + "%23x"),
+        ("POST", "/team/repo.git/git-receive-pack\\"),
     ],
 )
-def test_every_spelling_of_a_push_is_held(method: str, path: str) -> None:
-    assert ask_rule_for((OPEN, GIT_PUSH_ASK), method, ["git.example.org"], path, 443)
+def test_no_spelling_of_a_push_goes_out_without_a_decision(method: str, path: str) -> None:
+    """Held, or refused as a target servers read in more than one way: never let out."""
+    assert _outcome((OPEN, GIT_PUSH_ASK), method, path) in (ASK, REFUSE)
 
 
-def test_an_ask_for_a_host_holds_requests_fronted_to_it() -> None:
-    """The Host header names the asked host while the proxy connects elsewhere (a CDN that
-    routes by Host): held all the same."""
-    rules = (OPEN, EgressRule("git.example.org", methods=("POST",), action=ASK))
-    hosts = ["front.example.net", "git.example.org"]
-    assert ask_rule_for(rules, "POST", hosts, "/anything", 443) is not None
-    assert ask_rule_for(rules, "POST", hosts[:1], "/anything", 443) is None
+def test_the_plain_spellings_of_a_push_are_held_not_refused() -> None:
+    for method, path in (("POST", PUSH), ("post", PUSH), ("POST", PUSH + "?x=1")):
+        assert _outcome((OPEN, GIT_PUSH_ASK), method, path) == ASK
+    assert _outcome((OPEN, GIT_PUSH_ASK), "POST", "/team/repo.git/%67it-receive-pack") == ASK
+
+
+def test_a_request_fronted_to_another_host_is_refused() -> None:
+    """The Host header names another host than where the proxy connects (a CDN that routes
+    by Host): refused as ambiguous, whatever the rules."""
+    rules = (OPEN, EgressRule("front.example.net"))
+    assert _outcome(rules, "GET", "/x", host="front.example.net") == REFUSE
+    assert _outcome(rules, "GET", "/x", host="git.example.org:443") == ALLOW
 
 
 def test_fetches_and_clones_are_never_held() -> None:
@@ -84,7 +108,7 @@ def test_fetches_and_clones_are_never_held() -> None:
         ("GET", "/team/repo.git/info/refs?service=git-upload-pack"),
         ("POST", "/team/repo.git/git-upload-pack"),
     ):
-        assert ask_rule_for(rules, method, ["git.example.org"], path, 443) is None
+        assert _outcome(rules, method, path) == ALLOW
 
 
 def test_an_ask_rule_opens_nothing() -> None:

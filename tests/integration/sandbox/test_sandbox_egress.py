@@ -170,7 +170,8 @@ def test_path_rules_cannot_be_escaped_with_dot_segments(
 ) -> None:
     """The attack: the repo opens only GET /pub/* on a file server; the agent asks for
     /pub/../etc/hostname (and its encoded forms), which the server resolves to a file
-    outside /pub/. Python's http.server serves / here, so a pass would be a 200."""
+    outside /pub/. Python's http.server serves / here, so a pass would be a 200. Servers
+    read dot segments differently (an object store keeps them): refused as ambiguous."""
     allowlist = f"allow:\n  - host: '{web_server}'\n    paths: ['/pub/*']\n    methods: [GET]\n"
     commit_file(sandbox.repo, ".gateway/network-allowlist.yaml", allowlist)
     chat = gateway("chat", "--config", str(sandbox.config()))
@@ -181,22 +182,22 @@ def test_path_rules_cannot_be_escaped_with_dot_segments(
     leaked = http_via_proxy(sandbox, agent, "GET", f"{base}/etc/hostname")
     assert leaked.startswith("HTTP/1.1 403"), "control: the file itself is outside the rule"
 
-    dots = "dot segments (. or ..) in the path are refused"
-    encoded = "an encoded / \\ ? or # (%2f %5c %3f %23) in the path is refused"
+    dots = "dot segments (. or ..) in the request target"
+    again = "dot segments (. or ..) once the request target is decoded again"
     for path, reason in (
         ("/pub/../etc/hostname", dots),
         ("/pub/%2e%2e/etc/hostname", dots),
         ("/pub/%2E%2E/etc/hostname", dots),
         ("/pub/%252e%252e/etc/hostname", dots),
         ("/pub//../etc/hostname", dots),
-        ("/pub/..%2fetc/hostname", encoded),
-        ("/pub/%2e%2e%2Fetc%2fhostname", encoded),
-        ("/pub/..%5cetc%5chostname", encoded),
-        ("/admin%3f/../pub/x", encoded),
-        ("/pub/..\\etc\\hostname", "a backslash in the path is refused"),
+        ("/pub/..%2fetc/hostname", again),
+        ("/pub/%2e%2e%2Fetc%2fhostname", again),
+        ("/pub/..%5cetc%5chostname", again),
+        ("/admin%3f/../pub/x", dots),
+        ("/pub/..\\etc\\hostname", "characters that must be percent-encoded"),
     ):
         answer = http_via_proxy(sandbox, agent, "GET", f"{base}{path}")
-        assert answer.startswith("HTTP/1.1 403"), (path, answer)
+        assert answer.startswith("HTTP/1.1 400"), (path, answer)
         assert reason in answer, (path, answer)
     # A plain path under /pub/ reaches the server (its own 404).
     inside = http_via_proxy(sandbox, agent, "GET", f"{base}/pub/x")

@@ -20,7 +20,7 @@ first: without them the agent cannot run, so a repo cannot forget them. Format::
 
 ``ask`` rules only add approvals on top of the server's (``sandbox.egress_approvals``, whose
 default asks before every git push over HTTPS); a repo cannot remove one, and an ask rule
-opens nothing the allow rules do not (``rules.ask_rule_for``).
+opens nothing the allow rules do not (``rules.judge``).
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from gateway_bot.sandbox.egress.git_push import RefUpdate
+from gateway_bot.sandbox.egress.target import AmbiguousTarget, read_origin_form
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,8 @@ class HeldRequest:
     host: str
     port: int
     path: str
-    """As the client wrote it (with its query)."""
+    """The normal form the proxy judged and forwarded (``target.read_target``), with its
+    query."""
     rule: str
     """The ask rule that held it (``EgressRule.describe``)."""
     refs: tuple[RefUpdate, ...] = ()
@@ -41,7 +43,11 @@ class HeldRequest:
 
     @property
     def is_git_push(self) -> bool:
-        return self.path.split("?", 1)[0].endswith("/git-receive-pack")
+        try:
+            path, _ = read_origin_form(self.path)
+        except AmbiguousTarget:
+            return False  # parse_ask refuses such a path: never held
+        return path.endswith("/git-receive-pack")
 
     @property
     def url(self) -> str:

@@ -1,20 +1,21 @@
 """Egress allowlist rules and the decisions made with them: may this request go out, must it
 wait for a person's approval first, and does it get a credential header on its way?
 
-Standard library only, on purpose: the proxy image gets a copy of this file next to its
-mitmproxy addon, so the daemon (which validates a repo's allowlist) and the proxy (which
-enforces it) decide with the same code.
+Standard library and yarl only, on purpose: the proxy image gets this package (``rules``,
+``target``, ``git_push``) beside its mitmproxy addon, so the daemon (which validates a repo's
+allowlist and reads held requests) and the proxy (which enforces it) read requests and decide
+with the same code.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import ipaddress
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import unquote
+
+from .target import AmbiguousTarget, PathReading, RequestTarget, canonical_host, read_target
 
 ALLOW = "allow"
 ASK = "ask"
@@ -28,7 +29,7 @@ class EgressRule:
 
     An ``ask`` rule (``action``) opens nothing: a request the allow rules let out that also
     matches an ask rule is held by the proxy until the daemon says yes or no
-    (``ask_rule_for``). So adding ask rules only ever makes a list stricter."""
+    (``judge``). So adding ask rules only ever makes a list stricter."""
 
     host: str
     paths: tuple[str, ...] = ()
@@ -85,51 +86,88 @@ def allow_rules(rules: Iterable[EgressRule]) -> list[EgressRule]:
     return [rule for rule in rules if rule.action == ALLOW]
 
 
-def ask_rule_for(
-    rules: Sequence[EgressRule],
+REFUSE = "refuse"
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What the proxy does with one request: ``action`` is ALLOW (it goes), ASK (held for a
+    person, ``rule`` the ask rule) or REFUSE (403; 400 when ``ambiguous``: servers read the
+    request in more than one way, or HTTP does not allow it)."""
+
+    action: str
+    reason: str
+    rule: EgressRule | None = None
+    ambiguous: bool = False
+
+    @property
+    def status(self) -> int:
+        return 0 if self.action != REFUSE else 400 if self.ambiguous else 403
+
+
+def judge(rules: Sequence[EgressRule], target: RequestTarget) -> Judgement:
+    """The one verdict for a request read by ``target.read_target``: every reading of its
+    path (how the servers we know route it) must get the same action, or it is refused as
+    ambiguous. So a path rule admits a request only if it admits it however the server
+    routes it, and an ask rule cannot be passed by a spelling some server routes to it."""
+    host, port = target.host, target.port
+    for_host = [rule for rule in allow_rules(rules) if rule.matches_host(host, port)]
+    if not for_host:
+        return Judgement(REFUSE, f"host {host} is not in the network allowlist")
+    asks = [rule for rule in rules if rule.action == ASK and rule.matches_host(host, port)]
+    outcomes = [
+        (reading, _judge_reading(for_host, asks, target.method, host, reading))
+        for reading in target.readings
+    ]
+    first_reading, first = outcomes[0]
+    for reading, outcome in outcomes[1:]:
+        if outcome.action != first.action:
+            return Judgement(
+                REFUSE,
+                f"{target.method} {first_reading.path} is ambiguous: servers read it as "
+                f"{first_reading.path} ({first.action}) or as {_shown(reading)} "
+                f"({outcome.action})",
+                ambiguous=True,
+            )
+    return first
+
+
+def _shown(reading: PathReading) -> str:
+    return f"{reading.path} in any case" if reading.any_case else reading.path
+
+
+def _judge_reading(
+    for_host: Sequence[EgressRule],
+    asks: Sequence[EgressRule],
     method: str,
-    hosts: Iterable[str],
-    path: str,
-    port: int | None = None,
-) -> EgressRule | None:
-    """The first ask rule matching a request (None: it needs no approval). ``hosts`` are every
-    name the request goes by (where the proxy connects, its Host header): any one matching
-    asks. The path is matched as written, as the most eager server reads it, and as the most
-    forgiving one routes it (``_lenient_reading``); a path that cannot be read one way only
-    matches every ask rule of its host and method, so no spelling of
-    ``/repo.git/git-receive-pack`` slips past an ask."""
-    bare_path = path.split("?", 1)[0] or "/"
-    try:
-        readings = {bare_path, normal_path(bare_path)}
-        unsafe = False
-    except UnsafePath:
-        readings, unsafe = {bare_path}, True
-    method = method.upper()
-    names = [host for host in hosts if host]
-    for rule in rules:
-        if rule.action != ASK:
-            continue
-        if rule.methods and method not in rule.methods:
-            continue
-        if not any(rule.matches_host(host, port) for host in names):
-            continue
-        if not rule.paths or unsafe:
-            return rule
-        lenient = {_lenient_reading(r) for r in readings}
-        if any(fnmatch.fnmatchcase(r, p) for r in readings for p in rule.paths) or any(
-            fnmatch.fnmatchcase(r, p.lower()) for r in lenient for p in rule.paths
-        ):
-            return rule
-    return None
+    host: str,
+    reading: PathReading,
+) -> Judgement:
+    allowing = next((r for r in for_host if _admits(r, method, reading)), None)
+    if allowing is None:
+        return Judgement(
+            REFUSE,
+            f"{method} {reading.path} is not allowed for host {host} (path/method rules)",
+        )
+    ask = next((r for r in asks if _admits(r, method, reading)), None)
+    if ask is not None:
+        return Judgement(ASK, f"held for approval ({ask.describe()})", ask)
+    return Judgement(ALLOW, f"allowed by rule for {allowing.host}", allowing)
 
 
-def _lenient_reading(path: str) -> str:
-    """How the most forgiving server routes ``path``: ``;parameters`` dropped from every
-    segment (Java servlet containers: Gerrit, Bitbucket Server), trailing slashes ignored,
-    and letters in either case (IIS: Azure DevOps Server). Only for ask rules: an ask that
-    matches more readings holds more, never less."""
-    segments = [segment.split(";", 1)[0] for segment in path.split("/")]
-    return ("/".join(segments).rstrip("/") or "/").lower()
+def _admits(rule: EgressRule, method: str, reading: PathReading) -> bool:
+    if rule.methods and method not in rule.methods:
+        return False
+    if not rule.paths:
+        return True
+    if reading.any_case:
+        path = reading.path.lower()
+        return any(fnmatch.fnmatchcase(path, pattern.lower()) for pattern in rule.paths)
+    return any(fnmatch.fnmatchcase(reading.path, pattern) for pattern in rule.paths)
+
+
+def _read(method: str, host: str, path: str, port: int | None) -> RequestTarget:
+    return read_target(method, path, scheme="http", host=host, port=port or 80)
 
 
 @dataclass(frozen=True)
@@ -138,102 +176,17 @@ class Verdict:
     reason: str
 
 
-class UnsafePath(ValueError):
-    """A path that servers may read in more than one way: no path rule can vouch for it."""
-
-
 def decide(
     rules: Sequence[EgressRule], method: str, host: str, path: str, port: int | None = None
 ) -> Verdict:
-    """The verdict for one HTTP request (``path`` may carry a query; it is ignored).
-
-    Path rules match the path as the most eager server would read it (``normal_path``), so
-    ``/pub/../etc`` is ``/etc``, not something under ``/pub/``. A path that cannot be read
-    one way only (an encoded slash, a backslash) never satisfies a path rule; rules without
-    paths do not look at the path, so there it still goes (npm's ``@scope%2fname``). Ask
-    rules are not looked at here (``ask_rule_for``)."""
-    for_host = [rule for rule in allow_rules(rules) if rule.matches_host(host, port)]
-    if not for_host:
-        return Verdict(False, f"host {_normal_host(host)} is not in the network allowlist")
-    bare_path = path.split("?", 1)[0] or "/"
-    method = method.upper()
-    unsafe: UnsafePath | None = None
-    normal: str | None = None
-    for rule in for_host:
-        if rule.methods and method not in rule.methods:
-            continue
-        if rule.paths:
-            if normal is None and unsafe is None:
-                try:
-                    normal = normal_path(bare_path)
-                except UnsafePath as exc:
-                    unsafe = exc
-            if normal is None or not any(fnmatch.fnmatchcase(normal, p) for p in rule.paths):
-                continue
-        return Verdict(True, f"allowed by rule for {rule.host}")
-    if unsafe is not None:
-        return Verdict(False, f"{method} {bare_path} refused: {unsafe}")
-    shown = bare_path if normal in (None, bare_path) else f"{bare_path} (read as {normal})"
-    return Verdict(
-        False,
-        f"{method} {shown} is not allowed for host {_normal_host(host)} (path/method rules)",
-    )
-
-
-_ENCODED_SEPARATOR = re.compile(r"%(2f|5c|3f|23)", re.IGNORECASE)
-"""Encoded ``/``, ``\\``, ``?`` and ``#``: a server that decodes and then parses again
-reads them as structure (``/admin%3f/../pub/x`` is ``/admin`` there)."""
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_MAX_DECODINGS = 4
-
-
-def normal_path(path: str) -> str:
-    """``path`` percent-decoded and with its dot segments resolved, the way the most eager
-    server would read it: decoded until nothing changes (a server or framework behind
-    another may decode twice), empty segments merged (nginx's ``merge_slashes``), and
-    ``..;x`` taken as ``..`` (Tomcat drops ``;`` parameters). Each of those readings only
-    moves a path up, never down, so a path that matches a rule after this is under that
-    rule however the server reads it. Raises UnsafePath for encoded slashes (``%2f``,
-    ``%5c``), backslashes and control characters, which servers split or keep as they like.
-    """
-    current = path
-    for _ in range(_MAX_DECODINGS):
-        if _ENCODED_SEPARATOR.search(current):
-            raise UnsafePath("an encoded / \\ ? or # (%2f %5c %3f %23) in the path is refused")
-        decoded = unquote(current, errors="surrogateescape")
-        if decoded == current:
-            break
-        current = decoded
-    else:
-        raise UnsafePath(f"the path is still percent-encoded after {_MAX_DECODINGS} decodings")
-    if "\\" in current:
-        raise UnsafePath("a backslash in the path is refused")
-    if _CONTROL.search(current):
-        raise UnsafePath("a control character in the path is refused")
-    if current == "*":
-        return current  # OPTIONS *: no segments, and no path rule is just "*" by accident
-    if not current.startswith("/"):
-        raise UnsafePath("a path that does not start with / is refused")
-    kept: list[str] = []
-    segments = current.split("/")[1:]
-    for index, segment in enumerate(segments):
-        last = index == len(segments) - 1
-        name = segment.split(";", 1)[0]
-        if name in (".", "..") and not last:
-            # Servers that do not normalise (object stores: S3 keys) take the path as
-            # written, so /secret/../pub/x is a key under secret/ there: no dot segments.
-            raise UnsafePath("dot segments (. or ..) in the path are refused")
-        if name == "..":
-            if kept:
-                kept.pop()
-            if last:
-                kept.append("")
-        elif name == ".":
-            if last:
-                kept.append("")
-        elif segment or last:
-            kept.append(segment)
-    return "/" + "/".join(kept)
+    """The allow rules' verdict for one request (ask rules are not looked at: ``judge``
+    does both): allowed only if every reading of the path is."""
+    try:
+        target = _read(method, host, path, port)
+    except AmbiguousTarget as exc:
+        return Verdict(False, f"{method.upper()} refused: {exc}")
+    judgement = judge(allow_rules(rules), target)
+    return Verdict(judgement.action == ALLOW, judgement.reason)
 
 
 def decide_address(rules: Sequence[EgressRule], host: str, address: str) -> Verdict:
@@ -261,7 +214,12 @@ def decide_address(rules: Sequence[EgressRule], host: str, address: str) -> Verd
 
 def decide_connect(rules: Sequence[EgressRule], host: str, port: int | None = None) -> Verdict:
     """A tunnel (CONNECT) to ``host``: allowed when any rule names the host; the requests
-    inside it are then checked one by one with ``decide``."""
+    inside it are then checked one by one with ``judge``. A host in a form servers read
+    differently (an IPv4 address written as one number) is refused."""
+    try:
+        host = canonical_host(host)
+    except AmbiguousTarget as exc:
+        return Verdict(False, str(exc))
     if any(rule.matches_host(host, port) for rule in allow_rules(rules)):
         return Verdict(True, "host is in the network allowlist")
     return Verdict(False, f"host {_normal_host(host)} is not in the network allowlist")

@@ -34,6 +34,7 @@ from typing import Any
 
 from gateway_bot.sandbox.egress.git_push import parse_push
 from gateway_bot.sandbox.egress.held import EgressAsk, HeldRequest
+from gateway_bot.sandbox.egress.target import AmbiguousTarget, read_origin_form
 
 log = logging.getLogger(__name__)
 
@@ -206,6 +207,12 @@ def parse_ask(line: bytes, request_id: str, knows_context: Callable[[str], bool]
     path, rule = data["path"], data["rule"]
     if not path or len(path) > 8192 or len(rule) > 1000 or not path.isprintable():
         raise RefusedAsk("bad path or rule")
+    try:
+        normal, query = read_origin_form(path)
+    except AmbiguousTarget as exc:
+        raise RefusedAsk(f"path not readable one way only: {exc}") from exc
+    if path != (f"{normal}?{query}" if query else normal):
+        raise RefusedAsk("path not in its normal form (the proxy sends only that)")
     if not 0 <= data["body_size"] < 2**53:
         raise RefusedAsk("bad body size")
     try:

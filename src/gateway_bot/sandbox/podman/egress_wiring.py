@@ -77,6 +77,7 @@ class EgressWiring:
             (*context.allowlist, *self._ask_rules),
             context.credentials,
             asks.timeout_s,
+            listen=network.proxy_address,
         )
         if context.network_log is not None:
             await asyncio.to_thread(_link, context.network_log, host.proxy.log_path(context.id))

@@ -54,8 +54,9 @@ _HASH = "gateway-bot.content-hash"
 _PROJECT_ROOT = Path(__file__).resolve().parents[4]
 DEFAULT_CONTAINERFILE = _PROJECT_ROOT / "Containerfile"
 PROXY_CONTEXT = _PROJECT_ROOT / "images" / "proxy"
-_RULES_MODULE = Path(__file__).resolve().parents[1] / "egress" / "rules.py"
-_GIT_PUSH_MODULE = Path(__file__).resolve().parents[1] / "egress" / "git_push.py"
+_EGRESS_PACKAGE = Path(__file__).resolve().parents[1] / "egress"
+_PROXY_MODULES = ("__init__.py", "rules.py", "target.py", "git_push.py")
+"""What the proxy imports of sandbox/egress (standard library and yarl only)."""
 UNTRUSTED_BUILD_FLAGS = [
     "--network=none",
     "--cap-drop=all",
@@ -310,15 +311,16 @@ class ImageBuilder:
 
 
 def _proxy_context() -> tuple[str, dict[str, Path]]:
-    """The proxy's Containerfile and context: its addon, the shared rules and git push
-    modules, and the host's CA bundle for pip (an empty file when the host has none)."""
+    """The proxy's Containerfile and context: its addon, the daemon's egress package as
+    ``gwb_egress`` (how requests are read and judged, how a push is read), and the host's CA
+    bundle for pip (an empty file when the host has none)."""
     files = {
         path.name: path
         for path in PROXY_CONTEXT.iterdir()
         if path.is_file() and path.name != "Containerfile"
     }
-    files["egress_rules.py"] = _RULES_MODULE
-    files["egress_git_push.py"] = _GIT_PUSH_MODULE
+    for name in _PROXY_MODULES:
+        files[f"gwb_egress/{name}"] = _EGRESS_PACKAGE / name
     ca_bundle = Path(ssl.get_default_verify_paths().cafile or "/etc/ssl/certs/ca-certificates.crt")
     files["host-ca.pem"] = ca_bundle if ca_bundle.is_file() else Path(os.devnull)
     return (PROXY_CONTEXT / "Containerfile").read_text(), files

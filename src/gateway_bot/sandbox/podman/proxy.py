@@ -15,7 +15,8 @@ holds a placeholder, the proxy sets the real header on requests to the model API
 ``routes.json`` is mode 0600, and the shared directory is mounted read-only into the proxy
 (routes, credentials, the CA and its key): a compromised proxy cannot rewrite its own
 rules or swap the CA the agents trust. Only ``logs/`` is writable there. The CA is made
-once, before the first start, by mitmproxy's own code in a one-off container.
+once, before the first start, by mitmproxy's own code in a one-off container
+(``proxy_directory``); ``routes.json`` is read and edited by ``proxy_routes``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
@@ -38,12 +38,16 @@ from gateway_bot.sandbox.base import InjectedCredential, SandboxUnavailable
 from gateway_bot.sandbox.egress.rules import ASK, EgressRule, HeaderInjection, rules_to_json
 from gateway_bot.sandbox.podman import proxy_directory, strays
 from gateway_bot.sandbox.podman.images import ImageBuilder
+from gateway_bot.sandbox.podman.proxy_routes import RoutesFile
 from gateway_bot.sandbox.podman.service import API_ERRORS, PodmanService, api_error_text
 from gateway_bot.sandbox.podman.strays import ProcessIdentity
 
 log = logging.getLogger(__name__)
 
 PROXY_PORT = 8080
+NONLOCAL_BIND = {"net.ipv4.ip_nonlocal_bind": "1"}
+"""A context's listener may be bound before its network is attached (a proxy restarted with
+its routes): it then accepts as soon as the address is there."""
 LABEL_DEPLOYMENT = "gateway-bot.deployment"
 LABEL_ROLE = "gateway-bot.role"
 LABEL_CONTEXT = "gateway-bot.context"
@@ -75,7 +79,7 @@ class EgressProxy:
         self.directory = directory
         self.name = f"gwb-proxy-{deployment}"
         self._lock = asyncio.Lock()
-        self._routes_lock = asyncio.Lock()
+        self._routes = RoutesFile(self.directory)
         self._known: _KnownProxy | None = None
 
     @property
@@ -236,10 +240,14 @@ class EgressProxy:
         rules: Sequence[EgressRule],
         credentials: Sequence[InjectedCredential] = (),
         ask_timeout_s: float = 600.0,
+        listen: str | None = None,
     ) -> None:
         """Requests from ``source`` belong to ``context_id`` and follow ``rules``; those to a
         credential's host get its header. A request held by an ask rule waits at most
-        ``ask_timeout_s`` (and a grace) for the daemon's answer."""
+        ``ask_timeout_s`` (and a grace) for the daemon's answer. ``listen`` is the proxy's
+        own address on the context's network: it gets a listener of its own there (a
+        flood of connections fills that listener's queue, not the other contexts'), and
+        this returns once it listens."""
         inject = [
             HeaderInjection(c.scheme, c.host, c.port, c.header, c.value).to_json()
             for c in credentials
@@ -253,46 +261,23 @@ class EgressProxy:
             "inject": inject,
             "ask_timeout_s": ask_timeout_s,
         }
+        if listen is not None:
+            entry["listen"] = listen
         # A route the file already holds is not rewritten (a rewrite makes the proxy re-read
         # every route): every task but a context's first. The file is read each time, never
         # a copy kept here: replicas sharing this host's proxy edit it too.
-        if (await asyncio.to_thread(self._read_routes)).get(source) == entry:
-            return
-        await self._edit_routes(lambda sources: sources.__setitem__(source, entry))
+        if (await self._routes.read()).get(source) != entry:
+            await self._routes.edit(lambda sources: sources.__setitem__(source, entry))
+        if listen is not None:
+            await self._routes.wait_listening(listen)
 
     async def drop_routes(self, context_id: str) -> None:
         def drop(sources: dict[str, Any]) -> None:
             for source in [s for s, e in sources.items() if e.get("context") == context_id]:
                 del sources[source]
 
-        await self._edit_routes(drop)
+        await self._routes.edit(drop)
         await asyncio.to_thread(self.log_path(context_id).unlink, True)
-
-    async def _edit_routes(self, change: Any) -> None:
-        """Read, change, replace: one edit at a time, in this process and across the
-        replicas sharing the directory (``shared_lock``), or an edit made from a read older
-        than another's drops that one's routes."""
-        async with self._routes_lock, shared_lock.held(self.directory / "routes.lock"):
-            await asyncio.to_thread(self._rewrite_routes, change)
-
-    def _read_routes(self) -> dict[str, Any]:
-        try:
-            sources = json.loads(self.routes_path.read_text()).get("sources", {})
-        except (OSError, ValueError, AttributeError):
-            return {}
-        return sources if isinstance(sources, dict) else {}
-
-    def _rewrite_routes(self, change: Any) -> None:
-        path = self.routes_path
-        sources = self._read_routes()
-        change(sources)
-        partial = path.with_suffix(".json.partial")
-        partial.unlink(missing_ok=True)  # made afresh below: never through a stale link
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        descriptor = os.open(partial, flags, 0o600)  # credentials: the daemon's and the proxy's
-        with os.fdopen(descriptor, "w") as handle:
-            handle.write(json.dumps({"sources": sources}, indent=1, sort_keys=True))
-        os.replace(partial, path)  # a new inode: the addon notices and re-reads
 
     async def _inspect(self) -> dict[str, Any] | None:
         def call(client: Any) -> dict[str, Any] | None:
@@ -309,9 +294,11 @@ class EgressProxy:
         await proxy_directory.ensure_ca(self._service, labels, self.directory, image)
         await self._ensure_egress_network()
         command = [
-            "--listen-port", str(PROXY_PORT),
+            # Loopback only at first; the addon adds a listener per context (``listen``).
+            "--mode", f"regular@127.0.0.1:{PROXY_PORT}",
             "--set", f"confdir={_MOUNT}/ca",
             "--set", "connection_strategy=lazy",  # nothing is dialled before the verdict
+            "--set", "stream_large_bodies=1m",  # a body the addon let through is never kept
             "--set", "flow_detail=0",
             "--set", "termlog_verbosity=warn",
         ]  # fmt: skip
@@ -337,6 +324,7 @@ class EgressProxy:
                 runtime=self._service.runtime,
                 ulimits=self._service.api_ulimits(),
                 mem_limit="512m",
+                sysctls=NONLOCAL_BIND,
                 restart_policy={"Name": "on-failure"},
                 stop_timeout=5,
             )
