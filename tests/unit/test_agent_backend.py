@@ -64,13 +64,13 @@ def test_missing_credentials_and_a_base_url_without_a_host_are_set_up_problems()
 
 def test_every_tasks_allowlist_opens_the_backends_model_api_and_only_its_port() -> None:
     public = parse_allowlist(None, CLAUDE_CODE.model_api_rules({}))
-    assert decide(public, "POST", "api.anthropic.com", "/v1/messages").allowed
+    assert decide(public, "POST", "api.anthropic.com", "/v1/messages", 443).allowed
     assert not decide_connect(public, "api.anthropic.com", 22).allowed
     gateway = CLAUDE_CODE.model_api_rules({"ANTHROPIC_BASE_URL": "http://10.89.0.1:4000/v1"})
     repo_rules = parse_allowlist("allow:\n  - pypi.org\n", gateway)
     assert decide(repo_rules, "POST", "10.89.0.1", "/v1/messages", 4000).allowed
-    assert decide(repo_rules, "GET", "pypi.org", "/simple/").allowed
-    assert not decide(repo_rules, "POST", "api.anthropic.com", "/v1/messages").allowed
+    assert decide(repo_rules, "GET", "pypi.org", "/simple/", 443).allowed
+    assert not decide(repo_rules, "POST", "api.anthropic.com", "/v1/messages", 443).allowed
 
 
 def test_the_image_gets_the_same_agent_binary_the_host_runs() -> None:
@@ -120,8 +120,8 @@ def test_geminis_key_stays_with_the_proxy_for_its_model_api_only() -> None:
 
     rules = parse_allowlist(None, GEMINI_CLI.model_api_rules({}))
     path = "/v1beta/models/gemini-2.5-pro:streamGenerateContent"
-    assert decide(rules, "POST", "generativelanguage.googleapis.com", path).allowed
-    assert not decide(rules, "POST", "api.anthropic.com", "/v1/messages").allowed
+    assert decide(rules, "POST", "generativelanguage.googleapis.com", path, 443).allowed
+    assert not decide(rules, "POST", "api.anthropic.com", "/v1/messages", 443).allowed
     (credential,) = GEMINI_CLI.injected_credentials(
         {"GEMINI_API_KEY": "real", "GOOGLE_GEMINI_BASE_URL": "http://10.89.0.1:4000"}
     )

@@ -46,6 +46,10 @@ _HOST_NAME = re.compile(r"[a-z0-9_]([a-z0-9_-]{0,62})(\.[a-z0-9_]([a-z0-9_-]{0,6
 _MAX_DECODINGS = 3
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+"""A control character a path decodes to: C servers end the path at a NUL, others keep it."""
+
+
 class AmbiguousTarget(ValueError):
     """A request target servers may read in more than one way, or that HTTP does not allow:
     refused with a 400 and this reason (one line)."""
@@ -219,6 +223,8 @@ def _readings(path: str) -> tuple[PathReading, ...]:
     structural = re.split(r"[?#]", _decoded(path).replace("\\", "/"), maxsplit=1)[0]
     if any(s.split(";", 1)[0] in (".", "..") for s in structural.split("/")):
         raise AmbiguousTarget("dot segments (. or ..) once the request target is decoded again")
+    if _CONTROL.search(structural):
+        raise AmbiguousTarget("an encoded control character in the request target's path")
     readings = [
         PathReading(path),
         PathReading(_without_parameters(path)),
