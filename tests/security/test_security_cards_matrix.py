@@ -70,7 +70,9 @@ async def test_a_strangers_name_room_and_invitation_cannot_shape_the_card_or_the
         [bot.user_id, alice.user_id], name=f"<https://evil.test/join> {RLO}ksed renwO", direct=True
     )
     await alice.join(group)
-    invite = await alice.wait_for(desk, bot_text(bot.user_id, r"Invitation to"))
+    # (Flagged direct, the card offers to join and admit the inviter alone: the flag still
+    # never makes the room a direct chat in which every line engages the bot.)
+    invite = await alice.wait_for(desk, bot_text(bot.user_id, r"Invitation to|Direct chat from"))
     assert "href" not in str(invite["content"].get("formatted_body", "")), invite["content"]
     assert RLO not in _shown(invite)
 

@@ -59,16 +59,16 @@ def test_banner_status_and_diff_show_where_the_work_is(
     chat.expect(rf"^agent> Workspace \(a clone of the repo\): {re.escape(str(workspace))}$")
     chat.expect(r"^HEAD is on main\.$")
     chat.expect(r"^1 commit\(s\) not on origin's main:$")
-    chat.expect(r"^  [0-9a-f]{7,} Add notes$")
+    chat.expect(r"^ *[0-9a-f]{7,} Add notes$")
     chat.expect(r"^Uncommitted changes:$")
-    chat.expect(r"^  M README\.md$")
-    chat.expect(r"^  A draft\.txt$")
-    chat.expect(r"^```diff$")
-    chat.expect(r"^\+hello$")  # the commit's patch
-    chat.expect(r"^ # target repo$")
-    chat.expect(r"^\+changed$")
-    chat.expect(r"^\+draft$")
+    chat.expect(r"^ *M README\.md$")
+    chat.expect(r"^ *A draft\.txt$")
+    chat.expect(r"^ *\+hello$")  # the commit's patch, shown as code (no ``` fence)
+    chat.expect(r"^ *# target repo$")
+    chat.expect(r"^ *\+changed$")
+    chat.expect(r"^ *\+draft$")
     chat.finish()
+    assert chat.count(r"```") == 0
     # Your checkout is untouched: the work is in the clone.
     assert (target_repo / "README.md").read_text() == "# target repo\n"
     assert not (target_repo / "notes.txt").exists()
@@ -89,9 +89,9 @@ def test_a_long_diff_comes_as_a_file_and_a_pushed_commit_is_not_shown(
     chat.expect(r"^agent> Echo: ")
     chat.send("/diff")
     chat.expect(r"^Uncommitted changes:$")
-    chat.expect(r"^  A numbers\.txt$")
+    chat.expect(r"^ *A numbers\.txt$")
     chat.expect(r"^The whole diff \([\d,]+ lines\) is attached as diff\.patch\.$")
-    attached = Path(chat.expect(r"^  \[file\] .*diff\.patch$").split("[file] ", 1)[1])
+    attached = Path(chat.expect(r"^ *\[file\] .*diff\.patch$").split("[file] ", 1)[1])
     chat.finish()
     assert "commit(s) not on origin" not in "\n".join(chat.lines), "pushed work is on origin"
     patch = attached.read_text()
@@ -127,8 +127,8 @@ def test_a_planted_git_config_runs_nothing(
     (workspace / ".git" / "info" / "attributes").write_text("* filter=evil diff=evil\n")
     (workspace / ".gitattributes").write_text("* filter=evil diff=evil\n")
     chat.send("/diff")
-    chat.expect(r"^  M README\.md$")
-    chat.expect(r"^\+changed$")
+    chat.expect(r"^ *M README\.md$")
+    chat.expect(r"^ *\+changed$")
     chat.finish()
     assert [name for name, marker in ran.items() if marker.exists()] == []
 
@@ -152,7 +152,7 @@ def test_links_and_a_git_file_show_nothing_from_outside_the_workspace(
     (workspace / "leak.txt").symlink_to(secret / "secret.txt")
     chat.send("/diff")
     chat.expect(r"^agent> Workspace ")
-    chat.expect(r"  A leak\.txt$|cannot be read|not a branch")
+    chat.expect(r"^ *A leak\.txt$|cannot be read|not a branch")
     # Then the whole .git swapped for a .git file naming the other repository.
     git_dir.rename(workspace / ".git-moved")
     (workspace / ".git").write_text(f"gitdir: {secret}/.git\n")
@@ -180,7 +180,7 @@ def test_a_diff_stuck_on_the_agents_fifo_holds_up_no_other_message(
     chat.send("hello while /diff waits")
     chat.expect(r"^agent> Echo: hello while /diff waits$")
     _write_end_once_read(workspace / ".gitignore")
-    chat.expect(r"^  M README\.md$")
+    chat.expect(r"^ *M README\.md$")
     chat.finish()
 
 
@@ -212,8 +212,8 @@ def test_in_the_sandbox_the_workspace_is_named_as_the_agent_sees_it_too(
     inside = ", /workspace inside the agent's container$"
     chat.expect(r"^Workspace \(a clone of the repo\): /\S+/workspace" + inside)
     chat.send("/diff")
-    chat.expect(r"^  A boxed\.txt$")
-    chat.expect(r"^\+in the box$")
+    chat.expect(r"^ *A boxed\.txt$")
+    chat.expect(r"^ *\+in the box$")
     chat.finish()
 
 

@@ -105,15 +105,18 @@ def test_the_agent_holds_a_placeholder_and_only_the_model_api_gets_the_key(
     fronting = {**sent, "Host": f"{relay.host}:{relay.port}"}
     answer = http_via_proxy(sandbox, agent, "GET", f"http://{echo_server}:8000/", fronting)
     assert real_key not in answer
-    assert answer.startswith(("HTTP/1.1 403", "HTTP/1.0 200")), answer
-    # Sent to the model API but with the other host in Host: the placeholder again.
+    # (A Host naming another origin than the request's is refused before anything: 400.)
+    assert answer.startswith(("HTTP/1.1 400", "HTTP/1.1 403", "HTTP/1.0 200")), answer
+    # Sent to the model API but with the other host in Host: refused before anything (400),
+    # so neither the key nor the placeholder goes anywhere.
     fronted = {**sent, "Host": f"{echo_server}:8000"}
-    http_via_proxy(sandbox, agent, "GET", f"{relay.url}/probe-fronted", fronted)
+    answer = http_via_proxy(sandbox, agent, "GET", f"{relay.url}/probe-fronted", fronted)
+    assert answer.startswith("HTTP/1.1 400"), answer
     # And a hand-made request to the model API itself gets the key: the proxy goes by
     # destination, not by which program asks.
     http_via_proxy(sandbox, agent, "GET", f"{relay.url}/probe-direct", sent)
     probes = dict(fake_api.credentials_seen)
-    assert probes["/probe-fronted"]["x-api-key"] == PLACEHOLDER
+    assert "/probe-fronted" not in probes
     assert probes["/probe-direct"]["x-api-key"] == real_key
     assert probes["/probe-direct"]["authorization"] == f"Bearer {PLACEHOLDER}", (
         "only the configured credential's header is set"

@@ -62,14 +62,14 @@ def test_an_idle_container_stopped_behind_the_sandboxs_back_does_not_fail_the_ne
 
     async def steps() -> None:
         assert await ran(podman_sandbox, contexts[idle], "before") == "before"
-        kept = StoppedBehindTheBack(idle)
+        kept = StoppedBehindTheBack(contexts[idle].id)
         podman_sandbox.kept_processes = kept
 
         # Past the cap of 1: the idle container is chosen, stopped behind the sandbox's
         # back, then stopped by it: the task that needed the room runs all the same.
         assert await ran(podman_sandbox, contexts[needs_room], "made room") == "made room"
-        assert kept.ended == [idle], "the chosen container's kept session was ended"
-        assert await asyncio.to_thread(running, sandbox) == {needs_room}
+        assert kept.ended == [contexts[idle].id], "the chosen container's kept session was ended"
+        assert await asyncio.to_thread(running, sandbox) == {contexts[needs_room].id}
 
         # Two conversations starting at once past the cap: both run, and room is made once.
         podman_sandbox.kept_processes = None
@@ -78,7 +78,7 @@ def test_an_idle_container_stopped_behind_the_sandboxs_back_does_not_fail_the_ne
             ran(podman_sandbox, contexts[second], "second"),
         )
         assert said == ["first", "second"]
-        assert needs_room not in await asyncio.to_thread(running, sandbox)
+        assert contexts[needs_room].id not in await asyncio.to_thread(running, sandbox)
 
     async def go() -> None:
         try:
