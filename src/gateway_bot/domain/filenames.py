@@ -42,7 +42,7 @@ def safe_filename(name: str) -> str:
         stem = ""
     if not stem.strip("_ "):
         stem = "file"
-    if _RESERVED.match(stem.split(".")[0]):
+    if _RESERVED.match(stem.split(".")[0].rstrip(" ")):  # Windows ignores "CON .txt"'s space
         stem = f"_{stem}"
     return _bounded(stem, suffix if len(suffix) <= 16 else "")
 

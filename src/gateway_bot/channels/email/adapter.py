@@ -133,9 +133,11 @@ class EmailAdapter:
             check_not_automatic(message, sender, self._settings.address)
         except Refused as exc:
             raise AuthenticationError(exc.sender, exc.reason) from exc
-        own_id = _first(mime.message_ids(str(message.get("Message-ID") or ""))) or (
-            f"<{key.removeprefix('sha256:')[:32]}@gwb.invalid>"
-        )
+        own_id = _first(mime.message_ids(str(message.get("Message-ID") or "")))
+        if own_id is None or mime.thread_of_our_id(own_id) is not None:
+            # None of ours: a sender's mail claiming one of our Message-IDs would be
+            # remembered in its thread, and the owner's reply to our mail of that id with it.
+            own_id = f"<{key.removeprefix('sha256:')[:32]}@gwb.invalid>"
         if await self._store.first_mail_with(sender.address, own_id, key) != key:
             log.info("%s: another copy of %s was taken in already", sender.address, own_id)
             return None  # the core completes it as "nothing to act on"

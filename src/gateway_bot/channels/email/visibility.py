@@ -3,54 +3,69 @@
 A mail can carry words its reader never sees: HTML hidden by CSS (``display:none``,
 ``visibility:hidden``, a zero font size, text the colour of its background, off-screen
 positioning, a zero-sized clipped box, ``opacity:0``, Outlook's ``mso-hide:all``,
-``<template>``, the ``hidden`` attribute) and invisible Unicode (tag characters
-U+E0000-E007F, zero-width characters, bidi controls, variation selectors past the first).
+``<template>``, the ``hidden`` attribute, fallback content such as ``<canvas>``'s, a closed
+``<details>`` or ``<dialog>``; the value tricks are ``css_hiding.py``'s) and invisible
+Unicode (tag characters U+E0000-E007F, zero-width characters, bidi controls, variation
+selectors past the first).
 Someone forwards such a mail and asks "what do you make of this?": the hidden part is an
 instruction to the agent the person never read. This module removes both.
 
 CSS comes from ``style`` attributes, ``<font color>``/``bgcolor`` attributes and the
 mail's ``<style>`` rules (parsed by tinycss2, matched by soupsieve through BeautifulSoup,
-``@media`` blocks included: what any client hides is hidden). It is not a browser: the
-cascade is "rules in order, then the inline style", and whatever a major client would hide
+``@media``, ``@layer``, ``@container`` blocks and nested rules included: what any client
+hides is hidden). It is not a browser: the cascade is "rules in order, then the inline
+style, then the ``!important`` ones in that order", and whatever a major client would hide
 is treated as hidden, so an attack needs a trick no client renders invisibly.
 """
 
 from __future__ import annotations
 
-import re
 import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import tinycss2
-import tinycss2.color3
 from bs4 import BeautifulSoup, Tag
 from bs4.element import NavigableString, PreformattedString
 
-Style = dict[str, str]
+from gateway_bot.channels.email import css_hiding
+from gateway_bot.channels.email.css_hiding import Style
 
-_NEVER_SHOWN = ("script", "style", "head", "title", "template", "noscript", "xml", "object")
-_OFFSCREEN = -200.0
-"""px: an element pushed further left or up than this is off the page."""
+_NEVER_SHOWN = (
+    "script", "style", "head", "title", "template", "noscript", "xml", "object",
+    "datalist", "noembed", "noframes", "iframe", "canvas", "video", "audio", "rp", "select",
+)  # fmt: skip
+"""Elements whose words a client never draws: fallback content a client that renders the
+element does not show (``<canvas>``, ``<video>``, ``<iframe>``, ``<noembed>``), options
+that are never listed (``<datalist>``) or only on a click (``<select>``)."""
+_OPENED_BY_ATTRIBUTE = ("dialog",)
+"""Shown only with the ``open`` attribute (a closed ``<details>`` shows its summary)."""
+_OPENS_RULES = ("media", "supports", "layer", "container", "scope", "document", "-moz-document")
+"""At-rules whose rules apply in some client."""
 _MIN_CONTRAST = 1.3
 """WCAG contrast ratio under which text is read as the colour of its background (1.0 is
 identical; #f8f8f8 on white is 1.06, light grey #cccccc on white 1.6 and stays)."""
 _WHITE = (1.0, 1.0, 1.0)
-_BLACK = (0.0, 0.0, 0.0)
 
 
 def strip_hidden(soup: BeautifulSoup) -> bool:
     """Remove from ``soup`` every element and string a reader would not see; True when
     some of what was removed had words in it (the agent is told). One walk from the top,
     each element's inherited colours and sizes handed down (no walk up per string: a mail
-    of thousands of nested elements stays linear)."""
+    of thousands of nested elements stays linear). Tooltips (``title``) go too: the reader
+    sees one only by hovering over it."""
     styles = _StyleSheet(soup)
     removed_words = False
     stack: list[tuple[Tag, _Inherited]] = [(soup, _Inherited())]
     while stack:
         node, inherited = stack.pop()
+        closed = node.name == "details" and not node.has_attr("open")
+        summary = node.find("summary", recursive=False) if closed else None
         for child in list(node.children):
             if isinstance(child, PreformattedString):  # comments, CDATA, doctype
+                child.extract()
+            elif closed and child is not summary:
+                removed_words |= bool(child.get_text(strip=True))
                 child.extract()
             elif isinstance(child, NavigableString):
                 if child.strip() and inherited.hides_text():
@@ -62,6 +77,7 @@ def strip_hidden(soup: BeautifulSoup) -> bool:
                     removed_words |= bool(child.get_text(strip=True))
                     child.decompose()
                 else:
+                    child.attrs.pop("title", None)
                     stack.append((child, inherited.under(style)))
     return removed_words
 
@@ -71,117 +87,131 @@ class _Inherited:
     """The inherited properties that decide whether text is seen."""
 
     color: str | None = None
+    fill: str | None = None
+    """``-webkit-text-fill-color``: when set, what the text is painted in (not ``color``)."""
     background: str | None = None
-    font_size: str | None = None
+    font_px: float = css_hiding.DEFAULT_FONT_PX
     visibility: str | None = None
 
     def under(self, style: Style) -> _Inherited:
         return _Inherited(
             style.get("color", self.color),
+            style.get("-webkit-text-fill-color", self.fill),
             _background(style) or self.background,
-            style.get("font-size", self.font_size),
+            css_hiding.font_px(style, self.font_px),
             style.get("visibility", self.visibility),
         )
 
     def hides_text(self) -> bool:
         if self.visibility is not None and self.visibility.startswith(("hidden", "collapse")):
             return True
-        if self.font_size is not None and _is_zero(self.font_size):
+        if self.font_px <= 1.0:
             return True
-        return self.color is not None and _same_colour(self.color, self.background)
+        painted = self.fill if self.fill and self.fill != "currentcolor" else self.color
+        return painted is not None and _same_colour(painted, self.background)
 
 
 # -- CSS ----------------------------------------------------------------------------------
 
 
 class _StyleSheet:
-    """Each element's declared style: the ``<style>`` rules matching it, in order, then its
-    own attributes and inline style. Read once per element."""
+    """Each element's declared style, in the cascade's order of precedence: the
+    ``<style>`` rules matching it, in order; its presentational attributes and inline
+    style; then the rules' ``!important`` declarations, then the inline ones (an important
+    ``display:none`` in a sheet beats an inline ``display:block``). Read once per element."""
 
     def __init__(self, soup: BeautifulSoup) -> None:
-        self._by_element: dict[int, Style] = {}
+        self._normal: dict[int, Style] = {}
+        self._important: dict[int, Style] = {}
         for sheet in soup.find_all("style"):
-            for selector, declarations in _rules(sheet.get_text()):
+            for selector, normal, important in _rules(sheet.get_text()):
                 try:
                     matched = soup.select(selector)
                 except Exception:  # a selector soupsieve cannot match (:hover, ::before)
                     continue
                 for element in matched:
-                    self._by_element.setdefault(id(element), {}).update(declarations)
+                    self._normal.setdefault(id(element), {}).update(normal)
+                    self._important.setdefault(id(element), {}).update(important)
         self._cache: dict[int, Style] = {}
 
     def of(self, element: Tag) -> Style:
         key = id(element)
         if key in self._cache:
             return self._cache[key]
-        style = dict(self._by_element.get(key, {}))
+        style = dict(self._normal.get(key, {}))
         if element.get("color"):
             style.setdefault("color", str(element["color"]))
         if element.get("bgcolor"):
             style.setdefault("background-color", str(element["bgcolor"]))
-        style.update(_declarations(str(element.get("style") or "")))
+        inline, inline_important = _declarations(str(element.get("style") or ""))
+        style.update(inline)
+        style.update(self._important.get(key, {}))
+        style.update(inline_important)
         self._cache[key] = style
         return style
 
 
-def _rules(css: str) -> Iterator[tuple[str, Style]]:
-    """(selector, declarations) of a style sheet, ``@media`` and ``@supports`` opened."""
+def _rules(css: str, parent: str | None = None) -> Iterator[tuple[str, Style, Style]]:
+    """(selector, declarations, important declarations) of a style sheet: ``@media``,
+    ``@supports``, ``@layer``, ``@container``... opened, nested rules (``.a { .b {} }``,
+    ``& .b``) given their full selector."""
     for rule in tinycss2.parse_stylesheet(css, skip_comments=True, skip_whitespace=True):
-        if rule.type == "qualified-rule":
-            selector = tinycss2.serialize(rule.prelude).strip()
-            yield selector, _declarations(tinycss2.serialize(rule.content))
-        elif _opens_rules(rule):
-            yield from _rules(tinycss2.serialize(rule.content))
+        yield from _rule(rule, parent)
 
 
-def _opens_rules(rule: object) -> bool:
-    """An ``@media`` or ``@supports`` block: its rules apply in some client."""
-    keyword = getattr(rule, "lower_at_keyword", None)
-    return keyword in ("media", "supports") and getattr(rule, "content", None) is not None
+def _rule(rule: object, parent: str | None) -> Iterator[tuple[str, Style, Style]]:
+    kind = getattr(rule, "type", None)
+    content = getattr(rule, "content", None)
+    if kind == "qualified-rule" and content is not None:
+        own = tinycss2.serialize(rule.prelude).strip()  # type: ignore[attr-defined]
+        selector = own if parent is None else _nested(own, parent)
+        normal, important = _declarations(tinycss2.serialize(content))
+        yield selector, normal, important
+        for inner in tinycss2.parse_blocks_contents(content, skip_comments=True):
+            if inner.type in ("qualified-rule", "at-rule"):
+                yield from _rule(inner, selector)
+    elif getattr(rule, "lower_at_keyword", None) in _OPENS_RULES and content is not None:
+        yield from _rules(tinycss2.serialize(content), parent)
 
 
-def _declarations(text: str) -> Style:
-    found: Style = {}
+def _nested(own: str, parent: str) -> str:
+    """A nested rule's selector in full: ``&`` is the parent, else a descendant of it."""
+    parts = [part.strip() for part in own.split(",")]
+    within = f":is({parent})"
+    return ", ".join(
+        part.replace("&", within) if "&" in part else f"{within} {part}" for part in parts
+    )
+
+
+def _declarations(text: str) -> tuple[Style, Style]:
+    """The declarations of a block, the ``!important`` ones apart."""
+    normal: Style = {}
+    important: Style = {}
     for item in tinycss2.parse_blocks_contents(text, skip_comments=True, skip_whitespace=True):
         if item.type == "declaration":
-            found[item.lower_name] = tinycss2.serialize(item.value).strip().lower()
-    return found
+            value = tinycss2.serialize(item.value).strip().lower()
+            (important if item.important else normal)[item.lower_name] = value
+    return normal, important
 
 
 def _hidden_box(element: Tag, style: Style) -> bool:
     """The element and everything in it are not shown, whatever its children say."""
     if element.name in _NEVER_SHOWN or element.has_attr("hidden"):
         return True
+    if element.name in _OPENED_BY_ATTRIBUTE and not element.has_attr("open"):
+        return True
+    if element.name == "svg" and any(
+        css_hiding.is_zero(str(element.get(key) or "1")) for key in ("width", "height")
+    ):
+        return True
     if style.get("display", "").startswith("none") or "all" in style.get("mso-hide", ""):
         return True
-    if _number(style.get("opacity")) is not None and (_number(style["opacity"]) or 0) < 0.1:
-        return True
-    if _clipped(style) or _offscreen(style):
-        return True
-    overflow = style.get("overflow", "") + style.get("overflow-y", "")
-    zero_box = any(_is_zero(style.get(key)) for key in ("max-height", "height", "width"))
-    return "hidden" in overflow and zero_box
-
-
-def _clipped(style: Style) -> bool:
-    clip = re.sub(r"[\s,]|px", "", style.get("clip", ""))
-    clip_path = style.get("clip-path", "").replace(" ", "")
     return (
-        clip in ("rect(0000)", "rect(1111)")
-        or clip_path.startswith(("inset(50%", "inset(100%", "circle(0"))
-        or "scale(0)" in style.get("transform", "").replace(" ", "")
+        css_hiding.transparent_box(style)
+        or css_hiding.clipped(style)
+        or css_hiding.offscreen(style)
+        or css_hiding.zero_box(style)
     )
-
-
-def _offscreen(style: Style) -> bool:
-    for key in ("left", "top", "right", "text-indent", "margin-left", "margin-top"):
-        value = _length(style.get(key))
-        if value is not None and value < _OFFSCREEN:
-            if key in ("text-indent", "margin-left", "margin-top"):
-                return True
-            if style.get("position", "") in ("absolute", "fixed", "relative"):
-                return True
-    return False
 
 
 def _background(style: Style) -> str | None:
@@ -192,25 +222,22 @@ def _background(style: Style) -> str | None:
     if "background-color" in style:
         return style["background-color"]
     for token in style.get("background", "").split():
-        if tinycss2.color3.parse_color(token) is not None:
+        if css_hiding.rgb(token) is not None:
             return token
     return None
 
 
 def _same_colour(color: str, background: str | None) -> bool:
-    text = tinycss2.color3.parse_color(color)
-    if text is None or text == "currentcolor":
+    text = css_hiding.rgb(color)
+    if text is None:
         return False
-    if text.alpha < 0.1:
+    if text[3] < 0.1:
         return True
     if background == "image":
         return False
-    back = tinycss2.color3.parse_color(background) if background else None
-    if back is None or back == "currentcolor" or back.alpha < 0.1:
-        base = _WHITE
-    else:
-        base = (back.red, back.green, back.blue)
-    return _contrast((text.red, text.green, text.blue), base) < _MIN_CONTRAST
+    back = css_hiding.rgb(background)
+    base = _WHITE if back is None or back[3] < 0.1 else back[:3]
+    return _contrast(text[:3], base) < _MIN_CONTRAST
 
 
 def _contrast(one: tuple[float, float, float], other: tuple[float, float, float]) -> float:
@@ -228,37 +255,10 @@ def _luminance(rgb: tuple[float, float, float]) -> float:
 
 def chroma_of(color: str | None) -> float:
     """How coloured (not grey) a CSS colour is, 0 to 1: inline answers are typed in one."""
-    parsed = tinycss2.color3.parse_color(color) if color else None
-    if parsed is None or parsed == "currentcolor" or parsed.alpha < 0.5:
+    parsed = css_hiding.rgb(color)
+    if parsed is None or parsed[3] < 0.5:
         return 0.0
-    channels = (float(parsed.red), float(parsed.green), float(parsed.blue))
-    return max(channels) - min(channels)
-
-
-_LENGTH = re.compile(r"^(-?[0-9]*\.?[0-9]+)(px|pt|em|rem|%|cm|mm|in|pc|ex|ch|vw|vh)?")
-
-
-def _length(value: str | None) -> float | None:
-    match = _LENGTH.match((value or "").replace("!important", "").strip())
-    if match is None:
-        return None
-    number, unit = float(match.group(1)), match.group(2) or "px"
-    scale = {"pt": 4 / 3, "em": 16, "rem": 16, "%": 0.16, "cm": 37.8, "mm": 3.78, "in": 96}
-    return number * scale.get(unit, 1.0)
-
-
-def _is_zero(value: str | None) -> bool:
-    """A length of one pixel or less (a font that size is unreadable, a box that size
-    shows nothing)."""
-    length = _length(value)
-    return length is not None and length <= 1.0
-
-
-def _number(value: str | None) -> float | None:
-    try:
-        return float((value or "").replace("!important", "").strip())
-    except ValueError:
-        return None
+    return max(parsed[:3]) - min(parsed[:3])
 
 
 # -- invisible Unicode --------------------------------------------------------------------
