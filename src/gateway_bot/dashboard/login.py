@@ -35,9 +35,11 @@ async def login_form(request: web.Request) -> web.Response:
 async def log_in(request: web.Request) -> web.Response:
     limits = request.app[LOGIN_LIMITS]
     client = metrics.request_peer(request) or "unknown"
+    # The form is read first: between the wait's check and a wrong token's record nothing
+    # may await, or a burst of requests holding back their bodies would all be checked.
+    form = await request.post()
     if (wait := limits.wait_s(client)) > 0:
         return _too_many(request, wait)
-    form = await request.post()
     offered = form.get("token")
     book = request.app[SESSIONS]
     if not isinstance(offered, str) or not book.token_matches(offered):

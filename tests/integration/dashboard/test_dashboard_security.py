@@ -7,6 +7,7 @@ sender's message written as HTML, a config that would expose the login in clear 
 
 from __future__ import annotations
 
+import asyncio
 import re
 import secrets
 import subprocess
@@ -551,3 +552,40 @@ def test_check_warns_of_a_guessable_dashboard_token(tmp_path: Path) -> None:
     assert "warning: the dashboard token is guessable" in done.stdout, done.stdout + done.stderr
     assert token_weakness("aaaaaaaaaaaaaaaa") is not None
     assert token_weakness(secrets.token_urlsafe(16)) is None
+
+
+async def test_a_burst_of_guesses_holding_back_their_bodies_is_paced_too(
+    dashboard: Dashboard,
+) -> None:
+    """The attack: thirty logins whose heads arrive at once, each holding back its body;
+    then the wrong tokens' bodies, then the right one's. Every handler passed the pacing
+    check at its head, before any wrong token was counted, so the whole burst was tried and
+    the right token logged in."""
+    url = dashboard.server.make_url("/login")
+
+    async def head(token: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes]:
+        reader, writer = await asyncio.open_connection(url.host, url.port)
+        body = f"token={token}".encode()
+        writer.write(
+            f"POST /login HTTP/1.1\r\nHost: {url.host}:{url.port}\r\n"
+            "Sec-Fetch-Site: same-origin\r\n"
+            "Content-Type: application/x-www-form-urlencoded\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+        )
+        await writer.drain()
+        return reader, writer, body
+
+    async def status(sent: tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes]) -> int:
+        reader, writer, body = sent
+        writer.write(body)
+        await writer.drain()
+        line = await reader.readline()
+        writer.close()
+        return int(line.split()[1])
+
+    wrong = [await head(f"wrong-guess-{n:02d}") for n in range(29)]
+    right = await head(TOKEN)
+    await asyncio.sleep(0.3)  # every handler has read its head and waits for the body
+    statuses = await asyncio.gather(*(status(sent) for sent in wrong))
+    assert statuses.count(401) <= 5, statuses
+    assert await status(right) == 429, "the right token waits too, however the burst is timed"
