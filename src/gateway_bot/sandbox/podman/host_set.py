@@ -102,6 +102,7 @@ class HostSet:
         for host in self.hosts:
             where = host.name if self.several else None
             if self.several and not await host.service.answers():
+                await self.placements.reload()  # another process (``status``) knows none yet
                 found += [
                     SandboxContainer(spec.container_name(c), c, "host unreachable", None, where)
                     for c in self.placements.on(host.name)
