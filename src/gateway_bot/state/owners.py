@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gateway_bot.state import action_approvals_store as actions
+from gateway_bot.state import dashboard_sessions_store as dashboard
 from gateway_bot.state import leases_store as ha
 from gateway_bot.state import migrations as core
 from gateway_bot.state import schedule_proposals_store as proposals
@@ -22,4 +23,5 @@ def state_owners() -> dict[str, Sequence[Migration]]:
         proposals.OWNER: proposals.MIGRATIONS,
         actions.OWNER: actions.MIGRATIONS,
         ha.OWNER: ha.HA_MIGRATIONS,
+        dashboard.OWNER: dashboard.MIGRATIONS,
     }
