@@ -54,6 +54,12 @@ class ResultEvent:
     output_tokens: int
 
 
+CREDENTIALS_REFUSED = "credentials_refused"
+"""The subtype of a result a parser makes of the model API refusing the CLI's credentials
+(Claude Code's first retry after a 401): the CLI would retry for minutes behind a silent
+"Working on it", and a key refused once is refused every time, so the runner ends it there."""
+
+
 @dataclass(frozen=True)
 class NoticeEvent:
     """What the CLI says about its own run, not the agent's work (the model API failing and

@@ -32,21 +32,11 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from gateway_bot.agents.base import (
-    AgentOutcome,
-    AgentRequest,
-    InitEvent,
-    OnEvent,
-    ResultEvent,
-    WarmSettings,
-)
-from gateway_bot.agents.claude.control import (
-    answer_control_request,
-    parse_control_request,
-    user_message_line,
-)
-from gateway_bot.agents.claude.runner import ClaudeCodeRunner, agent_env, unresumable
-from gateway_bot.agents.claude.stream import CREDENTIALS_REFUSED, parse_stream_line
+from gateway_bot.agents.base import AgentOutcome, AgentRequest, OnEvent, WarmSettings
+from gateway_bot.agents.claude.control import answer_line, user_message_line
+from gateway_bot.agents.claude.runner import UNRESUMABLE, ClaudeCodeRunner, agent_env
+from gateway_bot.agents.claude.stream import parse_stream_line
+from gateway_bot.agents.cli_process import Turn, read_turn, unresumable
 from gateway_bot.agents.event_log import EventLog
 from gateway_bot.sandbox.base import ExecutionContext, Sandbox, SandboxProcess
 
@@ -187,8 +177,13 @@ class WarmClaudeRunner:
         on_event: OnEvent,
     ) -> AgentOutcome:
         process = session.process
-        result: ResultEvent | None = None
-        lines = 0
+        turn = Turn(session_id=session.session_id)
+
+        async def answer(line: str) -> bytes | None:
+            # Answered with this turn's task's decisions (a warm process outlives its
+            # tasks; each turn brings its own).
+            return await answer_line(line, request.permissions)
+
         try:
             if not session.alive:
                 raise _NoTurn
@@ -197,54 +192,31 @@ class WarmClaudeRunner:
             except ConnectionError:
                 raise _NoTurn from None
             async with asyncio.timeout(request.timeout_s):
-                while result is None:
-                    raw_line = await process.stdout.readline()
-                    if not raw_line:
-                        break
-                    line = raw_line.decode("utf-8", "replace").strip()
-                    if not line:
-                        continue
-                    lines += 1
-                    await event_log.append(line)
-                    if (control := parse_control_request(line)) is not None:
-                        # Answered with this turn's task's decisions (a warm process
-                        # outlives its tasks; each turn brings its own).
-                        await process.write(
-                            await answer_control_request(control, request.permissions)
-                        )
-                        continue
-                    for event in parse_stream_line(line):
-                        if isinstance(event, InitEvent):
-                            session.session_id = event.session_id or session.session_id
-                        elif isinstance(event, ResultEvent):
-                            result = event
-                            session.session_id = event.session_id or session.session_id
-                            if event.subtype == CREDENTIALS_REFUSED:
-                                process.kill()  # else it retries, and may then go on working
-                        await on_event(event)
+                await read_turn(process, turn, parse_stream_line, answer, event_log, on_event)
         except TimeoutError:
             process.kill()
-            return AgentOutcome(None, session.session_id, None, "", timed_out=True)
+            return AgentOutcome(None, turn.session_id, None, "", timed_out=True)
         except BaseException:
             process.kill()  # /stop (cancellation) or a failure: this process is done
             raise
         finally:
+            session.session_id = turn.session_id
             await event_log.end_run()
-        if result is not None:
+        if turn.result is not None:
             # A session the API refuses fails inside the turn, as in a cold run's result.
-            bad_session = unresumable(request, result, "", timed_out=False)
-            return AgentOutcome(result, session.session_id, 0, "", unresumable=bad_session)
-        if lines == 0:
+            bad_session = unresumable(UNRESUMABLE, request, turn.result, "", timed_out=False)
+            return AgentOutcome(turn.result, turn.session_id, 0, "", unresumable=bad_session)
+        if turn.lines == 0:
             raise _NoTurn
         # Died half-way through the turn: reported as a cold run that died would be.
         exit_code = await session.exited
         stderr = await process.read_stderr()
         return AgentOutcome(
             None,
-            session.session_id,
+            turn.session_id,
             exit_code,
             stderr,
-            unresumable=unresumable(request, None, stderr, timed_out=False),
+            unresumable=unresumable(UNRESUMABLE, request, None, stderr, timed_out=False),
         )
 
     # -- ending sessions ------------------------------------------------------------------

@@ -14,7 +14,6 @@ is taken for Codex's.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
@@ -26,18 +25,14 @@ from gateway_bot.agents.base import (
     ToolResultEvent,
     ToolUseEvent,
 )
-from gateway_bot.agents.claude.stream import one_line, path_tail
+from gateway_bot.agents.stream_lines import json_object, one_line, path_tail
 
 _SHELL_WRAPPER = re.compile(r"^(?:/bin/|/usr/bin/)?(?:ba)?sh -l?c '(.*)'$", re.DOTALL)
 
 
 def parse_stream_line(line: str) -> list[AgentEvent]:
     """Parse one line; a line that is not JSON or not Codex's yields nothing."""
-    try:
-        data = json.loads(line)
-    except json.JSONDecodeError:
-        return []
-    if not isinstance(data, dict):
+    if (data := json_object(line)) is None:
         return []
     kind = data.get("type")
     if kind == "thread.started":
