@@ -24,12 +24,14 @@ from dataclasses import dataclass, replace
 
 from gateway_bot.agents.base import (
     CREDENTIALS_REFUSED,
+    NOTHING_BEFORE,
     AgentEvent,
     AgentOutcome,
     AgentRequest,
     InitEvent,
     OnEvent,
     ResultEvent,
+    RunningTotals,
     TextEvent,
     ToolUseEvent,
 )
@@ -42,19 +44,32 @@ EXIT_GRACE_S = 2.0
 ParseLine = Callable[[str], Sequence[AgentEvent]]
 AnswerLine = Callable[[str], Awaitable[bytes | None]]
 """The reply to write to stdin for a line that asks the daemon; None for any other line."""
+TurnLine = Callable[[str, ResultEvent], str]
+"""The CLI's result line as the log keeps it once the result's figures are the turn's own."""
+
+
+@dataclass(frozen=True)
+class CliStream:
+    """How to read one CLI's output (and answer it)."""
+
+    parse_line: ParseLine
+    answer_line: AnswerLine | None = None
+    turn_line: TurnLine | None = None
+    """None: the log keeps the result line as the CLI wrote it, running totals and all."""
 
 
 @dataclass(frozen=True)
 class CliRun:
     argv: Sequence[str]
     env: Mapping[str, str]
-    parse_line: ParseLine
+    stream: CliStream
     unresumable: re.Pattern[str]
     """Failure text meaning the resumed session cannot be continued."""
     prompt_line: Callable[[str], bytes] | None = None
     """The prompt as one stdin line, stdin kept open until the result; None: the prompt is
     the whole of stdin."""
-    answer_line: AnswerLine | None = None
+    before: RunningTotals = NOTHING_BEFORE
+    """What the CLI's result figures count besides this run (``base.RunningTotals``)."""
     exit_grace_s: float | None = EXIT_GRACE_S
     """None: the CLI exits by itself once its result is out, waited for without a limit
     (the task's own time limit still holds)."""
@@ -94,7 +109,12 @@ class Turn:
     time limit still tells which session it was in."""
 
     session_id: str | None = None
+    before: RunningTotals = NOTHING_BEFORE
+    """Subtracted from the result's figures (``base.RunningTotals``)."""
     result: ResultEvent | None = None
+    """The result with the turn's own figures."""
+    reported: ResultEvent | None = None
+    """The result as the CLI reported it."""
     lines: int = 0
 
 
@@ -112,14 +132,14 @@ async def run_cli(
     process = await sandbox.start(
         context, run.argv, run.env, stdin_data=stdin_data, keep_stdin=keep_stdin
     )
-    turn = Turn()
+    turn = Turn(before=run.before)
     timed_out = False
     exit_code: int | None = None
     try:
         async with asyncio.timeout(request.timeout_s):
             if run.prompt_line is not None:
                 await process.write(run.prompt_line(request.prompt))
-            await read_turn(process, turn, run.parse_line, run.answer_line, event_log, on_event)
+            await read_turn(process, turn, run.stream, event_log, on_event)
             if turn.result is None:
                 exit_code = await process.wait()
             else:
@@ -147,8 +167,7 @@ async def run_cli(
 async def read_turn(
     process: SandboxProcess,
     turn: Turn,
-    parse_line: ParseLine,
-    answer_line: AnswerLine | None,
+    stream: CliStream,
     event_log: EventLog,
     on_event: OnEvent,
 ) -> None:
@@ -162,11 +181,13 @@ async def read_turn(
         if not line:
             continue
         turn.lines += 1
-        await event_log.append(line)
-        if answer_line is not None and (answer := await answer_line(line)) is not None:
+        answer = await stream.answer_line(line) if stream.answer_line is not None else None
+        if answer is not None:
+            await event_log.append(line)
             await process.write(answer)
             continue
-        for event in parse_line(line):
+        events = list(stream.parse_line(line))
+        for index, event in enumerate(events):
             if isinstance(event, InitEvent):
                 turn.session_id = event.session_id or turn.session_id
             elif isinstance(event, ToolUseEvent):
@@ -174,10 +195,16 @@ async def read_turn(
             elif isinstance(event, TextEvent):
                 reply.append(event.text)
             elif isinstance(event, ResultEvent):
-                event = _completed(event, "".join(reply), turn.session_id)
-                turn.result, turn.session_id = event, event.session_id
-                if event.subtype == CREDENTIALS_REFUSED:
-                    process.kill()  # it would retry the refused key (and may go on working)
+                turn.reported = _completed(event, "".join(reply), turn.session_id)
+                turn.result = turn.reported.since(turn.before)
+                turn.session_id = turn.result.session_id
+                events[index] = turn.result
+                if stream.turn_line is not None and turn.result != turn.reported:
+                    line = stream.turn_line(line, turn.result)
+        await event_log.append(line)
+        for event in events:
+            if isinstance(event, ResultEvent) and event.subtype == CREDENTIALS_REFUSED:
+                process.kill()  # it would retry the refused key (and may go on working)
             await on_event(event)
 
 

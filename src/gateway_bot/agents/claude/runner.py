@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import re
 
-from gateway_bot.agents.base import AgentRequest
+from gateway_bot.agents.base import AgentRequest, ToolPermissions
 from gateway_bot.agents.claude.control import PERMISSION_FLAGS, answer_line, user_message_line
-from gateway_bot.agents.claude.stream import parse_stream_line
-from gateway_bot.agents.cli_process import CliRun, CliRunner
+from gateway_bot.agents.claude.stream import parse_stream_line, with_turn_cost
+from gateway_bot.agents.cli_process import CliRun, CliRunner, CliStream
 from gateway_bot.agents.event_log import EventLog
 from gateway_bot.sandbox.base import ExecutionContext, Sandbox
 
@@ -67,23 +67,27 @@ class ClaudeCodeRunner(CliRunner):
         context: ExecutionContext,
         event_log: EventLog,
     ) -> CliRun:
-        """How this request's process runs: with approvals the prompt is a stream-json line
-        and stdin stays open for the answers to the CLI's permission requests. A control
-        request without approvals (it should not come) is refused."""
-
-        async def answer(line: str) -> bytes | None:
-            return await answer_line(line, request.permissions)
-
+        """With approvals the prompt is a stream-json line and stdin stays open for the
+        answers to the CLI's permission requests."""
         asking = request.permissions is not None
         return CliRun(
             self.build_argv(request),
             agent_env(sandbox, context, request),
-            parse_stream_line,
+            claude_stream(request.permissions),
             UNRESUMABLE,
             prompt_line=user_message_line if asking else None,
-            answer_line=answer,
             exit_grace_s=None,
         )
+
+
+def claude_stream(permissions: ToolPermissions | None) -> CliStream:
+    """The CLI's stream for one task: its permission requests answered with the task's
+    decisions (refused when it has none: it should not have asked)."""
+
+    async def answer(line: str) -> bytes | None:
+        return await answer_line(line, permissions)
+
+    return CliStream(parse_stream_line, answer, with_turn_cost)
 
 
 def agent_env(sandbox: Sandbox, context: ExecutionContext, request: AgentRequest) -> dict[str, str]:

@@ -6,6 +6,7 @@ Unknown line types are ignored: the CLI adds new ones between versions.
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -58,6 +59,18 @@ def parse_stream_line(line: str) -> list[AgentEvent]:
     if kind == "result":
         return [_result(data)]
     return []
+
+
+def with_turn_cost(line: str, turn: ResultEvent) -> str:
+    """A warm process's result line as the log keeps it: ``total_cost_usd`` is the turn's
+    own, as a cold run's is (the timeline reads it), and the CLI's figure for the process's
+    whole life is kept beside it as ``gateway_bot_process_cost_usd``."""
+    data = json_object(line)
+    if data is None or data.get("type") != "result":
+        return line
+    data["gateway_bot_process_cost_usd"] = data.get("total_cost_usd")
+    data["total_cost_usd"] = turn.cost_usd
+    return json.dumps(data)
 
 
 def _credentials_refused(data: dict[str, Any]) -> bool:

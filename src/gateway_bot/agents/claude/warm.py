@@ -6,6 +6,10 @@ later message is written to its stdin as one JSON user message; the turn's event
 until its ``result``. The conversation's lane already runs one task at a time, so a turn
 never meets another turn in the same process.
 
+That result's ``total_cost_usd`` is the process's whole life's (its usage and turns are the
+turn's): the turn's cost is what it adds to the last one's, which is what the task records,
+the reply shows, the budget counts and the log keeps (``stream.with_turn_cost``).
+
 After each turn everything the agent left running in the background is ended, the process
 itself excepted (``SandboxProcess.end_others``): a warm session keeps no more than a cold
 run does.
@@ -32,10 +36,21 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from gateway_bot.agents.base import AgentOutcome, AgentRequest, OnEvent, WarmSettings
-from gateway_bot.agents.claude.control import answer_line, user_message_line
-from gateway_bot.agents.claude.runner import UNRESUMABLE, ClaudeCodeRunner, agent_env
-from gateway_bot.agents.claude.stream import parse_stream_line
+from gateway_bot.agents.base import (
+    NOTHING_BEFORE,
+    AgentOutcome,
+    AgentRequest,
+    OnEvent,
+    RunningTotals,
+    WarmSettings,
+)
+from gateway_bot.agents.claude.control import user_message_line
+from gateway_bot.agents.claude.runner import (
+    UNRESUMABLE,
+    ClaudeCodeRunner,
+    agent_env,
+    claude_stream,
+)
 from gateway_bot.agents.cli_process import Turn, read_turn, unresumable
 from gateway_bot.agents.event_log import EventLog
 from gateway_bot.sandbox.base import ExecutionContext, Sandbox, SandboxProcess
@@ -55,6 +70,10 @@ class WarmSession:
     session_id: str | None
     exited: asyncio.Task[int]
     last_used: float = field(default_factory=time.monotonic)
+    cost_so_far: RunningTotals = NOTHING_BEFORE
+    """The process's cost over its life as its last result said: the CLI reports that
+    total in every turn's result, and the turn's cost is what it adds (its tokens and
+    turns the CLI reports per turn already)."""
 
     @property
     def alive(self) -> bool:
@@ -177,13 +196,10 @@ class WarmClaudeRunner:
         on_event: OnEvent,
     ) -> AgentOutcome:
         process = session.process
-        turn = Turn(session_id=session.session_id)
-
-        async def answer(line: str) -> bytes | None:
-            # Answered with this turn's task's decisions (a warm process outlives its
-            # tasks; each turn brings its own).
-            return await answer_line(line, request.permissions)
-
+        turn = Turn(session_id=session.session_id, before=session.cost_so_far)
+        # Permission requests are answered with this turn's task's decisions (a warm
+        # process outlives its tasks; each turn brings its own).
+        stream = claude_stream(request.permissions)
         try:
             if not session.alive:
                 raise _NoTurn
@@ -192,7 +208,7 @@ class WarmClaudeRunner:
             except ConnectionError:
                 raise _NoTurn from None
             async with asyncio.timeout(request.timeout_s):
-                await read_turn(process, turn, parse_stream_line, answer, event_log, on_event)
+                await read_turn(process, turn, stream, event_log, on_event)
         except TimeoutError:
             process.kill()
             return AgentOutcome(None, turn.session_id, None, "", timed_out=True)
@@ -201,6 +217,8 @@ class WarmClaudeRunner:
             raise
         finally:
             session.session_id = turn.session_id
+            if turn.reported is not None:
+                session.cost_so_far = RunningTotals(cost_usd=turn.reported.cost_usd)
             await event_log.end_run()
         if turn.result is not None:
             # A session the API refuses fails inside the turn, as in a cold run's result.

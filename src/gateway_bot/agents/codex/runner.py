@@ -11,6 +11,9 @@ HTTPS SSE, which the egress proxy passes), no retries (the daemon reports failur
 update check, no analytics; code mode (a JavaScript tool runner), sub-agents and goals are
 off so the model's tools are plain ``exec_command`` calls shown as progress steps.
 
+Its ``usage`` on a resumed thread counts the thread's earlier runs: the runner subtracts
+what the thread's last run in the conversation's log reported (``stream.thread_totals``).
+
 Not available: cost (tokens only), a warm session, and turning off ``request_user_input``
 (Codex offers it "only in Plan mode", which ``exec`` never enters).
 """
@@ -19,9 +22,9 @@ from __future__ import annotations
 
 import re
 
-from gateway_bot.agents.base import AgentRequest
-from gateway_bot.agents.cli_process import CliRun, CliRunner
-from gateway_bot.agents.codex.stream import parse_stream_line
+from gateway_bot.agents.base import NOTHING_BEFORE, AgentRequest
+from gateway_bot.agents.cli_process import CliRun, CliRunner, CliStream
+from gateway_bot.agents.codex.stream import parse_stream_line, thread_totals
 from gateway_bot.agents.event_log import EventLog
 from gateway_bot.sandbox.base import ExecutionContext, Sandbox
 
@@ -84,4 +87,8 @@ class CodexRunner(CliRunner):
         await sandbox.files(context).make_home_dir(".codex")  # Codex refuses a CODEX_HOME not there
         home = sandbox.paths(context).home
         env = {"CODEX_HOME": f"{home}/.codex", **request.env}
-        return CliRun(self.build_argv(request), env, parse_stream_line, _UNRESUMABLE)
+        before = NOTHING_BEFORE
+        if request.resume_session_id:  # its figures count the thread's earlier runs too
+            before = thread_totals(await event_log.recent_lines(), request.resume_session_id)
+        stream = CliStream(parse_stream_line)
+        return CliRun(self.build_argv(request), env, stream, _UNRESUMABLE, before=before)

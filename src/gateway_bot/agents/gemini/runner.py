@@ -21,7 +21,7 @@ import json
 import re
 
 from gateway_bot.agents.base import AgentRequest
-from gateway_bot.agents.cli_process import CliRun, CliRunner
+from gateway_bot.agents.cli_process import CliRun, CliRunner, CliStream
 from gateway_bot.agents.event_log import EventLog
 from gateway_bot.agents.gemini.stream import parse_stream_line
 from gateway_bot.sandbox.base import ExecutionContext, Sandbox
@@ -72,4 +72,4 @@ class GeminiCliRunner(CliRunner):
         await sandbox.files(context).put_home_file(SETTINGS_PATH, settings)
         home = sandbox.paths(context).home
         env = {**QUIET_ENV, "GEMINI_CLI_HOME": home, **request.env}
-        return CliRun(self.build_argv(request), env, parse_stream_line, _UNRESUMABLE)
+        return CliRun(self.build_argv(request), env, CliStream(parse_stream_line), _UNRESUMABLE)

@@ -5,8 +5,9 @@ line, each with ``type`` and ``timestamp``: ``init`` (``session_id``, ``model``)
 ``message`` (``role`` user/assistant, ``content``; assistant text comes in ``delta``
 chunks), ``tool_use`` (``tool_name``, ``tool_id``, ``parameters``), ``tool_result``
 (``tool_id``, ``status``, ``output`` or ``error``), ``error`` (non-fatal) and ``result``
-(``status``, ``error``, ``stats`` with token counts; no reply text and no cost: the runner
-puts the assistant text after the last tool call into the result). A line without
+(``status``, ``error``, ``stats`` with the run's own token counts, a resumed session's
+earlier runs not counted; no reply text and no cost: the runner puts the assistant text
+after the last tool call into the result). A line without
 ``timestamp`` is not Gemini CLI's: it yields nothing, so a log holding several backends'
 runs can be read by trying each parser.
 """
