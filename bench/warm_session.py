@@ -23,7 +23,8 @@ from pathlib import Path
 from tests.support.fake_anthropic import FakeAnthropic
 
 from gateway_bot.agents.base import AgentEvent, AgentRequest, AgentRunner, WarmSettings
-from gateway_bot.agents.claude.runner import ClaudeCodeRunner, locate_command
+from gateway_bot.agents.claude.backend import CLAUDE_CODE
+from gateway_bot.agents.claude.runner import ClaudeCodeRunner
 from gateway_bot.agents.claude.warm import WarmClaudeRunner
 from gateway_bot.agents.event_log import EventLog
 from gateway_bot.sandbox.base import ExecutionContext
@@ -70,7 +71,7 @@ async def _bench(runs: int, api: FakeAnthropic, root: Path) -> tuple[list[float]
         "ANTHROPIC_API_KEY": "bench-key",
         "CLAUDE_CODE_MAX_RETRIES": "0",
     }
-    command = locate_command(["claude"])
+    command = CLAUDE_CODE.locate_command(["claude"])
     cold_runner = ClaudeCodeRunner(command)
     warm_runner = WarmClaudeRunner(command, WarmSettings(max_sessions=2, idle_s=None))
     sandbox = HostSandbox()

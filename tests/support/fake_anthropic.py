@@ -31,7 +31,8 @@ module serves ``POST /v1/messages`` on 127.0.0.1 with a deterministic script:
 
 ``fail_next``, ``hold`` and ``stall`` apply to main requests only. Usage is about 4 body bytes per
 input token (~19k tokens for the CLI's ~76 KB first request: about $0.1 at Opus prices),
-so ``result.total_cost_usd`` is non-zero and plausible.
+so ``result.total_cost_usd`` is non-zero and plausible; ``fixed_usage`` makes every main
+request report the same tokens instead, so each turn costs the same known amount.
 
 The server runs in its own thread with its own event loop so that sync tests and async
 tests (whose loop must not be blocked by the server, nor own it) can share one fixture.
@@ -134,6 +135,7 @@ class FakeAnthropic:
         self._held = threading.Event()
         self._fail: tuple[int, str] | None = None
         self._stall: str | None = None
+        self._usage: tuple[int, int] | None = None
         self._port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
@@ -167,7 +169,7 @@ class FakeAnthropic:
             self.requests.clear()
             self.side_requests.clear()
             self.credentials_seen.clear()
-            self._hold, self._fail, self._stall = None, None, None
+            self._hold, self._fail, self._stall, self._usage = None, None, None, None
         self._released.set()
         self._held.clear()
 
@@ -192,6 +194,11 @@ class FakeAnthropic:
 
     def wait_for_held(self, timeout: float) -> bool:
         return self._held.wait(timeout)
+
+    def fixed_usage(self, input_tokens: int, output_tokens: int) -> None:
+        """Every main request reports this usage (until ``reset``)."""
+        with self._lock:
+            self._usage = (input_tokens, output_tokens)
 
     def fail_next(self, status: int, message: str) -> None:
         """Answer the next main request with an Anthropic-shaped HTTP error."""
@@ -381,6 +388,8 @@ class FakeAnthropic:
             "input_tokens": max(1, size // 4),
             "output_tokens": 5 + len(json.dumps(content)) // 4,
         }
+        if self._usage is not None and body.get("tools"):
+            usage = {"input_tokens": self._usage[0], "output_tokens": self._usage[1]}
         message = {
             "id": f"msg_fake_{next(self._ids):06d}",
             "type": "message",

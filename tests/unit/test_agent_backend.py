@@ -101,7 +101,7 @@ def test_gemini_is_in_the_image_and_the_environment_only_when_enabled(
 
 def test_each_cli_gets_only_its_own_vendors_key() -> None:
     from gateway_bot.agents.enabled import AgentSet, EnabledAgent
-    from gateway_bot.agents.gemini.runner import GEMINI_CLI
+    from gateway_bot.agents.gemini.backend import GEMINI_CLI
 
     agents = AgentSet(
         "claude-code",
@@ -116,7 +116,7 @@ def test_each_cli_gets_only_its_own_vendors_key() -> None:
 
 
 def test_geminis_key_stays_with_the_proxy_for_its_model_api_only() -> None:
-    from gateway_bot.agents.gemini.runner import GEMINI_CLI
+    from gateway_bot.agents.gemini.backend import GEMINI_CLI
 
     rules = parse_allowlist(None, GEMINI_CLI.model_api_rules({}))
     path = "/v1beta/models/gemini-2.5-pro:streamGenerateContent"

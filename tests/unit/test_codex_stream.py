@@ -3,14 +3,17 @@ the project's typed events."""
 
 from __future__ import annotations
 
+import json
+
 from gateway_bot.agents.base import (
     InitEvent,
     ResultEvent,
+    RunningTotals,
     TextEvent,
     ToolResultEvent,
     ToolUseEvent,
 )
-from gateway_bot.agents.codex.stream import parse_stream_line, shown_command
+from gateway_bot.agents.codex.stream import parse_stream_line, shown_command, thread_totals
 from gateway_bot.agents.registry import parse_any_line
 
 RUN = [
@@ -67,3 +70,24 @@ def test_a_failed_turn_carries_its_message_and_edits_show_their_files() -> None:
     assert parse_stream_line(edit) == [ToolUseEvent(tool="edit", summary="edit: /workspace/a.py")]
     assert shown_command("/bin/bash -lc 'echo '\\''quoted'\\'''") == "echo 'quoted'"
     assert parse_stream_line('{"type":"result","subtype":"success"}') == []
+
+
+def test_a_resumed_threads_tokens_are_its_own_runs_not_the_threads_total() -> None:
+    """Codex 0.169 reports a resumed thread's tokens since the thread began (recorded: the
+    second run of one thread said 27400 in / 190 out after the first's 13515 / 95). What the
+    conversation's log holds of the thread's earlier runs is what the next run subtracts."""
+    thread = '{"type":"thread.started","thread_id":"t-1"}'
+    other = '{"type":"thread.started","thread_id":"t-2"}'
+
+    def completed(tokens_in: int, tokens_out: int) -> str:
+        usage = {"input_tokens": tokens_in, "cached_input_tokens": 0, "output_tokens": tokens_out}
+        return '{"type":"turn.completed","usage":' + json.dumps(usage) + "}"
+
+    log = [thread, completed(13515, 95), "", other, completed(500, 5), "", thread, "not json"]
+    before = thread_totals(log, "t-1")
+    assert before == RunningTotals(input_tokens=13515, output_tokens=95)
+    assert thread_totals(log, "t-3") == RunningTotals(), "a thread the log no longer holds"
+    (second_run,) = parse_stream_line(completed(27400, 190))
+    assert isinstance(second_run, ResultEvent)
+    own = second_run.since(before)
+    assert (own.input_tokens, own.output_tokens) == (13885, 95)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from gateway_bot.agents.claude.backend import CLAUDE_CODE
-from gateway_bot.agents.claude.runner import injected_credentials
 from gateway_bot.config.yaml_tags import ConfigError
 from gateway_bot.sandbox.egress import allowlist
 from gateway_bot.sandbox.egress.rules import (
@@ -156,7 +155,7 @@ def test_model_credentials_become_placeholders_with_an_injected_header() -> None
         "CLAUDE_CODE_OAUTH_TOKEN": "sk-ant-oat01-real",
         "ANTHROPIC_MODEL": "claude-x",
     }
-    api_key, oauth = injected_credentials(env)
+    api_key, oauth = CLAUDE_CODE.injected_credentials(env)
     assert (api_key.env_name, api_key.header, api_key.value) == (
         "ANTHROPIC_API_KEY",
         "x-api-key",
@@ -171,13 +170,13 @@ def test_model_credentials_become_placeholders_with_an_injected_header() -> None
         )
         assert "real" not in credential.placeholder
         assert "real" not in repr(credential)
-    custom = injected_credentials(
+    custom = CLAUDE_CODE.injected_credentials(
         {"ANTHROPIC_AUTH_TOKEN": "t", "ANTHROPIC_BASE_URL": "http://10.89.0.1:4000/v1"}
     )
     assert [(c.scheme, c.host, c.port, c.header, c.value) for c in custom] == [
         ("http", "10.89.0.1", 4000, "authorization", "Bearer t")
     ]
-    assert injected_credentials({"ANTHROPIC_BASE_URL": "http://x"}) == ()
+    assert CLAUDE_CODE.injected_credentials({"ANTHROPIC_BASE_URL": "http://x"}) == ()
 
 
 def test_non_public_addresses_need_a_rule_that_names_them() -> None:

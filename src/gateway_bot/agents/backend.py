@@ -5,7 +5,12 @@ The composition root (``runtime/daemon.py``) picks a backend by ``agent.backend`
 variables the agent inherits, what ``gateway-bot check`` says when credentials are missing,
 which model API the egress allowlist must always open, which credentials the egress proxy
 holds for the agent, what goes into the agent image, and how to make the runner. Nothing
-outside ``agents/`` names a particular CLI, so a second backend is a second descriptor.
+outside ``agents/`` names a particular CLI, so a second backend is a second descriptor
+(each in its package's ``backend.py``).
+
+A backend's credentials are data (``CredentialSpec``: the variable, the header the CLI
+sends it in, the placeholder the agent holds): whether the environment has any and what the
+egress proxy injects are derived from them here, once for every backend.
 
 Everything the sandbox gets from here is plain data (rules, credentials, file paths): the
 sandbox never imports agents.
@@ -16,11 +21,26 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from gateway_bot.agents.base import AgentEvent, AgentRunner, WarmRunner, WarmSettings
+from gateway_bot.agents.cli_install import api_origin, pinned_or_on_path
 from gateway_bot.sandbox.base import InjectedCredential
 from gateway_bot.sandbox.egress.allowlist import rule_for_url
 from gateway_bot.sandbox.egress.rules import EgressRule
+
+
+@dataclass(frozen=True)
+class CredentialSpec:
+    """One variable that authenticates the CLI to its model API."""
+
+    env_name: str
+    header: str
+    """The HTTP header the CLI sends it in (the egress proxy sets that header)."""
+    placeholder: str
+    """What the agent holds instead when a filtering sandbox keeps the real value."""
+    value_prefix: str = ""
+    """What goes before the value in the header (``Bearer ``)."""
 
 
 @dataclass(frozen=True)
@@ -42,15 +62,11 @@ class AgentBackend:
     sandbox, and the daemon writes the relayed URL back under this name."""
     default_api_url: str
     """The model API when ``base_url_env`` is unset."""
-    credentials_problem: Callable[[Mapping[str, str]], str | None]
-    """What ``check`` (and a refused start) says when the environment holds no usable
-    credentials; None when it does."""
-    injected_credentials: Callable[[Mapping[str, str]], tuple[InjectedCredential, ...]]
-    """The credentials in the agent's environment that a filtering sandbox keeps with its
-    egress proxy (the agent holds placeholders)."""
-    locate_command: Callable[[Sequence[str]], list[str]]
-    """The command with its program found on this host (PATH, or where set-up pins it);
-    anything it does not recognise is returned as it is."""
+    credentials: tuple[CredentialSpec, ...]
+    """The variables any one of which lets the CLI in, in the order the egress proxy sets
+    their headers (a later one with the same header wins)."""
+    missing_credentials: str
+    """What ``check`` (and a refused start) says when the environment holds none of them."""
     image_files: Callable[[Path], dict[str, Path]]
     """The agent image's build-context files (name -> host path) for the host's resolved
     program. The default Containerfile copies them onto the image's PATH."""
@@ -64,6 +80,40 @@ class AgentBackend:
     make_warm_runner: Callable[[Sequence[str], WarmSettings], WarmRunner] | None = None
     """The runner that keeps one agent process per conversation between turns; None when
     the backend's CLI cannot take turn after turn on its stdin."""
+
+    def credentials_problem(self, env: Mapping[str, str]) -> str | None:
+        """None when the environment holds usable credentials, else what to do."""
+        if any(env.get(spec.env_name) for spec in self.credentials):
+            return None
+        return self.missing_credentials
+
+    def injected_credentials(self, env: Mapping[str, str]) -> tuple[InjectedCredential, ...]:
+        """The model credentials in the agent's ``env``, as a sandbox that filters egress
+        should handle them: the agent holds a placeholder, the proxy adds the real header,
+        only on requests to the model API (``base_url_env``, else the public API). So a repo
+        or a prompt that makes the agent send its key elsewhere sends the placeholder."""
+        scheme, hostname, port = api_origin(self.model_api_url(env))
+        host = hostname or urlsplit(self.default_api_url).hostname or ""
+        return tuple(
+            InjectedCredential(
+                env_name=spec.env_name,
+                host=host,
+                header=spec.header,
+                value=spec.value_prefix + env[spec.env_name],
+                port=port,
+                scheme=scheme,
+                placeholder=spec.placeholder,
+            )
+            for spec in self.credentials
+            if env.get(spec.env_name)
+        )
+
+    def locate_command(self, command: Sequence[str]) -> list[str]:
+        """The command with the backend's program found on this host: one that is not on
+        PATH is the one set-up pinned in the checkout's .tools/, so the default works in a
+        shell whose PATH lacks it (the ``gateway-bot`` launcher's). PATH wins; paths and
+        other names are left as they are."""
+        return pinned_or_on_path(command, self.default_command[0])
 
     def model_api_url(self, env: Mapping[str, str]) -> str:
         return env.get(self.base_url_env) or self.default_api_url

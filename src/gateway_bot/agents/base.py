@@ -7,7 +7,7 @@ produced them, so Gemini CLI or Codex can be added as another runner.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from gateway_bot.agents.event_log import EventLog
@@ -52,6 +52,39 @@ class ResultEvent:
     duration_s: float
     input_tokens: int
     output_tokens: int
+
+    def since(self, before: RunningTotals) -> ResultEvent:
+        """This turn's own figures, from a result whose figures also count what ``before``
+        counted (never below zero: a figure the CLI restarted counts from zero again)."""
+        return replace(
+            self,
+            cost_usd=max(0.0, self.cost_usd - before.cost_usd),
+            input_tokens=max(0, self.input_tokens - before.input_tokens),
+            output_tokens=max(0, self.output_tokens - before.output_tokens),
+        )
+
+
+@dataclass(frozen=True)
+class RunningTotals:
+    """What a CLI's result figures had already counted when a turn began, for a CLI that
+    reports running totals instead of the turn's: a kept Claude Code process reports its
+    cost over its whole life (its tokens and turns are the turn's), Codex reports a resumed
+    thread's tokens since the thread began (Gemini CLI reports the run's own). The core
+    records, shows and budgets per turn: the runner subtracts these."""
+
+    cost_usd: float = 0.0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+NOTHING_BEFORE = RunningTotals()
+"""A CLI whose figures are the run's own (and a fresh process's first turn)."""
+
+
+CREDENTIALS_REFUSED = "credentials_refused"
+"""The subtype of a result a parser makes of the model API refusing the CLI's credentials
+(Claude Code's first retry after a 401): the CLI would retry for minutes behind a silent
+"Working on it", and a key refused once is refused every time, so the runner ends it there."""
 
 
 @dataclass(frozen=True)

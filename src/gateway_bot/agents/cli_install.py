@@ -1,5 +1,5 @@
 """Where an agent CLI comes from and where its model API is: the pieces every backend
-descriptor (claude_code, gemini_cli, codex_cli) shares."""
+descriptor (``agents/<backend>/backend.py``) shares."""
 
 from __future__ import annotations
 

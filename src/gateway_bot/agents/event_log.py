@@ -15,11 +15,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import stat
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 
 DEFAULT_LIMIT_BYTES = 50 * 1024 * 1024
+RECENT_BYTES = 8 * 1024 * 1024
 
 
 class EventLog:
@@ -35,6 +38,26 @@ class EventLog:
 
     async def end_run(self) -> None:
         await asyncio.to_thread(self._append, "\n")
+
+    async def recent_lines(self, limit_bytes: int = RECENT_BYTES) -> list[str]:
+        """The log's last lines (its last ``limit_bytes``, the cut first line dropped), for
+        a runner that needs what earlier runs of the conversation said; none when there is
+        no log or it is not a regular file (never followed through a link)."""
+        return await asyncio.to_thread(self._recent_lines, limit_bytes)
+
+    def _recent_lines(self, limit_bytes: int) -> list[str]:
+        try:
+            handle = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return []
+        with os.fdopen(handle, "rb") as log_file:
+            size = os.fstat(log_file.fileno())
+            if not stat.S_ISREG(size.st_mode):
+                return []
+            start = max(0, size.st_size - limit_bytes)
+            log_file.seek(start)
+            lines = log_file.read(limit_bytes).decode("utf-8", "replace").splitlines()
+        return lines[1:] if start > 0 else lines
 
     def _append(self, text: str) -> None:
         try:

@@ -10,8 +10,8 @@ from __future__ import annotations
 from gateway_bot.agents.backend import AgentBackend
 from gateway_bot.agents.base import AgentEvent
 from gateway_bot.agents.claude.backend import CLAUDE_CODE
-from gateway_bot.agents.codex.runner import CODEX
-from gateway_bot.agents.gemini.runner import GEMINI_CLI
+from gateway_bot.agents.codex.backend import CODEX
+from gateway_bot.agents.gemini.backend import GEMINI_CLI
 
 BACKENDS: dict[str, AgentBackend] = {
     backend.name: backend for backend in (CLAUDE_CODE, GEMINI_CLI, CODEX)

@@ -11,7 +11,8 @@ import os
 import time
 from pathlib import Path
 
-from gateway_bot.agents.claude.runner import QUIET_ENV, locate_command
+from gateway_bot.agents.claude.backend import CLAUDE_CODE
+from gateway_bot.agents.claude.runner import QUIET_ENV
 from gateway_bot.sandbox.child import spawn_fed
 from tests.support.fake_anthropic import FakeAnthropic
 
@@ -38,7 +39,7 @@ async def test_an_agent_that_ends_while_the_daemon_is_busy_loses_none_of_its_out
     # repeats it twice (the answer event, then the result): more than a default pipe holds.
     prompt = "[Message from Alice <alice@example.test> via email]\n\n" + "line\n" * 8000
     argv = [
-        *locate_command(["claude"]),
+        *CLAUDE_CODE.locate_command(["claude"]),
         *("-p", "--output-format", "stream-json", "--verbose", "--dangerously-skip-permissions"),
     ]
     env = {

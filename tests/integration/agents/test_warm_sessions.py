@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from gateway_bot.agents.base import AgentEvent, AgentRequest, WarmSettings
-from gateway_bot.agents.claude.runner import locate_command
+from gateway_bot.agents.claude.backend import CLAUDE_CODE
 from gateway_bot.agents.claude.warm import WarmClaudeRunner
 from gateway_bot.agents.event_log import EventLog
 from gateway_bot.sandbox.base import ExecutionContext
@@ -135,7 +135,7 @@ def test_the_cap_ends_the_least_recently_used_warm_process(
         "ANTHROPIC_API_KEY": "test-key",
         "CLAUDE_CODE_MAX_RETRIES": "0",
     }
-    runner = WarmClaudeRunner(locate_command(["claude"]), WarmSettings(2, idle_s=3600))
+    runner = WarmClaudeRunner(CLAUDE_CODE.locate_command(["claude"]), WarmSettings(2, idle_s=3600))
     sandbox = HostSandbox()
     contexts = {name: make_context(tmp_path, name) for name in ("alpha", "beta", "gamma")}
     replies: dict[str, str] = {}

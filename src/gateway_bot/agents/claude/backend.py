@@ -4,19 +4,47 @@ cold runner (``runner.py``) and the warm one (``warm.py``, which builds on the c
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
-from gateway_bot.agents.backend import AgentBackend
+from gateway_bot.agents.backend import AgentBackend, CredentialSpec
 from gateway_bot.agents.base import WarmRunner, WarmSettings
-from gateway_bot.agents.claude.runner import (
-    DEFAULT_API_URL,
-    MODEL_ENV,
-    ClaudeCodeRunner,
-    credentials_problem,
-    image_files,
-    injected_credentials,
-    locate_command,
-)
+from gateway_bot.agents.claude.runner import ClaudeCodeRunner
 from gateway_bot.agents.claude.stream import parse_stream_line
+
+MODEL_ENV = (
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "ANTHROPIC_BASE_URL",
+    "CLAUDE_CODE_OAUTH_TOKEN",
+    "ANTHROPIC_MODEL",
+    "ANTHROPIC_SMALL_FAST_MODEL",
+    "CLAUDE_CODE_MAX_RETRIES",
+)
+"""Model-endpoint variables the agent inherits from the daemon's environment (or .env)."""
+
+CREDENTIALS = (
+    CredentialSpec("ANTHROPIC_API_KEY", "x-api-key", "sk-ant-api03-gateway-bot-placeholder"),
+    CredentialSpec(
+        "CLAUDE_CODE_OAUTH_TOKEN",
+        "authorization",
+        "sk-ant-oat01-gateway-bot-placeholder",
+        value_prefix="Bearer ",
+    ),
+    CredentialSpec(
+        "ANTHROPIC_AUTH_TOKEN",
+        "authorization",
+        "sk-ant-gateway-bot-placeholder",
+        value_prefix="Bearer ",
+    ),
+)
+"""In the order the proxy sets them: with both tokens, ANTHROPIC_AUTH_TOKEN's wins."""
+
+
+def image_files(program: Path) -> dict[str, Path]:
+    """The container runs the same pinned Claude Code as the host: its binary (the npm
+    package's native build) goes into the image as ``claude``, the name repo Containerfiles
+    copy too."""
+    return {"claude": program.resolve()}
 
 
 def make_warm_runner(command: Sequence[str], settings: WarmSettings) -> WarmRunner:
@@ -33,10 +61,13 @@ CLAUDE_CODE = AgentBackend(
     parse_stream_line=parse_stream_line,
     env_names=MODEL_ENV,
     base_url_env="ANTHROPIC_BASE_URL",
-    default_api_url=DEFAULT_API_URL,
-    credentials_problem=credentials_problem,
-    injected_credentials=injected_credentials,
-    locate_command=locate_command,
+    default_api_url="https://api.anthropic.com",
+    credentials=CREDENTIALS,
+    missing_credentials=(
+        "No model credentials: set ANTHROPIC_API_KEY (or CLAUDE_CODE_OAUTH_TOKEN; for another "
+        "Anthropic-compatible endpoint also ANTHROPIC_BASE_URL) in the environment, in .env, "
+        "or under agent.env in the config."
+    ),
     image_files=image_files,
     install_hint=(
         "run `bash scripts/setup.sh` (it installs the pinned Claude Code under .tools/), "

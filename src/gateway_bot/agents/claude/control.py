@@ -143,3 +143,10 @@ async def answer_control_request(
         )
     answer = await permissions.decide(request.tool_name, request.tool_input)
     return control_response(request, answer)
+
+
+async def answer_line(line: str, permissions: ToolPermissions | None) -> bytes | None:
+    """The reply to a stream line that is a control request; None for any other line."""
+    if (request := parse_control_request(line)) is None:
+        return None
+    return await answer_control_request(request, permissions)

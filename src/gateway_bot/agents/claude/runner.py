@@ -7,35 +7,14 @@ only the model API, and those calls would cost seconds of retries per run.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import re
-from collections.abc import Mapping, Sequence
-from pathlib import Path
-from urllib.parse import urlsplit
 
-from gateway_bot.agents.base import (
-    AgentOutcome,
-    AgentRequest,
-    InitEvent,
-    OnEvent,
-    ResultEvent,
-)
-from gateway_bot.agents.claude.control import (
-    PERMISSION_FLAGS,
-    answer_control_request,
-    parse_control_request,
-    user_message_line,
-)
-from gateway_bot.agents.claude.stream import CREDENTIALS_REFUSED, parse_stream_line
-from gateway_bot.agents.cli_install import api_origin, pinned_or_on_path
+from gateway_bot.agents.base import AgentRequest, ToolPermissions
+from gateway_bot.agents.claude.control import PERMISSION_FLAGS, answer_line, user_message_line
+from gateway_bot.agents.claude.stream import parse_stream_line, with_turn_cost
+from gateway_bot.agents.cli_process import CliRun, CliRunner, CliStream
 from gateway_bot.agents.event_log import EventLog
-from gateway_bot.sandbox.base import (
-    ExecutionContext,
-    InjectedCredential,
-    Sandbox,
-    SandboxProcess,
-)
+from gateway_bot.sandbox.base import ExecutionContext, Sandbox
 
 QUIET_ENV = {
     "DISABLE_TELEMETRY": "1",
@@ -54,53 +33,13 @@ card in the conversation (``core/actions/tool_permissions.py``)."""
 switched into would leave the conversation's workspace (CLI 2.1.197 offers all five to
 ``-p`` runs unless they are named here; the first three it already drops by itself)."""
 
-DEFAULT_API_URL = "https://api.anthropic.com"
-
-_CREDENTIAL_HEADERS = {
-    # variable: (header the CLI sends it in, prefix of the header value, placeholder).
-    # The proxy sets them in this order: with both tokens, ANTHROPIC_AUTH_TOKEN's wins.
-    "ANTHROPIC_API_KEY": ("x-api-key", "", "sk-ant-api03-gateway-bot-placeholder"),
-    "CLAUDE_CODE_OAUTH_TOKEN": (
-        "authorization",
-        "Bearer ",
-        "sk-ant-oat01-gateway-bot-placeholder",
-    ),
-    "ANTHROPIC_AUTH_TOKEN": ("authorization", "Bearer ", "sk-ant-gateway-bot-placeholder"),
-}
-
-
-def injected_credentials(env: Mapping[str, str]) -> tuple[InjectedCredential, ...]:
-    """The model credentials in the agent's ``env``, as a sandbox that filters egress should
-    handle them: the agent holds a placeholder, the proxy adds the real header, only on
-    requests to the model API (``ANTHROPIC_BASE_URL``, else the public API). So a repo or a
-    prompt that makes the agent send its key elsewhere sends the placeholder."""
-    scheme, hostname, port = api_origin(env.get("ANTHROPIC_BASE_URL") or DEFAULT_API_URL)
-    host = hostname or urlsplit(DEFAULT_API_URL).hostname or ""
-    return tuple(
-        InjectedCredential(
-            env_name=name,
-            host=host,
-            header=header,
-            value=prefix + env[name],
-            port=port,
-            scheme=scheme,
-            placeholder=placeholder,
-        )
-        for name, (header, prefix, placeholder) in _CREDENTIAL_HEADERS.items()
-        if env.get(name)
-    )
-
-
-_UNRESUMABLE = re.compile(
+UNRESUMABLE = re.compile(
     r"prompt is too long|No conversation found with session ID|API Error: 4\d\d",
     re.IGNORECASE,
 )
 
 
-class ClaudeCodeRunner:
-    def __init__(self, command: Sequence[str]) -> None:
-        self._command = list(command)
-
+class ClaudeCodeRunner(CliRunner):
     def build_argv(self, request: AgentRequest) -> list[str]:
         argv = [*self._command, "-p", "--output-format", "stream-json", "--verbose"]
         if request.permissions is not None:
@@ -121,129 +60,37 @@ class ClaudeCodeRunner:
             argv += ["--model", request.model]
         return argv
 
-    async def run(
+    async def prepare(
         self,
         request: AgentRequest,
         sandbox: Sandbox,
         context: ExecutionContext,
         event_log: EventLog,
-        on_event: OnEvent,
-    ) -> AgentOutcome:
-        env = agent_env(sandbox, context, request)
+    ) -> CliRun:
+        """With approvals the prompt is a stream-json line and stdin stays open for the
+        answers to the CLI's permission requests."""
         asking = request.permissions is not None
-        process = await sandbox.start(
-            context,
+        return CliRun(
             self.build_argv(request),
-            env,
-            stdin_data=b"" if asking else request.prompt.encode(),
-            keep_stdin=asking,
+            agent_env(sandbox, context, request),
+            claude_stream(request.permissions),
+            UNRESUMABLE,
+            prompt_line=user_message_line if asking else None,
+            exit_grace_s=None,
         )
-        session_id: str | None = None
-        result: ResultEvent | None = None
-        timed_out = False
-        try:
-            async with asyncio.timeout(request.timeout_s):
-                if asking:
-                    await process.write(user_message_line(request.prompt))
-                async for raw_line in process.stdout:
-                    line = raw_line.decode("utf-8", "replace").strip()
-                    if not line:
-                        continue
-                    await event_log.append(line)
-                    if (control := parse_control_request(line)) is not None:
-                        await process.write(
-                            await answer_control_request(control, request.permissions)
-                        )
-                        continue
-                    for event in parse_stream_line(line):
-                        if isinstance(event, InitEvent):
-                            session_id = event.session_id
-                        elif isinstance(event, ResultEvent):
-                            result = event
-                            session_id = event.session_id or session_id
-                            if asking:
-                                process.close_stdin()  # one turn: the CLI then exits
-                            if event.subtype == CREDENTIALS_REFUSED:
-                                process.kill()  # it would retry the refused key for minutes
-                        await on_event(event)
-                exit_code: int | None = await process.wait()
-        except TimeoutError:
-            timed_out = True
-            exit_code = await _kill(process)
-        except BaseException:
-            await _kill(process)
-            raise
-        finally:
-            await event_log.end_run()
-        stderr = await process.read_stderr()
-        return AgentOutcome(
-            result=result,
-            session_id=session_id,
-            exit_code=exit_code,
-            stderr=stderr,
-            timed_out=timed_out,
-            unresumable=unresumable(request, result, stderr, timed_out=timed_out),
-        )
+
+
+def claude_stream(permissions: ToolPermissions | None) -> CliStream:
+    """The CLI's stream for one task: its permission requests answered with the task's
+    decisions (refused when it has none: it should not have asked)."""
+
+    async def answer(line: str) -> bytes | None:
+        return await answer_line(line, permissions)
+
+    return CliStream(parse_stream_line, answer, with_turn_cost)
 
 
 def agent_env(sandbox: Sandbox, context: ExecutionContext, request: AgentRequest) -> dict[str, str]:
     """The CLI's environment: quiet, its config (and so its sessions) in the context's home."""
     paths = sandbox.paths(context)
     return {**QUIET_ENV, "CLAUDE_CONFIG_DIR": f"{paths.home}/.claude", **request.env}
-
-
-def unresumable(
-    request: AgentRequest, result: ResultEvent | None, stderr: str, *, timed_out: bool
-) -> bool:
-    """Did a run that resumed a session fail because that session cannot be continued?"""
-    failure_text = (result.text if result and result.is_error else "") + "\n" + stderr
-    return bool(
-        request.resume_session_id
-        and not timed_out
-        and (result is None or result.is_error)
-        and _UNRESUMABLE.search(failure_text)
-    )
-
-
-async def _kill(process: SandboxProcess) -> int | None:
-    process.kill()
-    with contextlib.suppress(Exception):
-        return await asyncio.wait_for(process.wait(), timeout=10)
-    return None
-
-
-MODEL_ENV = (
-    "ANTHROPIC_API_KEY",
-    "ANTHROPIC_AUTH_TOKEN",
-    "ANTHROPIC_BASE_URL",
-    "CLAUDE_CODE_OAUTH_TOKEN",
-    "ANTHROPIC_MODEL",
-    "ANTHROPIC_SMALL_FAST_MODEL",
-    "CLAUDE_CODE_MAX_RETRIES",
-)
-"""Model-endpoint variables the agent inherits from the daemon's environment (or .env)."""
-
-
-def credentials_problem(env: Mapping[str, str]) -> str | None:
-    if any(env.get(name) for name in _CREDENTIAL_HEADERS):
-        return None
-    return (
-        "No model credentials: set ANTHROPIC_API_KEY (or CLAUDE_CODE_OAUTH_TOKEN; for another "
-        "Anthropic-compatible endpoint also ANTHROPIC_BASE_URL) in the environment, in .env, "
-        "or under agent.env in the config."
-    )
-
-
-def locate_command(command: Sequence[str]) -> list[str]:
-    """The command with ``claude`` found: one that is not on PATH is the one set-up pinned
-    in the checkout's .tools/, so the default works in a shell whose PATH lacks it (the
-    ``gateway-bot`` launcher's). PATH wins: an operator's own install is never
-    second-guessed; paths and other names are left as they are."""
-    return pinned_or_on_path(command, "claude")
-
-
-def image_files(program: Path) -> dict[str, Path]:
-    """The container runs the same pinned Claude Code as the host: its binary (the npm
-    package's native build) goes into the image as ``claude``, the name repo Containerfiles
-    copy too."""
-    return {"claude": program.resolve()}

@@ -11,6 +11,7 @@ import math
 from typing import Any
 
 from gateway_bot.agents.base import (
+    CREDENTIALS_REFUSED,
     AgentEvent,
     InitEvent,
     NoticeEvent,
@@ -19,8 +20,7 @@ from gateway_bot.agents.base import (
     ToolResultEvent,
     ToolUseEvent,
 )
-
-_SUMMARY_LIMIT = 120
+from gateway_bot.agents.stream_lines import json_object, one_line, summarize_tool_call
 
 _TOOL_ARGUMENT = {
     "Bash": "command",
@@ -41,11 +41,7 @@ _TOOL_ARGUMENT = {
 
 def parse_stream_line(line: str) -> list[AgentEvent]:
     """Parse one line; a line that is not JSON or not an event yields nothing."""
-    try:
-        data = json.loads(line)
-    except json.JSONDecodeError:
-        return []
-    if not isinstance(data, dict):
+    if (data := json_object(line)) is None:
         return []
     kind = data.get("type")
     if kind == "system" and data.get("subtype") == "init":
@@ -65,10 +61,16 @@ def parse_stream_line(line: str) -> list[AgentEvent]:
     return []
 
 
-CREDENTIALS_REFUSED = "credentials_refused"
-"""The subtype of the result made from the CLI's first retry after a 401: the CLI would
-retry for minutes (ten attempts with back-off) behind a silent "Working on it"; a key the
-API refused once is refused every time, so the run ends there (the runner stops the CLI)."""
+def with_turn_cost(line: str, turn: ResultEvent) -> str:
+    """A warm process's result line as the log keeps it: ``total_cost_usd`` is the turn's
+    own, as a cold run's is (the timeline reads it), and the CLI's figure for the process's
+    whole life is kept beside it as ``gateway_bot_process_cost_usd``."""
+    data = json_object(line)
+    if data is None or data.get("type") != "result":
+        return line
+    data["gateway_bot_process_cost_usd"] = data.get("total_cost_usd")
+    data["total_cost_usd"] = turn.cost_usd
+    return json.dumps(data)
 
 
 def _credentials_refused(data: dict[str, Any]) -> bool:
@@ -106,21 +108,6 @@ def _retry_notice(data: dict[str, Any]) -> str:
     return f"model API: {what}; retrying{count}"
 
 
-def summarize_tool_use(tool: str, tool_input: Any) -> str:
-    if not isinstance(tool_input, dict):
-        return tool
-    key = _TOOL_ARGUMENT.get(tool)
-    if key == "":
-        return tool
-    value = tool_input.get(key) if key else None
-    if value is None:
-        value = next((v for v in tool_input.values() if isinstance(v, str)), "")
-    if not value:
-        return tool
-    text = path_tail(str(value)) if key and key.endswith("path") else one_line(str(value))
-    return f"{tool}: {text}"
-
-
 def _content(data: dict[str, Any]) -> list[Any]:
     message = data.get("message")
     if not isinstance(message, dict):
@@ -138,7 +125,7 @@ def _assistant_block(block: Any) -> AgentEvent | None:
         tool, tool_input = str(block.get("name", "tool")), block.get("input")
         return ToolUseEvent(
             tool=tool,
-            summary=summarize_tool_use(tool, tool_input),
+            summary=summarize_tool_call(tool, tool_input, _TOOL_ARGUMENT),
             timeout_s=_declared_timeout(tool_input),
         )
     return None
@@ -181,13 +168,3 @@ def _result(data: dict[str, Any]) -> ResultEvent:
         input_tokens=int(usage.get("input_tokens") or 0),
         output_tokens=int(usage.get("output_tokens") or 0),
     )
-
-
-def path_tail(path: str) -> str:
-    """Long paths keep their end: the file name is what a reader needs."""
-    return path if len(path) <= _SUMMARY_LIMIT else "…" + path[-(_SUMMARY_LIMIT - 1) :]
-
-
-def one_line(text: str) -> str:
-    first = " ".join(text.split())
-    return first if len(first) <= _SUMMARY_LIMIT else first[: _SUMMARY_LIMIT - 1] + "…"

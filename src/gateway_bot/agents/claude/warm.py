@@ -6,6 +6,10 @@ later message is written to its stdin as one JSON user message; the turn's event
 until its ``result``. The conversation's lane already runs one task at a time, so a turn
 never meets another turn in the same process.
 
+That result's ``total_cost_usd`` is the process's whole life's (its usage and turns are the
+turn's): the turn's cost is what it adds to the last one's, which is what the task records,
+the reply shows, the budget counts and the log keeps (``stream.with_turn_cost``).
+
 After each turn everything the agent left running in the background is ended, the process
 itself excepted (``SandboxProcess.end_others``): a warm session keeps no more than a cold
 run does.
@@ -33,20 +37,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gateway_bot.agents.base import (
+    NOTHING_BEFORE,
     AgentOutcome,
     AgentRequest,
-    InitEvent,
     OnEvent,
-    ResultEvent,
+    RunningTotals,
     WarmSettings,
 )
-from gateway_bot.agents.claude.control import (
-    answer_control_request,
-    parse_control_request,
-    user_message_line,
+from gateway_bot.agents.claude.control import user_message_line
+from gateway_bot.agents.claude.runner import (
+    UNRESUMABLE,
+    ClaudeCodeRunner,
+    agent_env,
+    claude_stream,
 )
-from gateway_bot.agents.claude.runner import ClaudeCodeRunner, agent_env, unresumable
-from gateway_bot.agents.claude.stream import CREDENTIALS_REFUSED, parse_stream_line
+from gateway_bot.agents.cli_process import Turn, read_turn, unresumable
 from gateway_bot.agents.event_log import EventLog
 from gateway_bot.sandbox.base import ExecutionContext, Sandbox, SandboxProcess
 
@@ -65,6 +70,10 @@ class WarmSession:
     session_id: str | None
     exited: asyncio.Task[int]
     last_used: float = field(default_factory=time.monotonic)
+    cost_so_far: RunningTotals = NOTHING_BEFORE
+    """The process's cost over its life as its last result said: the CLI reports that
+    total in every turn's result, and the turn's cost is what it adds (its tokens and
+    turns the CLI reports per turn already)."""
 
     @property
     def alive(self) -> bool:
@@ -187,8 +196,10 @@ class WarmClaudeRunner:
         on_event: OnEvent,
     ) -> AgentOutcome:
         process = session.process
-        result: ResultEvent | None = None
-        lines = 0
+        turn = Turn(session_id=session.session_id, before=session.cost_so_far)
+        # Permission requests are answered with this turn's task's decisions (a warm
+        # process outlives its tasks; each turn brings its own).
+        stream = claude_stream(request.permissions)
         try:
             if not session.alive:
                 raise _NoTurn
@@ -197,54 +208,33 @@ class WarmClaudeRunner:
             except ConnectionError:
                 raise _NoTurn from None
             async with asyncio.timeout(request.timeout_s):
-                while result is None:
-                    raw_line = await process.stdout.readline()
-                    if not raw_line:
-                        break
-                    line = raw_line.decode("utf-8", "replace").strip()
-                    if not line:
-                        continue
-                    lines += 1
-                    await event_log.append(line)
-                    if (control := parse_control_request(line)) is not None:
-                        # Answered with this turn's task's decisions (a warm process
-                        # outlives its tasks; each turn brings its own).
-                        await process.write(
-                            await answer_control_request(control, request.permissions)
-                        )
-                        continue
-                    for event in parse_stream_line(line):
-                        if isinstance(event, InitEvent):
-                            session.session_id = event.session_id or session.session_id
-                        elif isinstance(event, ResultEvent):
-                            result = event
-                            session.session_id = event.session_id or session.session_id
-                            if event.subtype == CREDENTIALS_REFUSED:
-                                process.kill()  # else it retries, and may then go on working
-                        await on_event(event)
+                await read_turn(process, turn, stream, event_log, on_event)
         except TimeoutError:
             process.kill()
-            return AgentOutcome(None, session.session_id, None, "", timed_out=True)
+            return AgentOutcome(None, turn.session_id, None, "", timed_out=True)
         except BaseException:
             process.kill()  # /stop (cancellation) or a failure: this process is done
             raise
         finally:
+            session.session_id = turn.session_id
+            if turn.reported is not None:
+                session.cost_so_far = RunningTotals(cost_usd=turn.reported.cost_usd)
             await event_log.end_run()
-        if result is not None:
+        if turn.result is not None:
             # A session the API refuses fails inside the turn, as in a cold run's result.
-            bad_session = unresumable(request, result, "", timed_out=False)
-            return AgentOutcome(result, session.session_id, 0, "", unresumable=bad_session)
-        if lines == 0:
+            bad_session = unresumable(UNRESUMABLE, request, turn.result, "", timed_out=False)
+            return AgentOutcome(turn.result, turn.session_id, 0, "", unresumable=bad_session)
+        if turn.lines == 0:
             raise _NoTurn
         # Died half-way through the turn: reported as a cold run that died would be.
         exit_code = await session.exited
         stderr = await process.read_stderr()
         return AgentOutcome(
             None,
-            session.session_id,
+            turn.session_id,
             exit_code,
             stderr,
-            unresumable=unresumable(request, None, stderr, timed_out=False),
+            unresumable=unresumable(UNRESUMABLE, request, None, stderr, timed_out=False),
         )
 
     # -- ending sessions ------------------------------------------------------------------

@@ -6,7 +6,8 @@ a line: ``thread.started`` (``thread_id``: the session to resume), ``turn.starte
 ``command_execution`` with ``command``, ``aggregated_output``, ``exit_code``;
 ``agent_message`` with ``text``; ``file_change`` with ``changes``; ``mcp_tool_call``;
 ``web_search``; ``reasoning``; ``todo_list``; ``error`` for non-fatal notes),
-``turn.completed`` (``usage``), ``turn.failed`` (``error.message``) and ``error``
+``turn.completed`` (``usage``: the thread's tokens since it began, earlier runs of a
+resumed thread included: ``thread_totals``), ``turn.failed`` (``error.message``) and ``error``
 (reconnect notices). No cost and no reply text in the last line: the runner takes the
 agent message after the last tool call. Line types are dotted, so no other backend's line
 is taken for Codex's.
@@ -14,30 +15,28 @@ is taken for Codex's.
 
 from __future__ import annotations
 
-import json
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from gateway_bot.agents.base import (
+    NOTHING_BEFORE,
     AgentEvent,
     InitEvent,
     ResultEvent,
+    RunningTotals,
     TextEvent,
     ToolResultEvent,
     ToolUseEvent,
 )
-from gateway_bot.agents.claude.stream import one_line, path_tail
+from gateway_bot.agents.stream_lines import json_object, one_line, path_tail
 
 _SHELL_WRAPPER = re.compile(r"^(?:/bin/|/usr/bin/)?(?:ba)?sh -l?c '(.*)'$", re.DOTALL)
 
 
 def parse_stream_line(line: str) -> list[AgentEvent]:
     """Parse one line; a line that is not JSON or not Codex's yields nothing."""
-    try:
-        data = json.loads(line)
-    except json.JSONDecodeError:
-        return []
-    if not isinstance(data, dict):
+    if (data := json_object(line)) is None:
         return []
     kind = data.get("type")
     if kind == "thread.started":
@@ -98,3 +97,24 @@ def _result(data: dict[str, Any], *, failed: bool) -> ResultEvent:
         input_tokens=int(usage.get("input_tokens") or 0),
         output_tokens=int(usage.get("output_tokens") or 0),
     )
+
+
+def thread_totals(log_lines: Iterable[str], thread_id: str) -> RunningTotals:
+    """The tokens the thread's last ``turn.completed`` in the conversation's log counted:
+    what a resumed run's own figures count on top of (Codex 0.169's ``usage`` on a resumed
+    thread is the thread's total, measured against the fake API). Nothing when the log no
+    longer holds that thread: the run's figures then count its history too."""
+    totals, thread = NOTHING_BEFORE, None
+    for line in log_lines:
+        if '"thread.started"' not in line and '"turn.completed"' not in line:
+            continue
+        if (data := json_object(line)) is None:
+            continue
+        if data.get("type") == "thread.started":
+            thread = data.get("thread_id")
+        elif data.get("type") == "turn.completed" and thread == thread_id:
+            result = _result(data, failed=False)
+            totals = RunningTotals(
+                input_tokens=result.input_tokens, output_tokens=result.output_tokens
+            )
+    return totals

@@ -5,15 +5,15 @@ line, each with ``type`` and ``timestamp``: ``init`` (``session_id``, ``model``)
 ``message`` (``role`` user/assistant, ``content``; assistant text comes in ``delta``
 chunks), ``tool_use`` (``tool_name``, ``tool_id``, ``parameters``), ``tool_result``
 (``tool_id``, ``status``, ``output`` or ``error``), ``error`` (non-fatal) and ``result``
-(``status``, ``error``, ``stats`` with token counts; no reply text and no cost: the runner
-puts the assistant text after the last tool call into the result). A line without
+(``status``, ``error``, ``stats`` with the run's own token counts, a resumed session's
+earlier runs not counted; no reply text and no cost: the runner puts the assistant text
+after the last tool call into the result). A line without
 ``timestamp`` is not Gemini CLI's: it yields nothing, so a log holding several backends'
 runs can be read by trying each parser.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from gateway_bot.agents.base import (
@@ -24,7 +24,7 @@ from gateway_bot.agents.base import (
     ToolResultEvent,
     ToolUseEvent,
 )
-from gateway_bot.agents.claude.stream import one_line, path_tail
+from gateway_bot.agents.stream_lines import json_object, one_line, summarize_tool_call
 
 _TOOL_ARGUMENT = {
     "run_shell_command": "command",
@@ -46,11 +46,8 @@ _TOOL_ARGUMENT = {
 
 def parse_stream_line(line: str) -> list[AgentEvent]:
     """Parse one line; a line that is not JSON or not Gemini CLI's yields nothing."""
-    try:
-        data = json.loads(line)
-    except json.JSONDecodeError:
-        return []
-    if not isinstance(data, dict) or "timestamp" not in data:
+    data = json_object(line)
+    if data is None or "timestamp" not in data:
         return []
     kind = data.get("type")
     if kind == "init":
@@ -61,27 +58,16 @@ def parse_stream_line(line: str) -> list[AgentEvent]:
         return [TextEvent(text=str(data["content"]))]
     if kind == "tool_use":
         tool = str(data.get("tool_name", "tool"))
-        return [ToolUseEvent(tool=tool, summary=summarize_tool_use(tool, data.get("parameters")))]
+        return [
+            ToolUseEvent(
+                tool=tool, summary=summarize_tool_call(tool, data.get("parameters"), _TOOL_ARGUMENT)
+            )
+        ]
     if kind == "tool_result":
         return [_tool_result(data)]
     if kind == "result":
         return [_result(data)]
     return []
-
-
-def summarize_tool_use(tool: str, parameters: Any) -> str:
-    if not isinstance(parameters, dict):
-        return tool
-    key = _TOOL_ARGUMENT.get(tool)
-    if key == "":
-        return tool
-    value = parameters.get(key) if key else None
-    if value is None:
-        value = next((v for v in parameters.values() if isinstance(v, str)), "")
-    if not value:
-        return tool
-    text = path_tail(str(value)) if key and key.endswith("path") else one_line(str(value))
-    return f"{tool}: {text}"
 
 
 def _tool_result(data: dict[str, Any]) -> ToolResultEvent:
