@@ -76,6 +76,21 @@ def is_transient(error: BaseException) -> bool:
     return isinstance(status, int) and _retryable_status(status)
 
 
+def log_failure(logger: logging.Logger, message: str, *args: object, error: BaseException) -> None:
+    """A failed call into a channel, logged once: a known outage (``is_transient``: the
+    homeserver down, Slack answering 503) is one line with the error, not a traceback per
+    failed call; anything else keeps its traceback, to be looked into."""
+    if is_transient(error):
+        logger.warning(message + ": %s", *args, _one_line(error))
+    else:
+        logger.warning(message, *args, exc_info=error)
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())[:300]
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
 def _retryable_status(status: int) -> bool:
     return status == 429 or status >= 500
 

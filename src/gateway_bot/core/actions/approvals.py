@@ -50,6 +50,7 @@ from gateway_bot.core.actions.requests import (
 )
 from gateway_bot.core.admission.card_posting import post_card
 from gateway_bot.core.channel import CardButtons, ChannelAdapter
+from gateway_bot.core.retries import log_failure
 from gateway_bot.domain.lifecycle import TaskState
 from gateway_bot.domain.messages import InboundMessage
 from gateway_bot.state.action_approvals_store import (
@@ -194,8 +195,8 @@ class ActionApprovals:
                 )
             try:
                 await self._post(record, origin)
-            except Exception:
-                log.warning("could not post action approval card %s", record.code, exc_info=True)
+            except Exception as exc:
+                log_failure(log, "could not post action approval card %s", record.code, error=exc)
                 return await self._close(
                     record.code, EXPIRED, "expiry", "the card could not be posted"
                 )
@@ -401,13 +402,13 @@ class ActionApprovals:
                 await adapter.update_card(record.card_context or {}, record.card_ref, card)
             elif adapter is not None and record.state in (EXPIRED, ABANDONED):
                 await adapter.send_rejection(record.card_context or {}, as_text(card))
-        except Exception:
-            log.warning("could not update action approval card %s", code, exc_info=True)
+        except Exception as exc:
+            log_failure(log, "could not update action approval card %s", code, error=exc)
 
     async def _tell_waiting(self, task_id: str | None, what: str | None) -> None:
         if self.on_waiting is None or task_id is None:
             return
         try:
             await self.on_waiting(task_id, what)
-        except Exception:
-            log.warning("could not show task %s waiting for approval", task_id, exc_info=True)
+        except Exception as exc:
+            log_failure(log, "could not show task %s waiting for approval", task_id, error=exc)

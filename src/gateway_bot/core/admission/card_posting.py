@@ -31,7 +31,7 @@ from gateway_bot.core.admission.cards import (
     pending_card,
 )
 from gateway_bot.core.channel import CardButtons, ChannelAdapter
-from gateway_bot.core.retries import DEFAULT_POLICY, RetryPolicy, call_channel
+from gateway_bot.core.retries import DEFAULT_POLICY, RetryPolicy, call_channel, log_failure
 from gateway_bot.domain.messages import Card, JsonDict
 from gateway_bot.domain.records import ApprovalRecord, ApprovalState
 from gateway_bot.state.store import Store
@@ -76,8 +76,8 @@ class CardPosting:
         without a message reference). Caller holds ``lock``."""
         try:
             await self._post_or_edit(approval)
-        except Exception:
-            log.warning("could not send approval card %s", approval.code, exc_info=True)
+        except Exception as exc:
+            log_failure(log, "could not send approval card %s", approval.code, error=exc)
             if approval.card_ref is None:
                 self._post_later(approval.code)
 
@@ -108,8 +108,8 @@ class CardPosting:
                 await adapter.update_card(approval.card_context or {}, approval.card_ref, card)
             elif approval.state is ApprovalState.EXPIRED:
                 await adapter.send_rejection(approval.card_context or {}, _as_text(card))
-        except Exception:
-            log.warning("could not update approval card %s", approval.code, exc_info=True)
+        except Exception as exc:
+            log_failure(log, "could not update approval card %s", approval.code, error=exc)
 
     async def close(self) -> None:
         """Cancel pending card edits and posts (shutdown); the next start redoes them."""
@@ -131,8 +131,8 @@ class CardPosting:
                 approval = await self._store.approvals.get(code)
                 if approval is not None and approval.state is ApprovalState.PENDING:
                     await self.show(approval)
-        except Exception:
-            log.warning("could not refresh approval card %s", code, exc_info=True)
+        except Exception as exc:
+            log_failure(log, "could not refresh approval card %s", code, error=exc)
 
     def _post_later(self, code: str) -> None:
         if code in self._posting:

@@ -16,6 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from gateway_bot.agents.base import AgentEvent, NoticeEvent, ToolUseEvent
+from gateway_bot.core.retries import log_failure
 from gateway_bot.domain.messages import Progress, Reply
 
 log = logging.getLogger(__name__)
@@ -83,8 +84,8 @@ class ProgressReporter:
         new_steps, self._unsent = min(self._unsent, len(self._steps)), 0
         try:
             await self._send(Progress(self._task_id, self.steps, self.elapsed_s, new_steps))
-        except Exception:
-            log.warning("progress update for task %s failed", self._task_id, exc_info=True)
+        except Exception as exc:
+            log_failure(log, "progress update for task %s failed", self._task_id, error=exc)
 
     async def close(self) -> None:
         if self._flush is not None:

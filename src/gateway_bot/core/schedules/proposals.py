@@ -28,6 +28,7 @@ from gateway_bot.core.admission.card_posting import TEXT_CARD_REF, post_card
 from gateway_bot.core.admission.cards import plain, preview
 from gateway_bot.core.channel import CardButtons, ChannelAdapter
 from gateway_bot.core.commands.schedule import ScheduleCommands
+from gateway_bot.core.retries import log_failure
 from gateway_bot.core.schedules.request_file import (
     REQUEST_FILE,
     BadRequest,
@@ -198,8 +199,8 @@ class ScheduleProposals:
         )
         try:
             await adapter.update_card(proposal.origin.channel_context, proposal.card_ref, card)
-        except Exception:
-            log.warning("could not update schedule request card %s", proposal.code, exc_info=True)
+        except Exception as exc:
+            log_failure(log, "could not update schedule request card %s", proposal.code, error=exc)
 
 
 def pending_card(

@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from gateway_bot.config.access import ScheduleLimits
 from gateway_bot.core.channel import ChannelAdapter, send_news
+from gateway_bot.core.retries import log_failure
 from gateway_bot.core.schedules.rules import Rule, prompt_preview, show_time, slots_until
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState
 from gateway_bot.domain.messages import InboundMessage, RawMessage
@@ -232,8 +233,8 @@ class ScheduleRunner:
             await asyncio.wait_for(
                 send_news(adapter, schedule.origin.channel_context, text), NOTICE_TIMEOUT_S
             )
-        except Exception:
-            log.warning("schedule %d: could not post %r", schedule.id, text, exc_info=True)
+        except Exception as exc:
+            log_failure(log, "schedule %d: could not post %r", schedule.id, text, error=exc)
 
     async def run_message(self, task: TaskRecord) -> InboundMessage | None:
         """The message a scheduled run's task carries, or None for any other task. Built
