@@ -246,8 +246,12 @@ class Replicas:
                 await self._dispatch_once()
             except Exception:
                 log.exception("replica %s: looking for work failed; trying again", self.id)
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns the inner
+            # result when the wake and a cancellation come together, and the loop then
+            # waited on for ever with the cancellation lost (stop_listening hung).
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=self._poll_s)
+                async with asyncio.timeout(self._poll_s):
+                    await self._wake.wait()
             self._wake.clear()
 
     async def _dispatch_once(self) -> None:
