@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import queue
 import re
@@ -254,6 +255,24 @@ def gateway() -> Iterator[Any]:
 
 _SESSION_TEMP: list[Path] = []
 LABEL_DEPLOYMENT = "gateway-bot.deployment"
+
+
+@pytest.fixture(autouse=True)
+def _root_logging_restored() -> Iterator[None]:
+    """Each test gets the root logger as the session had it. A test that runs `serve` in
+    process points a handler at the stderr pytest captured for it; left behind, the next
+    test's log line on that worker writes to a closed file and "--- Logging error ---"
+    lands in what that test reads as the CLI's output (a CI failure on record)."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in list(root.handlers):
+        if handler not in handlers:
+            root.removeHandler(handler)
+    for handler in handlers:
+        if handler not in root.handlers:
+            root.addHandler(handler)
+    root.setLevel(level)
 
 
 @pytest.fixture(scope="session", autouse=True)
