@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import make_repo
-from tests.fake_anthropic import FakeAnthropic
-from tests.synapse_fixtures import (
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.synapse_fixtures import (
     Event,
     Human,
     SynapseServer,

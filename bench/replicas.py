@@ -1,12 +1,13 @@
-"""Replicas (issue 18): tasks per second with one replica vs two, on SQLite and on
+"""Replicas (decision 0093): tasks per second with one replica vs two, on SQLite and on
 PostgreSQL, and failover time.
 
     uv run python -m bench.replicas [--runs 5] [--tasks 60]
 
 Real ``gateway-bot run`` processes on one state database: the state directory's SQLite file
-(WAL), or a PostgreSQL server the benchmark starts (tests/pg_fixtures.py's throw-away
+(WAL), or a PostgreSQL server the benchmark starts (tests/support/pg_fixtures.py's throw-away
 cluster, a fresh schema per run; Debian's binaries, scripts/setup.d/55-postgresql.sh). Slack
-through the fake (tests/fake_slack.py), an instant agent (a shell script speaking Claude Code's
+through the fake (tests/support/fake_slack.py), an instant agent (a shell script speaking
+Claude Code's
 stream-json; warm sessions off everywhere, as ``ha`` turns them off), the host sandbox.
 Throughput: ``--tasks`` messages over ``--tasks / 3``
 conversations, sent at once; timed from the first message to the last reply, for a single
@@ -30,9 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import GatewayProcess, make_repo, write_config
-from tests.fake_anthropic import FakeAnthropic
-from tests.fake_slack import APP_TOKEN, BOT_TOKEN, TEAM, FakeSlack
-from tests.pg_fixtures import Databases, running_server
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.fake_slack import APP_TOKEN, BOT_TOKEN, TEAM, FakeSlack
+from tests.support.pg_fixtures import Databases, running_server
 
 ALICE, DM = "U0ALICE", "D0ALICE"
 LEASE_S = 3.0

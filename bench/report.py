@@ -1,7 +1,7 @@
 """One row per comparison, printed as one table and written as JSON.
 
 A row holds what was measured and what it is compared with *in the same run* (a floor, a
-baseline); the ratio is the headline, the target is the issue's (issue 19), and a row
+baseline); the ratio is the headline, the target is the issue's (docs/benchmarks.md), and a row
 without a comparison (an absolute budget: RSS, tasks per second) compares against its
 budget instead.
 """

@@ -3,7 +3,7 @@ restart; time until every message is answered; containers recreated; messages lo
 Also the memory of an idle conversation (its container plus its share of the proxy).
 
 The real ``gateway-bot run`` with the Podman sandbox (its own deployment, egress network and
-podman service socket, all removed afterwards) and Slack Socket Mode on tests/fake_slack.py:
+podman service socket, all removed afterwards) and Slack Socket Mode on tests/support/fake_slack.py:
 each top-level DM message roots a thread, a conversation with a container of its own. The
 agent is a trivial script in the target repo (``/workspace/trivial-agent.sh``): it answers at
 once, except that the first daemon's config passes it ``hold`` and the queued messages say
@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import make_repo, write_config
-from tests.fake_anthropic import FakeAnthropic
-from tests.fake_slack import APP_TOKEN, BOT_TOKEN, BOT_USER, TEAM, FakeSlack
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.fake_slack import APP_TOKEN, BOT_TOKEN, BOT_USER, TEAM, FakeSlack
 
 from bench import trace_report
 from bench.daemon import TRIVIAL_AGENT, Daemon

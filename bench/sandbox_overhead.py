@@ -29,14 +29,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from tests.fake_anthropic import FakeAnthropic
-from tests.sandbox_fixtures import Relay
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.sandbox_fixtures import Relay
 
 from bench.report import Section, at_least_ratio_row, info_row
-from gateway_bot.agent_setup import agent_image_files
-from gateway_bot.agents.claude_code import QUIET_ENV
+from gateway_bot.agents.claude.runner import QUIET_ENV
 from gateway_bot.config.sandbox import SandboxSettings
 from gateway_bot.config.server import build_server_config
+from gateway_bot.runtime.agent_setup import agent_image_files
 from gateway_bot.sandbox.base import ExecutionContext
 from gateway_bot.sandbox.egress.allowlist import parse_allowlist, rule_for_url
 from gateway_bot.sandbox.host import HostSandbox

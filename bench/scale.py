@@ -5,7 +5,7 @@
   agent (tests/core: ``World``), so what is timed is the core alone: N messages, one per
   conversation, submitted at once; time until every reply is sent; at concurrency 1, 4, 16
   (``execution.max_concurrent_tasks``).
-* Daemon RSS: the real ``gateway-bot run`` (Slack Socket Mode on tests/fake_slack.py, host
+* Daemon RSS: the real ``gateway-bot run`` (Slack Socket Mode on tests/support/fake_slack.py, host
   sandbox, trivial agent) after N conversations (one thread each) were answered; VmRSS of
   the daemon process.
 """
@@ -23,8 +23,8 @@ from typing import Any
 
 from tests.conftest import make_repo, write_config
 from tests.core.conftest import World
-from tests.fake_anthropic import FakeAnthropic
-from tests.fake_slack import APP_TOKEN, BOT_TOKEN, TEAM, FakeSlack
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.fake_slack import APP_TOKEN, BOT_TOKEN, TEAM, FakeSlack
 
 from bench.daemon import Daemon, trivial_agent
 from bench.report import Section, budget_row, info_row

@@ -1,4 +1,4 @@
-"""Slack acknowledgement latency against tests/fake_slack.py, beside its floor, one run.
+"""Slack acknowledgement latency against tests/support/fake_slack.py, beside its floor, one run.
 
 Two fakes of Slack (each its own thread, in this process): the real ``gateway-bot run``
 (Socket Mode, trivial agent) connects to one, ``bench/minimal_slack_bot.py`` (a Socket Mode
@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import make_repo, write_config
-from tests.fake_anthropic import FakeAnthropic
-from tests.fake_slack import APP_TOKEN, BOT_TOKEN, BOT_USER, TEAM, FakeSlack
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.fake_slack import APP_TOKEN, BOT_TOKEN, BOT_USER, TEAM, FakeSlack
 
 from bench import trace_report
 from bench.daemon import Daemon, spawn_floor, trivial_agent

@@ -1,5 +1,5 @@
-"""Start-up cost (issue 19, restart recovery): what every start of the daemon, ``chat`` and
-``gateway-bot --help`` pays before doing anything, optionally against older code.
+"""Start-up cost (docs/benchmarks.md, restart recovery): what every start of the daemon,
+``chat`` and ``gateway-bot --help`` pays before doing anything, optionally against older code.
 
     uv run --frozen python -m bench.startup [--before OLD/src] [--runs N] [--json PATH]
 

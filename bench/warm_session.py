@@ -2,7 +2,7 @@
 
     uv run python -m bench.warm_session [--runs 7]
 
-The real ``claude`` CLI against the instant fake model API (tests/fake_anthropic.py), in
+The real ``claude`` CLI against the instant fake model API (tests/support/fake_anthropic.py), in
 the host sandbox, through the two agent runners the daemon uses. Each run opens a fresh
 conversation for each runner, answers its first turn (not timed), then times the second
 turn: runner called -> ``result`` read. Cold pays the CLI's start-up and session reload;
@@ -20,12 +20,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.fake_anthropic import FakeAnthropic
+from tests.support.fake_anthropic import FakeAnthropic
 
 from gateway_bot.agents.base import AgentEvent, AgentRequest, AgentRunner, WarmSettings
-from gateway_bot.agents.claude_code import ClaudeCodeRunner, locate_command
+from gateway_bot.agents.claude.runner import ClaudeCodeRunner, locate_command
+from gateway_bot.agents.claude.warm import WarmClaudeRunner
 from gateway_bot.agents.event_log import EventLog
-from gateway_bot.agents.warm_session import WarmClaudeRunner
 from gateway_bot.sandbox.base import ExecutionContext
 from gateway_bot.sandbox.host import HostSandbox
 

@@ -10,6 +10,7 @@ uv run --frozen ruff check src tests bench
 uv run --frozen ruff format --check src tests bench
 uv run --frozen mypy
 uv run --frozen lint-imports
+bash scripts/docs-check.sh  # the docs site, strictly: a broken link or anchor fails
 if [ "$#" -gt 0 ]; then
   exec uv run --frozen pytest "$@"
 fi
@@ -17,14 +18,8 @@ fi
 # own: its temp dir, podman service socket, Synapse, Dovecot and fake APIs; every fixture
 # picks free ports and names its podman objects per process). Most of a test's time is spent
 # waiting on servers and containers, so more workers than cores pays. Whole files go to one
-# worker (module fixtures stay shared), the heaviest first so none is left for the end.
-shopt -s nullglob
-heavy=(tests/test_faults_*.py tests/test_sandbox_hosts.py tests/test_bad_input_corpus.py
-       tests/test_mail_continuation.py tests/test_warm_sessions_podman.py
-       tests/test_sandbox_lifecycle.py tests/test_action_approvals_channels.py
-       tests/test_agent_backends_podman.py tests/test_approvals_shell.py
-       tests/test_replicas*.py tests/test_action_approvals_*.py tests/test_state_copy.py
-       tests/test_warm_session_leaks.py tests/test_email_*.py tests/test_matrix_*.py)
+# worker (module fixtures stay shared); tests/conftest.py orders the files so those marked
+# `slow` start first, then by tier (faults, integration, security, ...), none left for the end.
 workers=$(( $(nproc) + 1 ))
 if [ "$workers" -lt 3 ]; then workers=3; fi
 if [ "$workers" -gt 6 ]; then workers=6; fi
@@ -38,4 +33,4 @@ if [ -e "$basetemp" ]; then
   rm -rf "$basetemp" 2>/dev/null || basetemp=$(mktemp -d /tmp/gateway-bot-tests.XXXXXX)
 fi
 exec uv run --frozen pytest -n "${GATEWAY_BOT_TEST_WORKERS:-$workers}" --dist loadfile \
-  --basetemp="$basetemp" "${heavy[@]}" tests
+  --basetemp="$basetemp" tests

@@ -21,7 +21,7 @@ import pytest
 import yaml
 from hypothesis import settings as hypothesis_settings
 
-from tests.fake_anthropic import FakeAnthropic
+from tests.support.fake_anthropic import FakeAnthropic
 
 # Property tests explore the same examples on every run: CI never turns red on a draw it
 # never saw before (a new finding comes from a developer's run with HYPOTHESIS_PROFILE=explore).
@@ -30,12 +30,12 @@ hypothesis_settings.register_profile("explore", deadline=None)
 hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 pytest_plugins: list[str] = [
-    "tests.synapse_fixtures",
-    "tests.fake_slack",
-    "tests.sandbox_fixtures",
-    "tests.email_fixtures",
-    "tests.pg_fixtures",
-    "tests.hang_report",
+    "tests.support.synapse_fixtures",
+    "tests.support.fake_slack",
+    "tests.support.sandbox_fixtures",
+    "tests.support.email_fixtures",
+    "tests.support.pg_fixtures",
+    "tests.support.hang_report",
 ]
 
 GIT_IDENTITY = ["-c", "user.name=Test", "-c", "user.email=test@example.test"]
@@ -240,7 +240,7 @@ def gateway() -> Iterator[Any]:
         *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
     ) -> GatewayProcess:
         """``env``: more variables for the process (a test hook such as the schedules'
-        clock, ``core/schedule_test_clock.py``)."""
+        clock, ``core/schedules/test_clock.py``)."""
         process = GatewayProcess(*args, cwd=cwd, env=env)
         started.append(process)
         return process
@@ -270,7 +270,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     The podman service the daemons under test started on the session's socket outlives
     them by design (as for `run`); the session stops it here first. Other sessions on the
     same host are never looked at: only this session's labels, children and temp dir."""
-    from tests.sandbox_fixtures import SESSION_PODMAN, podman
+    from tests.support.sandbox_fixtures import SESSION_PODMAN, podman
 
     if session.config.pluginmanager.has_plugin("dsession"):
         return  # pytest-xdist's controller: each worker is a session and checks itself
@@ -395,3 +395,23 @@ async def state_database(tmp_path: Path) -> Any:
     await database.open(tmp_path / "state.db")
     yield database
     await database.close()
+
+
+TIERS = ("faults", "integration", "security", "browser", "properties", "core", "unit")
+"""The folders of tests/, each a marker of its tests (``-m unit``, ``-m "not browser"``), in
+the order a run starts them: whole files go to one xdist worker, the heaviest first, so
+none is left for the end. A file marked ``slow`` goes before its tier's others."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tests_dir = Path(__file__).resolve().parent
+    for item in items:
+        relative = item.path.resolve().relative_to(tests_dir)
+        tier = relative.parts[0] if relative.parts[0] in TIERS else "unit"
+        item.add_marker(getattr(pytest.mark, tier))
+    items.sort(key=_start_order)
+
+
+def _start_order(item: pytest.Item) -> tuple[bool, int]:
+    tier = next(m.name for m in item.iter_markers() if m.name in TIERS)
+    return (item.get_closest_marker("slow") is None, TIERS.index(tier))

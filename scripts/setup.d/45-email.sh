@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The email channel's test servers: Dovecot (IMAP, with LMTP to deliver test mail), run by
-# the tests from a temp config on 127.0.0.1 (tests/email_fixtures.py). The SMTP side is
+# the tests from a temp config on 127.0.0.1 (tests/support/email_fixtures.py). The SMTP side is
 # aiosmtpd, a Python dev dependency. Idempotent: nothing to do when dovecot is there.
 # setup: tests only
 set -euo pipefail

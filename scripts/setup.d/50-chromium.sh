@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The dashboard's browser tests (tests/test_dashboard_browser.py): Debian's chromium, driven
+# The dashboard's browser tests (tests/browser/test_dashboard_browser.py): Debian's chromium, driven
 # headless by the playwright dev dependency (`playwright install` cannot download browsers
 # here; the tests point it at /usr/bin/chromium). Idempotent: nothing to do when it is there.
 # setup: tests only

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # PostgreSQL for the tests of the PostgreSQL state engine (state.url): the Debian server
 # binaries only. The tests run their own throw-away server from a temp directory on
-# 127.0.0.1 (tests/pg_fixtures.py), as the postgres user when run as root; nothing here
+# 127.0.0.1 (tests/support/pg_fixtures.py), as the postgres user when run as root; nothing here
 # starts a server. Idempotent: nothing to do when the binaries are there.
 # setup: tests only
 set -euo pipefail

@@ -31,9 +31,9 @@ from gateway_bot.dashboard.login_limits import LoginLimits
 from gateway_bot.dashboard.server import build_app
 from gateway_bot.dashboard.sessions import load_or_make_key
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState
+from tests.browser.test_dashboard_browser import CHROMIUM, CHROMIUM_ARGS
 from tests.core.conftest import World
-from tests.test_dashboard_browser import CHROMIUM, CHROMIUM_ARGS
-from tests.test_dashboard_security import NoContainers
+from tests.integration.dashboard.test_dashboard_security import NoContainers
 
 TOKEN = "Xk3vP9qLm2Rt7wZa-e4"
 SECRET_MESSAGE = "hold:job merge the payroll branch"

@@ -1,4 +1,4 @@
-"""The fast tier: the real GatewayService, scheduler and SqliteStore (on a temp file), with an
+"""The fast tier: the real GatewayService, scheduler and SqlStore (on a temp file), with an
 in-memory channel and agent, so a test runs in milliseconds and no claude runs.
 
 Tests talk as people do (``world.say``) and assert what people see in a room
@@ -22,9 +22,9 @@ from gateway_bot.core.retries import RetryPolicy
 from gateway_bot.core.service import GatewayService
 from gateway_bot.domain.messages import RawMessage
 from gateway_bot.domain.records import TaskRecord
-from gateway_bot.state.action_approvals_store import SqliteActionApprovals
+from gateway_bot.state.action_approvals_store import SqlActionApprovals
 from gateway_bot.state.database import StateTarget
-from gateway_bot.state.sqlite_store import SqliteStore
+from gateway_bot.state.sql_store import SqlStore
 from tests.core.fakes import BareChannel, FakeAgent, FakeChannel, Sent
 
 FAST = RetryPolicy(attempts=3, first_wait_s=0.01, max_wait_s=0.02)
@@ -63,7 +63,7 @@ class World:
     ) -> None:
         """``state``: where the store lives (default ``<tmp_path>/state.db``).
         ``sweep_interval_s``: short for tests; the benchmarks use the daemon's."""
-        self.store = SqliteStore(state if state is not None else tmp_path / "state.db")
+        self.store = SqlStore(state if state is not None else tmp_path / "state.db")
         self.channel = channel if channel is not None else FakeChannel()
         self.agent = FakeAgent()
         self.access = access or owners_access()
@@ -72,7 +72,7 @@ class World:
         self.policy = policy
         self.service: GatewayService | None = None
         self.actions = actions
-        """Action approvals' settings; None: off (issue 20)."""
+        """Action approvals' settings; None: off (decision 0087)."""
         self.sweep_interval_s = sweep_interval_s
         self._ids = itertools.count(1)
         self._opened = False
@@ -94,7 +94,7 @@ class World:
             retry_policy=self.policy,
             sweep_interval_s=self.sweep_interval_s,
             action_records=(
-                SqliteActionApprovals(self.store.database) if self.actions is not None else None
+                SqlActionApprovals(self.store.database) if self.actions is not None else None
             ),
             action_settings=self.actions,
         )

@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gateway_bot.agents.base import OnEvent, ToolUseEvent
-from gateway_bot.core.action_approvals import ActionDecision, ActionRequest, AskAction
+from gateway_bot.core.actions.approvals import ActionDecision, ActionRequest, AskAction
 from gateway_bot.core.channel import AttachmentDownloads, AuthenticationError, Submit
-from gateway_bot.core.executor import TaskResult
-from gateway_bot.core.inbox_files import InboxWriter
-from gateway_bot.core.prompts import build_prompt
-from gateway_bot.core.schedule_request_file import RequestFile
+from gateway_bot.core.conversations.executor import TaskResult
+from gateway_bot.core.conversations.prompts import build_prompt
+from gateway_bot.core.schedules.request_file import RequestFile
+from gateway_bot.core.workspaces.inbox_files import InboxWriter
 from gateway_bot.domain.lifecycle import CompletionReason
 from gateway_bot.domain.messages import (
     Attachment,

@@ -1,9 +1,9 @@
-"""Action approvals in the conversation (issue 20), through the real service, scheduler and
+"""Action approvals in the conversation (decision 0087), through the real service, scheduler and
 store with the fake channel and agent: the card shows the exact command and the rule, only
 people who may decide do, Always remembers that exact action in this conversation only, a
 timeout denies and says so, a restart closes the old card and the task asks again, and the
 agent's question is a card with one button per option. (The real CLI's side:
-tests/test_action_approvals_claude.py.)"""
+tests/integration/agents/test_action_approvals_claude.py.)"""
 
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from gateway_bot.config.action_rules import ActionApprovalSettings
-from gateway_bot.core.action_approvals import ActionRequest
+from gateway_bot.core.actions.approvals import ActionRequest
+from gateway_bot.core.actions.network import network_asker
 from gateway_bot.core.application import Application, DaemonLiveState
-from gateway_bot.core.chat_commands import not_yours
-from gateway_bot.core.network_approvals import network_asker
+from gateway_bot.core.commands.effects import not_yours
 from gateway_bot.domain.lifecycle import TaskState
 from gateway_bot.state.database import StateTarget
 from tests.core.conftest import World

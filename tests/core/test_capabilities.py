@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable
 
 from gateway_bot.channels.console import ConsoleAdapter
-from gateway_bot.core.chat_commands import not_yours
+from gateway_bot.core.commands.effects import not_yours
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState
 from gateway_bot.domain.messages import Progress, Reply
 from tests.core.conftest import World, owners_access

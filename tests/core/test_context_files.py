@@ -1,4 +1,4 @@
-"""Issue 18: the core reaches a conversation's files only through the sandbox
+"""Decision 0095: the core reaches a conversation's files only through the sandbox
 (``Sandbox.files(context)``), never by opening a context directory on the host.
 
 The real executor, workspace reports and service run against a sandbox whose files live in
@@ -17,15 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from gateway_bot.agents.claude_code import CLAUDE_CODE
+from gateway_bot.agents.claude.backend import CLAUDE_CODE
 from gateway_bot.agents.enabled import AgentSet, EnabledAgent
 from gateway_bot.config.server import ExecutionSettings
 from gateway_bot.core.application import Application, DaemonLiveState
-from gateway_bot.core.executor import AgentDefaults, TaskExecutor
-from gateway_bot.core.inbox_files import InboxWriter
+from gateway_bot.core.conversations.executor import AgentDefaults, TaskExecutor
 from gateway_bot.core.service import GatewayService
-from gateway_bot.core.workspace_diff import WorkspaceReports
-from gateway_bot.core.workspaces import Workspaces
+from gateway_bot.core.workspaces.directories import Workspaces
+from gateway_bot.core.workspaces.inbox_files import InboxWriter
+from gateway_bot.core.workspaces.reports import WorkspaceReports
 from gateway_bot.domain.messages import InboundMessage, JsonDict, Reply
 from tests.conftest import make_repo
 from tests.core.conftest import World

@@ -19,7 +19,7 @@ from gateway_bot.core.channel import MailRequest
 from gateway_bot.core.service import GatewayService
 from gateway_bot.domain.messages import InboundMessage, RawMessage
 from gateway_bot.domain.records import TaskRecord
-from gateway_bot.state.sqlite_store import SqliteStore
+from gateway_bot.state.sql_store import SqlStore
 from tests.core.conftest import DEADLINE_S, FAST
 from tests.core.fakes import BareChannel, FakeAgent, FakeChannel
 
@@ -60,7 +60,7 @@ class ClaimingChat(FakeChannel):
 
 class Gateway:
     def __init__(self, tmp_path: Path, access: dict[str, Any], *, mail: bool = True) -> None:
-        self.store = SqliteStore(tmp_path / "state.db")
+        self.store = SqlStore(tmp_path / "state.db")
         self.chat = ClaimingChat("matrix")
         self.mail = FakeMail()
         self.agent = FakeAgent()

@@ -10,7 +10,7 @@ from typing import Any
 
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState
 from gateway_bot.domain.records import TaskRecord
-from gateway_bot.state.sqlite_store import SqliteStore
+from gateway_bot.state.sql_store import SqlStore
 from tests.core.conftest import World
 
 NO_DIFF = "/diff is not available here."
@@ -21,7 +21,7 @@ class StartOfAnswer:
     """The store's move of a task to EXECUTING (where an answer starts) meets a fault once:
     ``error`` is raised there, or, without one, the move waits until ``let_go`` is set."""
 
-    def __init__(self, store: SqliteStore, error: Exception | None = None) -> None:
+    def __init__(self, store: SqlStore, error: Exception | None = None) -> None:
         self.hits = 0
         self.waiting = asyncio.Event()
         self.let_go = asyncio.Event()

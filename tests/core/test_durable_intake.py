@@ -1,4 +1,4 @@
-"""A message is taken in (parsed, routed) while its flush runs (issue 19: group commit),
+"""A message is taken in (parsed, routed) while its flush runs (decision 0098: group commit),
 but it joins its conversation's lane only once it is on disk, and nobody hears of it
 before: not the source (``submit`` returns, the channel then acks or deletes it there) and
 not the person (the acknowledgement)."""

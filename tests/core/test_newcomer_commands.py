@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gateway_bot.config.action_rules import ActionApprovalSettings
-from gateway_bot.core.chat_commands import not_yours
+from gateway_bot.core.commands.effects import not_yours
 from gateway_bot.domain.lifecycle import CompletionReason
 from tests.core.conftest import World
 from tests.core.fakes import BareChannel

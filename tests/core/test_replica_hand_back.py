@@ -1,6 +1,6 @@
 """A replica whose hand-back of a conversation fails keeps answering it.
 
-One replica (``core/replicas.py``) on the fast tier's real service and SQLite file: when a
+One replica (``core/replicas/duties.py``) on the fast tier's real service and SQLite file: when a
 conversation's lane empties the replica hands its claim back (``LeaseStore.unclaim``). If
 that write fails (SQLite's "database is locked" past the busy timeout, a PostgreSQL
 connection error), the database still names the replica the holder, so no replica may
@@ -14,7 +14,7 @@ import sqlite3
 from pathlib import Path
 
 from gateway_bot.config.ha import HaSettings
-from gateway_bot.core.replicas import Replicas
+from gateway_bot.core.replicas.duties import Replicas
 from gateway_bot.core.service import GatewayService
 from gateway_bot.state.database import Database
 from gateway_bot.state.leases_store import LeaseStore

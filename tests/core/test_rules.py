@@ -8,8 +8,8 @@ import pytest
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.slack_response import SlackResponse
 
+from gateway_bot.core.admission.engagement import is_blank
 from gateway_bot.core.channel import AuthenticationError
-from gateway_bot.core.engagement import is_blank
 from gateway_bot.core.retries import is_transient
 from gateway_bot.domain.lifecycle import IllegalTransition, TaskState, check_transition
 

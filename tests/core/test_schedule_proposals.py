@@ -2,7 +2,8 @@
 is a notice naming the codes, only the asker or an owner can decide by command, a second
 decision changes nothing, Allow checks again (a time passed meanwhile is refused), and an
 unusable request gets a note and no card. (Buttons, reactions and the real request file:
-tests/test_schedules_channels.py and tests/test_schedule_proposals_console.py.)"""
+tests/integration/schedules/test_schedules_channels.py and
+tests/integration/schedules/test_schedule_proposals_console.py.)"""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway_bot.core.chat_commands import not_yours
-from gateway_bot.core.schedule_request_file import BadRequest, ScheduleAsk
+from gateway_bot.core.commands.effects import not_yours
+from gateway_bot.core.schedules.request_file import BadRequest, ScheduleAsk
 from gateway_bot.state.database import StateTarget
 from tests.core.fakes import BareChannel
 from tests.core.test_schedules import ScheduleWorld

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway_bot.core.schedule_request_file import (
+from gateway_bot.core.schedules.request_file import (
     MAX_REQUEST_BYTES,
     BadRequest,
     RequestFile,

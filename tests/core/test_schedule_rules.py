@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from gateway_bot.core.schedule_rules import (
+from gateway_bot.core.schedules.rules import (
     ScheduleError,
     next_runs,
     parse_request,

@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from gateway_bot.core.schedule_rules import USAGE, show_time
-from gateway_bot.core.schedules import ScheduleRunner
+from gateway_bot.core.schedules.rules import USAGE, show_time
+from gateway_bot.core.schedules.runner import ScheduleRunner
 from gateway_bot.core.service import GatewayService
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState
 from gateway_bot.domain.messages import RawMessage
 from gateway_bot.state.database import StateTarget
-from gateway_bot.state.schedules_store import RUN_DUE, SqliteSchedules, run_message_id
+from gateway_bot.state.schedules_store import RUN_DUE, SqlSchedules, run_message_id
 from tests.core.conftest import World, owners_access
 
 UTC = dt.UTC
@@ -60,7 +60,7 @@ class ScheduleWorld(World):
             max_pending_per_conversation=self.max_pending,
             retry_policy=self.policy,
             sweep_interval_s=0.05,
-            schedules=SqliteSchedules(self.store.database),
+            schedules=SqlSchedules(self.store.database),
             schedule_clock=lambda: self.now,
             schedule_sleep=self.sleep,
         )

@@ -107,7 +107,7 @@ async def test_stop_cancels_the_running_task_and_the_queue_goes_on(world: World)
 async def test_stop_drops_a_task_waiting_for_its_unreachable_host(world: World) -> None:
     """A conversation whose Podman host is down keeps its message and retries; its sender
     sees why in /status and can give up with /stop instead of waiting for a host that may
-    never come back (issue 18)."""
+    never come back (decision 0088)."""
     world.agent.host_down = "beta"
     waiting = await world.say("build it")
     await world.until(

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gateway_bot.core.application import ChannelView
-from gateway_bot.core.status_snapshot import (
+from gateway_bot.core.status.snapshot import (
     Snapshot,
     SnapshotWriter,
     not_running_note,

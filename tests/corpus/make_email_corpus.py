@@ -2,7 +2,7 @@
 
 Run once (``uv run python -m tests.corpus.make_email_corpus``); it writes only the names it
 makes, so cases added by hand beside them stay. Each file is a raw mail as the MX hands it
-over. Its name says what a user must see (``tests/test_bad_input_corpus.py`` checks it):
+over. Its name says what a user must see (``tests/security/test_bad_input_corpus.py`` checks it):
 
 - ``answer--*``: from the allowed sender with DMARC pass: the agent's answer comes once,
   threaded under it (notices beside it are fine: "only 100 attachments were saved");

@@ -1,6 +1,6 @@
 """What the daemon needs to know of an agent backend, in one frozen descriptor.
 
-The composition root (``daemon.py``) picks a backend by ``agent.backend``
+The composition root (``runtime/daemon.py``) picks a backend by ``agent.backend``
 (``agents/registry.py``) and reads everything backend-specific from it: which environment
 variables the agent inherits, what ``gateway-bot check`` says when credentials are missing,
 which model API the egress allowlist must always open, which credentials the egress proxy

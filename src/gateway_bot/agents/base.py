@@ -90,7 +90,7 @@ class AgentRequest:
     timeout_s: float
     env: dict[str, str] = field(default_factory=dict)
     permissions: ToolPermissions | None = None
-    """Action approvals (issue 20): who decides the agent's tool calls; None: the agent
+    """Action approvals (decision 0087): who decides the agent's tool calls; None: the agent
     runs without asking (``--dangerously-skip-permissions``)."""
 
 

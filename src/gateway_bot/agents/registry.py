@@ -9,14 +9,13 @@ from __future__ import annotations
 
 from gateway_bot.agents.backend import AgentBackend
 from gateway_bot.agents.base import AgentEvent
-from gateway_bot.agents.claude_code import CLAUDE_CODE
-from gateway_bot.agents.codex_cli import CODEX
-from gateway_bot.agents.gemini_cli import GEMINI_CLI
+from gateway_bot.agents.claude.backend import CLAUDE_CODE
+from gateway_bot.agents.codex.runner import CODEX
+from gateway_bot.agents.gemini.runner import GEMINI_CLI
 
 BACKENDS: dict[str, AgentBackend] = {
     backend.name: backend for backend in (CLAUDE_CODE, GEMINI_CLI, CODEX)
 }
-DEFAULT_BACKEND = CLAUDE_CODE.name
 _OLDER_SPELLINGS = {"claude_code": CLAUDE_CODE.name}
 _PARSE_ORDER = (CODEX, GEMINI_CLI, CLAUDE_CODE)
 """Codex's line types are dotted and Gemini CLI's lines carry a timestamp, so their

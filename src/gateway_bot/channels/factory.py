@@ -5,11 +5,11 @@ daemon (a crash's restart, ``chat``) would pay for channels it does not run."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from gateway_bot.config.server import ServerConfig
 from gateway_bot.core.channel import ChannelAdapter
-from gateway_bot.state.database import Database
+from gateway_bot.state.database import Database, Migration
 
 
 def create_adapters(
@@ -38,3 +38,24 @@ def create_adapters(
 
         adapters["email"] = EmailAdapter(email, database)
     return adapters
+
+
+def channel_owners() -> dict[str, Sequence[Migration]]:
+    """Every channel's tables in the state database, by owner, with their migrations (for
+    ``gateway-bot migrate`` and ``state copy``, which serve every channel a database may
+    hold, configured or not)."""
+    from gateway_bot.channels.email.store import EMAIL_MIGRATIONS
+    from gateway_bot.channels.email.store import OWNER as EMAIL
+    from gateway_bot.channels.matrix.store import MATRIX_MIGRATIONS
+    from gateway_bot.channels.matrix.store import OWNER as MATRIX
+    from gateway_bot.channels.matrix.undecrypted import MIGRATIONS as MATRIX_E2EE_MIGRATIONS
+    from gateway_bot.channels.matrix.undecrypted import OWNER as MATRIX_E2EE
+    from gateway_bot.channels.slack.records import OWNER as SLACK
+    from gateway_bot.channels.slack.records import SLACK_MIGRATIONS
+
+    return {
+        MATRIX: MATRIX_MIGRATIONS,
+        MATRIX_E2EE: MATRIX_E2EE_MIGRATIONS,
+        SLACK: SLACK_MIGRATIONS,
+        EMAIL: EMAIL_MIGRATIONS,
+    }

@@ -86,7 +86,7 @@ def known_zone(value: str | None) -> str | None:
 
 
 class ScheduleLimits(Section):
-    """What /schedule allows (issue 17)."""
+    """What /schedule allows (decision 0068)."""
 
     max_per_conversation: PositiveInt = 20
     min_interval_minutes: PositiveFloat = 5.0

@@ -6,7 +6,7 @@ A rule names a tool (a glob over the tool's name: ``Bash``, ``Write``, ``Edit``,
 ``WebFetch``, ``mcp__github__*``) and optionally what it acts on: for Bash the command (a
 glob such as ``git push*`` or ``re:`` and a regular expression, over each simple command of
 the parsed command line), for file tools the path, for WebFetch the URL. Matching is
-``core/action_policy.py``'s; this module only says what may be written.
+``core/actions/policy.py``'s; this module only says what may be written.
 
 The strictest matching rule decides (deny over ask over allow, as in Claude Code's own
 settings); a call no rule matches gets ``default``. The repo may only make it stricter: its

@@ -75,6 +75,6 @@ class AgentSettings(Section):
     )
     approvals: ActionApprovalSettings | None = Field(
         default=None,
-        description="Action approvals (README, Action approvals): set (even to {}) to have "
+        description="Action approvals (docs/approvals.md): set (even to {}) to have "
         "the agent's tool calls checked; the default rules ask before `git push`.",
     )

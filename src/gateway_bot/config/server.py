@@ -94,7 +94,7 @@ class StateSettings(Section):
 
 
 class LoggingSettings(Section):
-    """The daemon's log on stderr (``gateway_bot/logs.py``)."""
+    """The daemon's log on stderr (``gateway_bot/runtime/logs.py``)."""
 
     format: Literal["console", "json"] = Field(
         default="console",

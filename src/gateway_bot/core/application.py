@@ -1,10 +1,10 @@
-"""The application API: what the CLI, the chat commands and (next) the dashboard ask of a
+"""The application API: what the CLI, the chat commands and the dashboard ask of a
 deployment, in one place, so each front end is a rendering of the same answers.
 
-Two ways to build it. Inside the daemon (``daemon.py``) it has the live service: it can stop
+Two ways to build it. Inside the daemon (``runtime/daemon.py``) it has the live service: it can stop
 a task and decide an approval, and reads channel health and containers from memory. In
 another process (``gateway-bot status``) it has the state database opened read-only and a
-``LiveState`` read from the daemon's status snapshot (``core/status_snapshot.py``); the
+``LiveState`` read from the daemon's status snapshot (``core/status/snapshot.py``); the
 controls then raise ``NotInThisProcess``.
 
 Decisions go through the same ``Gatekeeper.decide`` a card's button or ``/approve`` uses, as
@@ -20,12 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from gateway_bot.core.action_timeline import action_entries
+from gateway_bot.core.actions.timeline import action_entries
 from gateway_bot.core.channel import ChannelAdapter
-from gateway_bot.core.network_log import NetworkLog, read_network_log
-from gateway_bot.core.schedules import rule_of
-from gateway_bot.core.service import GatewayService
-from gateway_bot.core.timeline import (
+from gateway_bot.core.conversations.network_log import NetworkLog, read_network_log
+from gateway_bot.core.conversations.timeline import (
     ParseLine,
     TaskTimeline,
     TimelineEntry,
@@ -34,11 +32,13 @@ from gateway_bot.core.timeline import (
     read_log_tail,
     state_entries,
 )
+from gateway_bot.core.schedules.runner import rule_of
+from gateway_bot.core.service import GatewayService
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState
 from gateway_bot.domain.records import ApprovalRecord, ConversationRecord, TaskRecord
 from gateway_bot.sandbox.base import MeasuresContainers, Sandbox, SandboxContainer
 from gateway_bot.sandbox.context_files import ContextFiles
-from gateway_bot.state.schedules_store import PAUSED, SqliteSchedules
+from gateway_bot.state.schedules_store import PAUSED, SqlSchedules
 from gateway_bot.state.store import Store
 
 log = logging.getLogger(__name__)
@@ -126,7 +126,7 @@ class Overview:
     finished: tuple[TaskRecord, ...] = ()
     """The newest ``RECENT`` completed tasks, newest first."""
     schedules: tuple[ScheduleView, ...] = ()
-    """Every schedule, active or paused (``/schedule``, issue 17)."""
+    """Every schedule, active or paused (``/schedule``, decision 0068)."""
 
 
 @dataclass(frozen=True)
@@ -164,7 +164,7 @@ class Application:
         service: GatewayService | None = None,
         conversation_root: Callable[[str], Path] | None = None,
         parse_line: ParseLine | None = None,
-        schedules: SqliteSchedules | None = None,
+        schedules: SqlSchedules | None = None,
         context_files: Callable[[str], ContextFiles] | None = None,
     ) -> None:
         """``conversation_root`` and ``parse_line`` (the agent backend's stream parser)
@@ -269,7 +269,7 @@ class Application:
 
     async def network_log(self, conversation_id: str) -> NetworkLog:
         """The requests the conversation's sandbox allowed and blocked, newest last
-        (``core/network_log.py``: read by the sandbox, bounded)."""
+        (``core/conversations/network_log.py``: read by the sandbox, bounded)."""
         if self._context_files is None:
             return NetworkLog((), "The network log is read only where the conversations are.")
         if not (conversation_id.isascii() and conversation_id.isalnum()):  # ids are hex
@@ -311,7 +311,7 @@ class Application:
     async def _with_action_approvals(
         self, task_id: str, entries: list[TimelineEntry]
     ) -> list[TimelineEntry]:
-        """The task's action approvals (issue 20), before its last state entry."""
+        """The task's action approvals (decision 0087), before its last state entry."""
         approvals = self._service.action_approvals if self._service is not None else None
         if approvals is None:
             return entries

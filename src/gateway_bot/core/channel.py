@@ -20,7 +20,7 @@ falls back from when it is missing:
 - ``AttachmentDownloads``: files sent with a message, into the conversation's inbox.
   Without it: no file is fetched and the agent's prompt says which were attached.
 - ``ConversationMail``: a mail thread opened for a conversation of another channel (``/mail``,
-  ``core/conversation_mail.py``), whose authenticated replies continue that conversation.
+  ``core/commands/mail.py``), whose authenticated replies continue that conversation.
   Without any: ``/mail`` says no channel can send mail.
 - ``SenderRecheck``: whether a sender its channel admitted once is admitted still (allowed
   users, membership, a deleted account), asked before a scheduled run, which replays a
@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from gateway_bot.core.inbox_files import InboxWriter
+from gateway_bot.core.workspaces.inbox_files import InboxWriter
 from gateway_bot.domain.messages import (
     Card,
     ChannelStatus,
@@ -145,7 +145,7 @@ class ProgressDisplay(Protocol):
 class PreparesAcknowledgement(Protocol):
     """An acknowledgement that writes a record of its own before it is sent (Slack: the
     post's exactly-once intent). ``Scheduler.queue`` calls this while the message's flush
-    runs, so that write does not come between the flush and the acknowledgement (issue 19).
+    runs, so that write does not come between the flush and the acknowledgement (decision 0104).
     It sends nothing, and the acknowledgement may never follow (the conversation was full,
     the daemon was killed): what it writes must be harmless then."""
 
@@ -214,7 +214,7 @@ class AttachmentDownloads(Protocol):
 
 class NoAttachmentDownloads:
     """The fallback for a channel without ``AttachmentDownloads``: nothing is fetched, so
-    the prompt lists the files as attached but not delivered (``core/prompts.py``)."""
+    the prompt lists the files as attached but not delivered (``core/conversations/prompts.py``)."""
 
     async def save_attachments(self, message: InboundMessage, inbox: InboxWriter) -> list[str]:
         return []
@@ -263,7 +263,7 @@ class ConversationMail(Protocol):
 class SendsWhereItListens(Protocol):
     """A channel that can send only from the process whose listener runs: its session
     (Matrix's login, made by the listener, and its device's crypto state) lives there.
-    Under replicas (``core/replicas.py``) its conversations run only on the replica that
+    Under replicas (``core/replicas/duties.py``) its conversations run only on the replica that
     holds its listener's lease. Channels that send with their configured credentials alone
     (Slack's Web API, SMTP) leave it out, and their tasks run on any replica."""
 

@@ -2,14 +2,14 @@
 
 A message's path: a channel listener calls ``submit`` -> the message is committed to the
 store (only then may the channel acknowledge it at its source) -> authenticated and parsed
-by its channel -> commands are answered at once, other messages join their conversation in
-the scheduler (``core/scheduler.py``: one task at a time per conversation, at most N at
-once overall) -> the reply is stored, then sent, then the task completes
-(``core/delivery.py``). At start-up the recovery sweep picks up every task a crash left
-behind, so each accepted message is answered exactly once.
+by its channel -> commands are answered at once, other messages join their conversation
+in the scheduler (``core/conversations/queue.py``: one task at a time per conversation, at
+most N at once overall) -> the reply is stored, then sent, then the task completes
+(``core/conversations/delivery.py``). At start-up the recovery sweep picks up every task a
+crash left behind, so each accepted message is answered exactly once.
 
 Intake (the store commit, then authentication and routing in arrival order per channel) is
-``core/intake.py``. A message whose channel stays unreachable is taken up again by the
+``core/intake/intake.py``. A message whose channel stays unreachable is taken up again by the
 periodic sweep here, which also sends parked replies again and posts approval cards that
 never went out.
 """
@@ -24,28 +24,28 @@ from typing import Any, Protocol
 
 from gateway_bot.config.access import AccessSettings
 from gateway_bot.config.action_rules import ActionApprovalSettings
-from gateway_bot.core.action_approvals import ActionApprovals
-from gateway_bot.core.approvals import Gatekeeper
+from gateway_bot.core.actions.approvals import ActionApprovals
+from gateway_bot.core.admission.gate import Gatekeeper
 from gateway_bot.core.channel import ChannelAdapter
-from gateway_bot.core.chat_commands import ChatCommands
-from gateway_bot.core.conversation_mail import ConversationMailer
-from gateway_bot.core.delivery import ReplyDelivery
-from gateway_bot.core.intake import AfterLock, Intake
+from gateway_bot.core.commands.effects import ChatCommands
+from gateway_bot.core.commands.mail import ConversationMailer
+from gateway_bot.core.commands.schedule import ScheduleCommands
+from gateway_bot.core.conversations.delivery import ReplyDelivery
+from gateway_bot.core.conversations.lanes import Executes
+from gateway_bot.core.conversations.queue import Scheduler
+from gateway_bot.core.intake.intake import AfterLock, Intake
+from gateway_bot.core.intake.recovery import Recovery
+from gateway_bot.core.intake.routing import Router
 from gateway_bot.core.jobs import Jobs
-from gateway_bot.core.lanes import Executes
-from gateway_bot.core.recovery import Recovery
 from gateway_bot.core.retries import DEFAULT_POLICY, RetryPolicy
-from gateway_bot.core.routing import Router
-from gateway_bot.core.schedule_commands import ScheduleCommands
-from gateway_bot.core.schedule_proposals import ScheduleProposals
-from gateway_bot.core.scheduler import Scheduler
-from gateway_bot.core.schedules import Clock, ScheduleRunner, Sleep
-from gateway_bot.core.workspace_diff import WorkspaceReports
+from gateway_bot.core.schedules.proposals import ScheduleProposals
+from gateway_bot.core.schedules.runner import Clock, ScheduleRunner, Sleep
+from gateway_bot.core.workspaces.reports import WorkspaceReports
 from gateway_bot.domain.lifecycle import TaskState
 from gateway_bot.domain.messages import RawMessage
 from gateway_bot.domain.records import ConversationRecord
-from gateway_bot.state.action_approvals_store import SqliteActionApprovals
-from gateway_bot.state.schedules_store import SqliteSchedules
+from gateway_bot.state.action_approvals_store import SqlActionApprovals
+from gateway_bot.state.schedules_store import SqlSchedules
 from gateway_bot.state.store import Store
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ posted, replies a channel would not take, messages whose channel could not be re
 
 
 class ReplicaDuties(Protocol):
-    """Several replicas on one database (``core/replicas.py``): what this one leads now."""
+    """Several replicas on one database (``core/replicas/duties.py``): what this one leads now."""
 
     def leases_listener(self, channel: str) -> bool:
         """The channel's listener runs under a lease (started by the lease's holder, not by
@@ -84,18 +84,18 @@ class GatewayService:
         retry_policy: RetryPolicy = DEFAULT_POLICY,
         sweep_interval_s: float = SWEEP_INTERVAL_S,
         workspace_reports: WorkspaceReports | None = None,
-        schedules: SqliteSchedules | None = None,
+        schedules: SqlSchedules | None = None,
         schedule_clock: Clock = time.time,
         schedule_sleep: Sleep = asyncio.sleep,
         conversation_link: Callable[[str], str | None] | None = None,
         agent_names: Sequence[str] = (),
-        action_records: SqliteActionApprovals | None = None,
+        action_records: SqlActionApprovals | None = None,
         action_settings: ActionApprovalSettings | None = None,
     ) -> None:
-        """``schedules``: the store of /schedule (issue 17); without it the schedule
+        """``schedules``: the store of /schedule (decision 0068); without it the schedule
         commands answer that they are not available. Clock and sleep: for tests.
-        ``action_records`` and ``action_settings``: action approvals (issue 20,
-        ``core/action_approvals.py``); without them nothing is asked."""
+        ``action_records`` and ``action_settings``: action approvals (decision 0087,
+        ``core/actions/approvals.py``); without them nothing is asked."""
         self._store = store
         self._adapters = dict(adapters)
         self._access = access
@@ -244,7 +244,7 @@ class GatewayService:
     async def recover_conversation(self, conversation_id: str) -> None:
         """A replica that just claimed a conversation finishes what the previous holder
         left, oldest first: a stored reply is delivered, an interrupted run goes back to
-        pending. The caller then queues the pending tasks (``core/replicas.py``)."""
+        pending. The caller then queues the pending tasks (``core/replicas/duties.py``)."""
         await self._recovery.conversation(conversation_id)
 
     def spawn(self, job: Coroutine[Any, Any, None], name: str) -> None:
@@ -290,7 +290,7 @@ class GatewayService:
         return await self._intake.submit(raw)
 
     async def recover(self) -> None:
-        """The start-up sweep (``core/recovery.py``): every task not completed is finished
+        """The start-up sweep (``core/intake/recovery.py``): every task not completed is finished
         or re-run."""
         await self._recovery.at_start()
 

@@ -12,7 +12,7 @@ import aiohttp_jinja2
 from aiohttp import web
 
 from gateway_bot.core.application import Application
-from gateway_bot.core.schedule_rules import show_time
+from gateway_bot.core.schedules.rules import show_time
 from gateway_bot.dashboard import charts
 from gateway_bot.dashboard.context import APPLICATION, CSRF, SETTINGS
 from gateway_bot.dashboard.views import age, find_conversation, size, task_rows, when
@@ -114,7 +114,7 @@ async def approvals_page(request: web.Request) -> web.Response:
 
 
 async def schedules_page(request: web.Request) -> web.Response:
-    """Every schedule, active or paused, with its next run in its own zone (issue 17)."""
+    """Every schedule, active or paused, with its next run in its own zone (decision 0068)."""
     schedules = await _application(request).schedules()
     return render(request, "schedules.html", schedules=schedules, show_time=show_time)
 

@@ -1,6 +1,6 @@
 """How durations and message texts are shown to people, in one place for every surface:
-the operator commands (``status_format.py``: ``status``, ``approvals``), the dashboard
-(``dashboard/views.py``) and the core's chat answers (``core/status.py``).
+the operator commands (``cli/status_format.py``: ``status``, ``approvals``), the dashboard
+(``dashboard/views.py``) and the core's chat answers (``core/status/answer.py``).
 
 Plain functions of plain values, in the bottom layer so each of those may import them
 (import-linter's layers). Two duration styles on purpose: ``age`` is a table column's one

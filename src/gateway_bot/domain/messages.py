@@ -88,7 +88,7 @@ class InboundMessage:
     """Set by a mail channel (``core/channel.ConversationMail``) on a reply to mail that
     ``/mail`` sent from a chat conversation, when its authenticated sender is the address it
     went to: that conversation's id. The core checks the claim against
-    ``access.identities`` (``core/conversation_mail.py``) before honouring it."""
+    ``access.identities`` (``core/commands/mail.py``) before honouring it."""
 
     def to_json(self) -> JsonDict:
         return asdict(self)

@@ -1,4 +1,4 @@
-"""What the daemon may do with a context's files, wherever they live (issue 18).
+"""What the daemon may do with a context's files, wherever they live (decision 0095).
 
 A context's directories (workspace, agent home, inbox, outbox, storage) belong to its
 execution environment. On this machine they are host directories bind-mounted into a

@@ -1,5 +1,5 @@
 """An exclusive lock taken by every process that works in one directory: replicas sharing a
-``state_dir`` (issue 18) change the same files there (the git mirror), and an
+``state_dir`` (decision 0094) change the same files there (the git mirror), and an
 ``asyncio.Lock`` keeps apart only the coroutines of one process.
 
 ``flock`` on a lock file beside what it guards: the kernel drops it when its holder ends,

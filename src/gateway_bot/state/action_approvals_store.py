@@ -1,7 +1,7 @@
-"""Action approvals (issue 20) in the shared database (owner "action_approvals"): each
+"""Action approvals (decision 0087) in the shared database (owner "action_approvals"): each
 request the agent's run (or the egress proxy) made, its card, its decision; and the
 conversation rules "Always in this conversation" added. Written by
-``core/action_approvals.py`` only.
+``core/actions/approvals.py`` only.
 
 A request is decided once: ``decide`` moves it from pending in one guarded update, so a
 press, a typed ``!allow`` and the timeout race to one outcome. A request still pending when
@@ -105,7 +105,7 @@ class ConversationRule:
     added_at: float
 
 
-class SqliteActionApprovals:
+class SqlActionApprovals:
     def __init__(self, database: Database) -> None:
         self._db = database
 

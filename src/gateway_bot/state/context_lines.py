@@ -11,7 +11,7 @@ from gateway_bot.domain.records import ContextLine
 from gateway_bot.state.database import Database
 
 
-class SqliteContextLines:
+class SqlContextLines:
     def __init__(self, database: Database) -> None:
         self._database = database
 

@@ -1,4 +1,4 @@
-"""A conversation's rows, the conversations half of ``SqlStore`` (``state/sqlite_store.py``).
+"""A conversation's rows, the conversations half of ``SqlStore`` (``state/sql_store.py``).
 
 Apart from the tasks' intake and lifecycle (sqlite_store.py had grown past 400 lines): which
 conversation of a channel key is active, and what it keeps between tasks (model, agent

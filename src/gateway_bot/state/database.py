@@ -123,10 +123,6 @@ class Database:
         every durable commit waiting at the time; the benchmarks count them)."""
         return self.backend.flusher.flushes
 
-    @property
-    def is_open(self) -> bool:
-        return self._backend is not None
-
     async def open(self, target: StateTarget) -> None:
         """Open a SQLite file (a path) or a PostgreSQL database (a URL)."""
         if is_postgres_url(target):

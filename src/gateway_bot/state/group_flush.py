@@ -1,7 +1,7 @@
 """Group commit: commits go to the engine at once, and concurrent writers share one flush.
 
 A commit that must survive a power cut used to flush (fsync) on its own, on the one SQLite
-connection, while every other writer waited for the lock (issue 19: 8 flushes per task,
+connection, while every other writer waited for the lock (decision 0098: 8 flushes per task,
 ~4 ms each, in series). Now every commit is made without waiting for the disk (it
 survives the process's death at once: the engine has it), is numbered (``committed``),
 and ``wait`` returns once a flush that started after that commit is done. A writer whose

@@ -1,6 +1,6 @@
 """Replicas, leases and conversation claims in the shared state database (owner ``ha``).
 
-Several daemons on one database (issue 18, "replicas that fail over") agree on three things
+Several daemons on one database (decision 0093, "replicas that fail over") agree on three things
 here, and nowhere else:
 
 * ``ha_replicas``: who is alive. Each replica renews its row's ``expires_at``; a row past

@@ -3,7 +3,7 @@
 Append only. Never edit a migration that has shipped; add the next one. Versions are kept
 per owner in ``schema_versions`` (``state/database.py``); databases made before that kept
 the core's version in ``PRAGMA user_version``, which the store adopts once at open.
-New migrations stay portable where that is cheap (AGENTS.md: what a PostgreSQL backend
+New migrations stay portable where that is cheap (decision 0085: what a PostgreSQL backend
 translates): DOUBLE PRECISION rather than REAL, ON CONFLICT rather than INSERT OR ....
 """
 

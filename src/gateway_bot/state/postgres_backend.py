@@ -5,7 +5,7 @@ holds one connection from BEGIN to COMMIT. Placeholders and SQLite-dialect migra
 translated by ``postgres_sql``. Migrations take a transaction-scoped advisory lock, so
 several daemons starting on one database apply each migration once.
 
-Group commit (issue 19), as on SQLite: every connection commits with
+Group commit (decision 0098), as on SQLite: every connection commits with
 ``synchronous_commit`` off (committed and visible at once, not yet flushed), and
 ``Database`` makes a durable commit wait for one synchronous commit made after it, shared by
 every writer waiting meanwhile. PostgreSQL's WAL is flushed in order, so that one flush

@@ -1,6 +1,6 @@
 """Schedules the agent proposed (``outbox/schedule.json``), waiting for a person's yes or
 no, in the shared database (owner "schedule_proposals"). Written by
-``core/schedule_proposals.py`` only. A proposal is decided once: ``decide`` moves it from
+``core/schedules/proposals.py`` only. A proposal is decided once: ``decide`` moves it from
 pending in one guarded update, so two presses (or a press and ``!approve``) create at most
 one schedule.
 """
@@ -68,7 +68,7 @@ class ProposalRecord:
     """On the scheduler's clock: a proposal older than the approval expiry cannot be allowed."""
 
 
-class SqliteScheduleProposals:
+class SqlScheduleProposals:
     def __init__(self, database: Database) -> None:
         self._db = database
 

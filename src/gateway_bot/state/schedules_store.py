@@ -1,6 +1,6 @@
 """Schedules and their runs in the shared database (owner "schedules", tables
 ``schedules`` and ``schedule_runs``). One writer: the schedule runner and the /schedule
-commands (``core/schedules.py``).
+commands (``core/schedules/runner.py``).
 
 A run is identified by (schedule id, due time). ``claim_run`` records it and moves the
 schedule's next due time in one transaction, before anything is queued: a crash after it
@@ -18,7 +18,7 @@ from typing import Any
 
 from gateway_bot.domain.messages import InboundMessage
 from gateway_bot.state.database import Database, Row
-from gateway_bot.state.schedule_proposals_store import SqliteScheduleProposals
+from gateway_bot.state.schedule_proposals_store import SqlScheduleProposals
 
 OWNER = "schedules"
 
@@ -103,11 +103,11 @@ KEPT_RUNS = 3
 """Runs per schedule that retention never removes: the failure streak reads them."""
 
 
-class SqliteSchedules:
+class SqlSchedules:
     def __init__(self, database: Database) -> None:
         self._db = database
         database.add_pruner(OWNER, self.prune)
-        self.proposals = SqliteScheduleProposals(database)
+        self.proposals = SqlScheduleProposals(database)
         """Schedules the agent proposed, waiting for a decision (their own owner)."""
 
     async def prune(self, before: float) -> int:

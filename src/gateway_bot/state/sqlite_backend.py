@@ -4,7 +4,7 @@ aiosqlite runs the blocking sqlite3 calls on its own thread, so the event loop n
 on disk. All coroutines share the connection, so ``Database`` serialises writes and
 transactions with one lock (``needs_write_lock``).
 
-Durability (issue 19): the connection commits with ``synchronous=NORMAL``: a commit is
+Durability (decision 0098): the connection commits with ``synchronous=NORMAL``: a commit is
 written to the WAL file (the OS has it: it survives the process's death, kill -9) but not
 fsynced. ``Database`` then has ``flusher`` fsync the WAL file itself, once for every
 commit made before the fsync started (``group_flush``): a durable commit returns only once
@@ -36,7 +36,7 @@ _BUSY_ATTEMPTS = 25
 class SqliteTransaction:
     """Each statement is one trip to aiosqlite's thread (statement, rows and cursor
     together): aiosqlite's cursor API makes three (execute, fetch, close), and a task's
-    way through the core runs a few dozen statements (issue 19)."""
+    way through the core runs a few dozen statements (decision 0085)."""
 
     def __init__(self, connection: aiosqlite.Connection) -> None:
         self._connection = connection

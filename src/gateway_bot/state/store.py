@@ -141,7 +141,7 @@ class Store(Protocol):
         ``on_committed(task id, is_new)`` is called once the message is committed (safe
         from the process's death) and before it is on disk, so that taking it in can
         start during the flush; nothing may reach a person or the source before this
-        call returns (issue 19).
+        call returns (decision 0098).
         """
         ...
 

@@ -1,5 +1,5 @@
 """The listings and counts over the core's tables, a part of ``SqlStore``
-(``state/sqlite_store.py``): the newest tasks matching filters (status, dashboard, the
+(``state/sql_store.py``): the newest tasks matching filters (status, dashboard, the
 executor's budget check), the approvals waiting for an owner, and the task counts the
 metrics show.
 
@@ -15,7 +15,7 @@ from typing import Any
 
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState
 from gateway_bot.domain.records import ApprovalRecord, TaskRecord
-from gateway_bot.state.approvals import _approval as _approval_from_row
+from gateway_bot.state.approvals_store import _approval as _approval_from_row
 from gateway_bot.state.database import Database
 from gateway_bot.state.rows import task_from_row as _task_from_row
 

@@ -50,7 +50,12 @@ from gateway_bot.channels.email.store import EmailStore
 from gateway_bot.config.channels import EmailChannelSettings
 from gateway_bot.core.channel import AuthenticationError, MailRequest
 from gateway_bot.core.fault_points import reached
-from gateway_bot.core.inbox_files import InboxError, InboxWriter, safe_filename, size_text
+from gateway_bot.core.workspaces.inbox_files import (
+    InboxError,
+    InboxWriter,
+    safe_filename,
+    size_text,
+)
 from gateway_bot.domain.messages import (
     Attachment,
     InboundMessage,

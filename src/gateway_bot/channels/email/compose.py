@@ -28,7 +28,7 @@ from markdown_it.renderer import RendererProtocol
 from markdown_it.token import Token
 from markdown_it.utils import EnvType, OptionsDict
 
-from gateway_bot.core.inbox_files import safe_filename
+from gateway_bot.core.workspaces.inbox_files import safe_filename
 
 _MARKDOWN = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable("table")
 

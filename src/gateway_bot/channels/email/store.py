@@ -72,7 +72,7 @@ EMAIL_MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (sender, message_id)
     );
     """,
-    # 3: threads opened by /mail for a chat conversation, and for whom (issue 13).
+    # 3: threads opened by /mail for a chat conversation, and for whom (decision 0077).
     """
     CREATE TABLE email_chat_links (
         thread TEXT NOT NULL,

@@ -39,7 +39,7 @@ from gateway_bot.channels.matrix.render import (
 from gateway_bot.channels.matrix.session import MatrixSession
 from gateway_bot.channels.matrix.typing_notices import RoomTyping
 from gateway_bot.config.channels import MatrixChannelSettings
-from gateway_bot.core.inbox_files import InboxWriter
+from gateway_bot.core.workspaces.inbox_files import InboxWriter
 from gateway_bot.domain.messages import (
     Card,
     Decision,

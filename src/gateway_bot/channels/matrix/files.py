@@ -17,7 +17,12 @@ from typing import TYPE_CHECKING, Any
 from nio import EncryptionError
 
 from gateway_bot.channels.matrix.api import FileTooLarge, MatrixError
-from gateway_bot.core.inbox_files import InboxError, InboxWriter, safe_filename, size_text
+from gateway_bot.core.workspaces.inbox_files import (
+    InboxError,
+    InboxWriter,
+    safe_filename,
+    size_text,
+)
 from gateway_bot.domain.messages import Attachment
 
 if TYPE_CHECKING:

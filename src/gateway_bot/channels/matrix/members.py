@@ -1,5 +1,5 @@
 """Who is joined to each of the bot's rooms, as the bot's own /sync says, so a message's
-sender is authenticated without a ``joined_members`` round trip on every message (issue 19:
+sender is authenticated without a ``joined_members`` round trip on every message (decision 0105:
 it sat between a message's arrival and its acknowledgement).
 
 Kept from the sync's raw JSON, not from matrix-nio's room objects: nio skips a member event

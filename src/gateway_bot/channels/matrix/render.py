@@ -27,7 +27,7 @@ from markdown_it.renderer import RendererProtocol
 from markdown_it.token import Token
 from markdown_it.utils import EnvType, OptionsDict
 
-from gateway_bot.core.approval_cards import shown_as_text
+from gateway_bot.core.admission.cards import shown_as_text
 from gateway_bot.domain.messages import Card, Progress, Reply
 
 JsonDict = dict[str, Any]

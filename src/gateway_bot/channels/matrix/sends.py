@@ -1,6 +1,6 @@
 """The bot's own room sends in flight, so the sync can wait for the answers a batch causes.
 
-Why (issue 19): a long poll parked at the homeserver is woken by every event in the bot's
+Why (decision 0113): a long poll parked at the homeserver is woken by every event in the bot's
 rooms, its own included. With the next /sync already waiting while an acknowledgement went
 out, the homeserver answered the bot's sync (and the bot handled that echo) at the very
 moment it woke the person's clients to show them the acknowledgement, and they saw it later:

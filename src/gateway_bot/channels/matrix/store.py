@@ -140,7 +140,7 @@ class MatrixStateStore:
         flush of its own: every event of the batch is stored (flushed) before this, so a
         position a power cut forgets only makes the next sync hear stored events again,
         which intake ignores by message id. It runs after every sync, on the path of the
-        batch's acknowledgements (issue 19)."""
+        batch's acknowledgements (decision 0098)."""
         db = await self._db()
         statements: list[tuple[str, Params]] = [
             (

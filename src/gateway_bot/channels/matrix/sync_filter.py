@@ -1,7 +1,7 @@
 """The /sync filter: only what the bot acts on, stored on the homeserver once.
 
 A sync that names an inline filter has the homeserver parse it on every poll; one stored
-(``POST /user/{id}/filter``) is named by its id (issue 19: part of the sync work that
+(``POST /user/{id}/filter``) is named by its id (decision 0113: part of the sync work that
 competed with people's clients being woken).
 """
 

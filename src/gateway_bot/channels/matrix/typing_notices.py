@@ -4,7 +4,7 @@ before they expire, taken back when the room's last task ends.
 Why not at once: the acknowledgement ("Working on it…") already says the task started, and
 a typing notice sent right after it made the homeserver wake every parked sync in the room
 (the person's clients computing it while they should be showing the acknowledgement), for
-tasks that mostly end within a second anyway (issue 19). A task that runs longer shows
+tasks that mostly end within a second anyway (decision 0113). A task that runs longer shows
 typing after ``SHOW_AFTER_S``; one that ends sooner sends no typing requests at all.
 """
 

@@ -34,7 +34,7 @@ from gateway_bot.channels.slack.posts import SlackPosts
 from gateway_bot.channels.slack.records import SlackRecords
 from gateway_bot.config.channels import SlackChannelSettings
 from gateway_bot.core.channel import AuthenticationError
-from gateway_bot.core.inbox_files import InboxWriter
+from gateway_bot.core.workspaces.inbox_files import InboxWriter
 from gateway_bot.domain.messages import (
     Attachment,
     Card,

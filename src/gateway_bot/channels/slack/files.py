@@ -23,13 +23,12 @@ from yarl import URL
 
 from gateway_bot.channels.slack.records import SlackRecords
 from gateway_bot.channels.slack.webapi import next_cursor
-from gateway_bot.core.inbox_files import InboxError, InboxWriter, size_text
+from gateway_bot.core.workspaces.inbox_files import InboxError, InboxWriter, size_text
 from gateway_bot.domain.messages import Attachment, JsonDict
 
 log = logging.getLogger(__name__)
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._ -]+")
-_MB = 1024 * 1024
 
 
 @dataclass(frozen=True)

@@ -281,7 +281,7 @@ class SlackListener:
         listen_all = self._settings.listen == "all"
         if not events.should_submit(event, bot_user_id, False, listen_all=listen_all):
             # Only an un-mentioned reply in a channel thread needs the threads table: a
-            # DM or a mention goes in without that read before its commit (issue 19).
+            # DM or a mention goes in without that read before its commit (decision 0104).
             in_thread = events.is_thread_reply(event) and await self._records.in_thread(
                 team, event["channel"], events.thread_root(event)
             )

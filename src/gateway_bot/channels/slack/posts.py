@@ -52,7 +52,7 @@ class SlackPosts:
         """Post (task, kind, part) unless it already was; return its ts ("" for a post
         whose record retention removed meanwhile). The intent is written first (or was,
         during the flush: ``prepare_acknowledgement``) and read back only when it was there
-        already (issue 19: no write or one, not a read and a write, before a first post)."""
+        already (decision 0104: no write or one, not a read and a write, before a first post)."""
         channel = str(context["channel"])
         thread = context.get("thread_ts") or None
         prepared = kind == "ack" and part == 0 and task_id in self._prepared

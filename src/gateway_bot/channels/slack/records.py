@@ -93,7 +93,7 @@ class SlackRecords:
         database.add_pruner(OWNER, self.prune)
         self._known_threads: dict[tuple[str, str, str], None] = {}
         """Threads seen in the table lately (oldest first, at most ``KNOWN_THREADS``): a
-        thread never leaves it, so a reply in one needs no read (issue 19)."""
+        thread never leaves it, so a reply in one needs no read (decision 0104)."""
 
     async def _db(self) -> Database:
         return await self._tables.ready()
@@ -128,7 +128,7 @@ class SlackRecords:
         False when the post already had a record (this one is then left as it was).
         Only a reply's intent also waits for the disk: after a power cut, a reply is found
         in Slack instead of posted twice. The acknowledgement and the progress line do not
-        (issue 19: that flush would come between a message and its "Working on it"); a
+        (decision 0104: that flush would come between a message and its "Working on it"); a
         power cut in the ~50 ms before the next flush can post a second "Working on it",
         which is cosmetic."""
         db = await self._db()

@@ -20,7 +20,7 @@ from urllib.parse import urlparse
 
 from slackify_markdown.slackify import SlackifyMarkdown  # type: ignore[import-untyped]
 
-from gateway_bot.core.approval_cards import shown_as_text
+from gateway_bot.core.admission.cards import shown_as_text
 from gateway_bot.domain.messages import Card, Progress, Reply
 
 MESSAGE_LIMIT = 3500

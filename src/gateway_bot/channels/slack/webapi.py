@@ -23,7 +23,7 @@ def keep_alive(client: AsyncWebClient) -> aiohttp.ClientSession:
     """Give ``client`` one aiohttp session whose connections stay open between calls.
 
     Without one, slack_sdk opens a session per call: a new TCP connection (and TLS
-    handshake, against Slack) for every post, the acknowledgement's included (issue 19:
+    handshake, against Slack) for every post, the acknowledgement's included (decision 0104:
     ~1 ms of a ~9 ms acknowledgement against the local fake). A connection Slack closed
     while idle fails the next call with ``ServerDisconnectedError``, which slack_sdk's
     default retry handler retries once on a new connection. The call timeout stays the

@@ -2,7 +2,7 @@
 the podman CLI (argv lists) for what podman-py lacks.
 
 podman-py covers containers, networks and image queries. The CLI is used where podman-py
-falls short (AGENTS.md has the reasons): ``podman exec -i`` streams a process's stdin and
+falls short (decisions 0019 and 0106 say why): ``podman exec -i`` streams a process's stdin and
 stdout for an ``ssh://`` host (podman-py's ``exec_run`` cannot feed stdin; a local socket's
 service runs tasks through ``api_exec.py``), ``podman build`` shows progress while it
 runs (podman-py returns the log only at the end), and ``podman import`` has no podman-py call.

@@ -1,0 +1,232 @@
+"""Two daemons (replicas) on one PostgreSQL state database with the same config, talking
+Matrix to a real Synapse: the sync runs on one of them only, every message is answered
+exactly once and in order per room, and a replica killed mid-task (kill -9) with the Matrix
+listener leaves the listener and the task to the other; a holder only paused past its lease
+wakes up to find its late reply refused (the claim's fencing token).
+
+Matrix conversations run on the replica holding the Matrix listener (the channel
+``SendsWhereItListens``: its login and device crypto live with the listener), so here the
+survivor of a kill takes the listener and then the dead replica's conversations. The agent
+and the deployment are tests/support/replica_fixtures.py's."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.replica_fixtures import Deployment, tasks_run, wait_for
+from tests.support.synapse_fixtures import (
+    Event,
+    Human,
+    MatrixAccount,
+    SynapseServer,
+    bot_text,
+    membership,
+    relation_of,
+)
+
+ROOMS = 10
+
+
+class MatrixDeployment(Deployment):
+    """The replicas' deployment with its bot account and Alice, who may use it."""
+
+    bot: MatrixAccount
+    alice: Human
+
+
+@pytest.fixture
+async def deployment(
+    gateway: Any,
+    meet: Any,
+    synapse: SynapseServer,
+    tmp_path: Path,
+    target_repo: Path,
+    fake_api: FakeAnthropic,
+    postgres_url: str,
+) -> AsyncIterator[MatrixDeployment]:
+    alice = await meet("alice")
+    bot = await synapse.register("bot")
+    matrix = {
+        "homeserver": synapse.base_url,
+        "user_id": bot.user_id,
+        "password": bot.password,
+        "allowed_users": [alice.user_id],
+    }
+    made = MatrixDeployment(
+        gateway, tmp_path, target_repo, fake_api, {"matrix": matrix}, postgres_url,
+        max_concurrent_tasks=ROOMS,
+    )  # fmt: skip
+    made.bot, made.alice = bot, alice
+    yield made
+    made.print_logs()
+
+
+async def start_replica(deployment: Deployment) -> Any:
+    return await asyncio.to_thread(deployment.start_replica)
+
+
+async def rooms_joined(deployment: MatrixDeployment, count: int) -> list[str]:
+    """Rooms Alice made with the bot, once it joined each (the listener accepts invites)."""
+    alice, bot = deployment.alice, deployment.bot
+    rooms = list(await asyncio.gather(*(alice.create_room([bot.user_id]) for _ in range(count))))
+    for room in rooms:
+        await alice.wait_for(room, membership(bot.user_id, "join"))
+    return rooms
+
+
+def bot_message(bot: str, msgtype: str) -> Any:
+    """The bot's messages of one msgtype, edits left out."""
+
+    def matches(event: Event) -> bool:
+        content = event.get("content") or {}
+        return (
+            event.get("sender") == bot
+            and event.get("type") == "m.room.message"
+            and content.get("msgtype") == msgtype
+            and relation_of(event).get("rel_type") != "m.replace"
+        )
+
+    return matches
+
+
+async def seen_in(deployment: MatrixDeployment, room: str) -> tuple[list[str], int]:
+    """From the room's whole history: the msg-C-N words the bot answered, in order, and how
+    many acknowledgement notices it posted (their later edits not counted)."""
+    text = bot_message(deployment.bot.user_id, "m.text")
+    notice = bot_message(deployment.bot.user_id, "m.notice")
+    answered, acknowledged = [], 0
+    for event in await deployment.alice.history(room):
+        if text(event) and (word := re.search(r"Echo: (msg-\d+-\d+)", event["content"]["body"])):
+            answered.append(word.group(1))
+        acknowledged += notice(event)
+    return answered, acknowledged
+
+
+def leases(url: str) -> dict[str, tuple[str, int]]:
+    """Each lease's holder and fencing token, as the shared database has them."""
+    with psycopg.connect(url) as connection:
+        rows = connection.execute("SELECT name, holder, token FROM ha_leases").fetchall()
+    return {name: (holder, token) for name, holder, token in rows}
+
+
+def replica_id(replica: Any) -> str:
+    found = re.search(r"replica (\S+) joined", replica.stderr)
+    assert found, replica.stderr
+    return found.group(1)
+
+
+def listener_holders(replicas: list[Any]) -> list[Any]:
+    return [r for r in replicas if "lease listener:matrix: taken" in r.stderr]
+
+
+async def test_two_replicas_answer_once_each_in_order_and_survive_kill_9_of_the_listener(
+    deployment: MatrixDeployment, postgres_url: str
+) -> None:
+    alice, bot = deployment.alice, deployment.bot
+    first = await start_replica(deployment)
+    await asyncio.to_thread(
+        wait_for, lambda: listener_holders([first]), "the Matrix listener's lease", first
+    )
+    second = await start_replica(deployment)
+    rooms = await rooms_joined(deployment, ROOMS)
+
+    # Thirty messages in ten rooms: the replica with the Matrix sync runs them all.
+    for turn in range(3):
+        for number, room in enumerate(rooms):
+            await alice.say(room, f"please echo msg-{number}-{turn}")
+    for number, room in enumerate(rooms):
+        await alice.wait_for(room, bot_text(bot.user_id, rf"Echo: msg-{number}-2\b"), 120)
+    for number, room in enumerate(rooms):
+        expected = [f"msg-{number}-{turn}" for turn in range(3)]
+        assert await seen_in(deployment, room) == (expected, 3), (
+            "each answered once, in the order asked; one acknowledgement a message"
+        )
+    runs = deployment.runs_of()
+    for number in range(ROOMS):
+        ran = [word for word in runs if word.startswith(f"msg-{number}-")]
+        assert ran == [f"msg-{number}-{turn}" for turn in range(3)], "run once, in order"
+    assert tasks_run(first, "matrix") == 30, "Matrix conversations run on the listener's replica"
+    assert tasks_run(second, "matrix") == 0
+    assert listener_holders([first, second]) == [first], "the sync ran on one replica only"
+    assert "matrix: logged in" not in second.stderr, "the other replica never used the bot"
+
+    # kill -9 of the listener's replica mid-task: the other takes the listener, then the
+    # interrupted conversation, and answers what was said meanwhile.
+    slow_room, other_room = rooms[0], rooms[1]
+    await alice.say(slow_room, "SLOW msg-0-3")
+    await asyncio.to_thread(
+        wait_for, deployment.started.exists, "the slow task to start on the holder", first
+    )
+    await asyncio.to_thread(first.kill)
+    await alice.say(other_room, "meanwhile msg-1-3")
+    deployment.gate.touch()  # the re-run must not wait
+
+    await alice.wait_for(slow_room, bot_text(bot.user_id, r"Echo: msg-0-3\b"), 120)
+    await alice.wait_for(other_room, bot_text(bot.user_id, r"Echo: msg-1-3\b"), 120)
+    await alice.say(slow_room, "then msg-0-4")
+    await alice.wait_for(slow_room, bot_text(bot.user_id, r"Echo: msg-0-4\b"), 120)
+
+    words = [f"msg-0-{turn}" for turn in range(5)]
+    assert await seen_in(deployment, slow_room) == (words, 5), "each once, one ack each"
+    words = [f"msg-1-{turn}" for turn in range(4)]
+    assert await seen_in(deployment, other_room) == (words, 4), "the message said meanwhile"
+    late = deployment.runs_of()[len(runs) :]
+    assert sorted(late) == ["msg-0-3", "msg-0-3", "msg-0-4", "msg-1-3"], (
+        "the interrupted task ran again, every other task once"
+    )
+    assert tasks_run(second, "matrix") == 3
+    assert listener_holders([second]) == [second]
+    assert re.search(rf"replica {replica_id(first)} missed its heartbeat", second.stderr)
+    held = await asyncio.to_thread(leases, postgres_url)
+    assert held["listener:matrix"] == (replica_id(second), 2), "taken over once, by the survivor"
+
+    # A holder only paused (SIGSTOP) past its lease mid-task: a third replica takes the
+    # listener and re-runs the task; the paused one wakes up with its own reply, which the
+    # claim's fencing token refuses: the room shows one answer.
+    third = await start_replica(deployment)
+    deployment.gate.unlink()
+    deployment.started.unlink()
+    await alice.say(slow_room, "SLOW msg-0-5")
+    await asyncio.to_thread(
+        wait_for, deployment.started.exists, "the slow task to start on the holder", second
+    )
+    second.process.send_signal(signal.SIGSTOP)
+    try:
+        await asyncio.to_thread(
+            wait_for,
+            lambda: deployment.runs_of().count("msg-0-5") == 2,
+            "the third replica to take the listener and run the task again",
+            third,
+        )
+        deployment.gate.touch()
+        await alice.wait_for(slow_room, bot_text(bot.user_id, r"Echo: msg-0-5\b"), 120)
+    finally:
+        second.process.send_signal(signal.SIGCONT)
+    await asyncio.to_thread(
+        wait_for,
+        lambda: "its reply is refused" in second.stderr,
+        "the woken holder's late reply to be refused",
+        second,
+    )
+    await asyncio.to_thread(
+        wait_for,
+        lambda: "lease listener:matrix: stopping its duty" in second.stderr,
+        "the woken holder to stop its Matrix listener",
+        second,
+    )
+    await alice.say(slow_room, "then msg-0-6")
+    await alice.wait_for(slow_room, bot_text(bot.user_id, r"Echo: msg-0-6\b"), 120)
+    words = [f"msg-0-{turn}" for turn in range(7)]
+    assert await seen_in(deployment, slow_room) == (words, 7), "the late reply was not sent"
+    assert listener_holders([third]) == [third]
+    held = await asyncio.to_thread(leases, postgres_url)
+    assert held["listener:matrix"] == (replica_id(third), 3), "taken over from the paused one"
