@@ -32,6 +32,7 @@ from gateway_bot.core.conversations.timeline import (
     read_log_tail,
     state_entries,
 )
+from gateway_bot.core.decisions import PendingDecision, decide, pending_decisions
 from gateway_bot.core.schedules.runner import rule_of
 from gateway_bot.core.service import GatewayService
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState
@@ -229,6 +230,15 @@ class Application:
     async def pending_approvals(self) -> list[ApprovalRecord]:
         return await self._store.pending_approvals()
 
+    async def pending_decisions(self) -> list[PendingDecision]:
+        """Every decision a person is waiting on, of every kind (``core/decisions.py``),
+        oldest first."""
+        actions = self._service.action_approvals if self._service is not None else None
+        proposals = self._schedules.proposals if self._schedules is not None else None
+        return await pending_decisions(
+            self._store, actions.records if actions is not None else None, proposals
+        )
+
     async def approval(self, code: str) -> ApprovalRecord | None:
         """The approval ``code``, pending or decided; None when there is none."""
         return await self._store.approvals.get(code)
@@ -368,6 +378,23 @@ class Application:
         """Is ``identity`` an owner or admin on some channel (``gateway-bot approve --as``):
         only they are told whether a code exists."""
         return self._live_service("deciding an approval").gatekeeper.decides_somewhere(identity)
+
+    async def decide(
+        self, decision: PendingDecision, choice: str, *, decider_id: str, answer: str = ""
+    ) -> str | None:
+        """Decide a pending decision of any kind as ``decider_id`` on its channel, as that
+        kind's card button would (``core/decisions.decide``); None when that identity may
+        not. Raises ValueError for a choice the kind does not offer."""
+        service = self._live_service("deciding")
+        return await decide(
+            decision,
+            choice,
+            decider_id=decider_id,
+            gate=service.gatekeeper,
+            actions=service.action_approvals,
+            proposals=service.schedule_proposals,
+            answer=answer,
+        )
 
     async def decide_approval(
         self, code: str, choice: str, *, channel: str, decider_id: str, decider_name: str = ""
