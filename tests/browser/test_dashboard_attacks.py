@@ -24,8 +24,9 @@ from aiohttp import ClientSession, web
 from playwright.async_api import Browser, Page, Route, async_playwright, expect
 
 from gateway_bot.config.dashboard import DashboardSettings
-from gateway_bot.core.application import Application, DaemonLiveState
+from gateway_bot.core.application import Application
 from gateway_bot.core.feed import ChangeFeed
+from gateway_bot.core.live_state import DaemonLiveState
 from gateway_bot.dashboard.context import STREAMS
 from gateway_bot.dashboard.login_limits import LoginLimits
 from gateway_bot.dashboard.server import build_app

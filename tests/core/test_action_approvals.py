@@ -19,8 +19,9 @@ import pytest
 from gateway_bot.config.action_rules import ActionApprovalSettings
 from gateway_bot.core.actions.approvals import ActionRequest
 from gateway_bot.core.actions.network import network_asker
-from gateway_bot.core.application import Application, DaemonLiveState
+from gateway_bot.core.application import Application
 from gateway_bot.core.commands.effects import not_yours
+from gateway_bot.core.live_state import DaemonLiveState
 from gateway_bot.domain.lifecycle import TaskState
 from gateway_bot.state.database import StateTarget
 from tests.core.conftest import World

@@ -10,11 +10,8 @@ from pathlib import Path
 import pytest
 
 from gateway_bot.agents.claude.stream import parse_stream_line
-from gateway_bot.core.application import (
-    Application,
-    DaemonLiveState,
-    NotInThisProcess,
-)
+from gateway_bot.core.application import Application, NotInThisProcess
+from gateway_bot.core.live_state import DaemonLiveState
 from gateway_bot.core.workspaces.directories import Workspaces
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState
 from gateway_bot.domain.messages import ChannelHealth, ChannelStatus

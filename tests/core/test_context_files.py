@@ -20,8 +20,9 @@ import pytest
 from gateway_bot.agents.claude.backend import CLAUDE_CODE
 from gateway_bot.agents.enabled import AgentSet, EnabledAgent
 from gateway_bot.config.server import ExecutionSettings
-from gateway_bot.core.application import Application, DaemonLiveState
+from gateway_bot.core.application import Application
 from gateway_bot.core.conversations.executor import AgentDefaults, TaskExecutor
+from gateway_bot.core.live_state import DaemonLiveState
 from gateway_bot.core.service import GatewayService
 from gateway_bot.core.workspaces.directories import Workspaces
 from gateway_bot.core.workspaces.inbox_files import InboxWriter

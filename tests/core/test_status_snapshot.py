@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway_bot.core.application import ChannelView
+from gateway_bot.core.live_state import ChannelView
 from gateway_bot.core.status.snapshot import (
     Snapshot,
     SnapshotWriter,

@@ -32,7 +32,8 @@ from gateway_bot.cli.status_sections import (
     read_replicas,
 )
 from gateway_bot.config.server import ServerConfig
-from gateway_bot.core.application import Application, ChannelView, Overview
+from gateway_bot.core.application import Application, Overview
+from gateway_bot.core.live_state import ChannelView
 from gateway_bot.core.schedules.rules import show_time
 from gateway_bot.core.status.snapshot import (
     Snapshot,

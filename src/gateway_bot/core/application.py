@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
 
 from gateway_bot.core.actions.timeline import action_entries
-from gateway_bot.core.channel import ChannelAdapter
 from gateway_bot.core.conversations.network_log import NetworkLog, read_network_log
 from gateway_bot.core.conversations.timeline import (
     ParseLine,
@@ -32,11 +30,13 @@ from gateway_bot.core.conversations.timeline import (
     read_log_tail,
     state_entries,
 )
+from gateway_bot.core.decisions import PendingDecision, decide, pending_decisions
+from gateway_bot.core.live_state import ChannelView, LiveState, MeasuresLiveContainers
 from gateway_bot.core.schedules.runner import rule_of
 from gateway_bot.core.service import GatewayService
 from gateway_bot.domain.lifecycle import CompletionReason, TaskKind, TaskState
 from gateway_bot.domain.records import ApprovalRecord, ConversationRecord, TaskRecord
-from gateway_bot.sandbox.base import MeasuresContainers, Sandbox, SandboxContainer
+from gateway_bot.sandbox.base import SandboxContainer
 from gateway_bot.sandbox.context_files import ContextFiles
 from gateway_bot.state.schedules_store import PAUSED, SqlSchedules
 from gateway_bot.state.store import Store
@@ -50,52 +50,6 @@ WAITING_STATES = (TaskState.QUEUED, TaskState.AUTHENTICATING, TaskState.PENDING)
 
 class NotInThisProcess(RuntimeError):
     """A control (stop, decide) asked of an application that only reads state."""
-
-
-@dataclass(frozen=True)
-class ChannelView:
-    name: str
-    health: str
-    """A ``ChannelHealth`` value: starting, connected, degraded, failed."""
-    message: str
-
-
-class LiveState(Protocol):
-    """What only the running daemon knows."""
-
-    def channels(self) -> list[ChannelView]: ...
-
-    async def containers(self) -> list[SandboxContainer]: ...
-
-
-class DaemonLiveState:
-    """The daemon's own view: its adapters' listeners and its sandbox."""
-
-    def __init__(self, adapters: Mapping[str, ChannelAdapter], sandbox: Sandbox) -> None:
-        self._adapters = adapters
-        self._sandbox = sandbox
-
-    def channels(self) -> list[ChannelView]:
-        views = []
-        for name, adapter in sorted(self._adapters.items()):
-            status = adapter.listener.status
-            views.append(ChannelView(name, status.health.value, status.message))
-        return views
-
-    async def containers(self) -> list[SandboxContainer]:
-        return await self._sandbox.list_containers()
-
-    async def container_memory(self, name: str) -> int | None:
-        if isinstance(self._sandbox, MeasuresContainers):
-            return await self._sandbox.container_memory(name)
-        return None
-
-
-@runtime_checkable
-class MeasuresLiveContainers(Protocol):
-    """A live state that can measure a container (the daemon's; not a status snapshot)."""
-
-    async def container_memory(self, name: str) -> int | None: ...
 
 
 @dataclass(frozen=True)
@@ -233,6 +187,15 @@ class Application:
 
     async def pending_approvals(self) -> list[ApprovalRecord]:
         return await self._store.pending_approvals()
+
+    async def pending_decisions(self) -> list[PendingDecision]:
+        """Every decision a person is waiting on, of every kind (``core/decisions.py``),
+        oldest first."""
+        actions = self._service.action_approvals if self._service is not None else None
+        proposals = self._schedules.proposals if self._schedules is not None else None
+        return await pending_decisions(
+            self._store, actions.records if actions is not None else None, proposals
+        )
 
     async def approval(self, code: str) -> ApprovalRecord | None:
         """The approval ``code``, pending or decided; None when there is none."""
@@ -392,6 +355,23 @@ class Application:
         """Can this process decide an approval of ``channel`` (``GatewayService.decides_here``):
         the control socket sends the shell elsewhere when not."""
         return self._live_service("deciding an approval").decides_here(channel)
+
+    async def decide(
+        self, decision: PendingDecision, choice: str, *, decider_id: str, answer: str = ""
+    ) -> str | None:
+        """Decide a pending decision of any kind as ``decider_id`` on its channel, as that
+        kind's card button would (``core/decisions.decide``); None when that identity may
+        not. Raises ValueError for a choice the kind does not offer."""
+        service = self._live_service("deciding")
+        return await decide(
+            decision,
+            choice,
+            decider_id=decider_id,
+            gate=service.gatekeeper,
+            actions=service.action_approvals,
+            proposals=service.schedule_proposals,
+            answer=answer,
+        )
 
     async def decide_approval(
         self, code: str, choice: str, *, channel: str, decider_id: str, decider_name: str = ""

@@ -196,6 +196,11 @@ class GatewayService:
         return self._scheduler
 
     @property
+    def schedule_proposals(self) -> ScheduleProposals | None:
+        """For the application API: decide a schedule the agent proposed."""
+        return self._proposals
+
+    @property
     def gatekeeper(self) -> Gatekeeper:
         """For the application API: decide an approval as a card's button does."""
         return self._gate

@@ -32,8 +32,6 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/conversations", conversations_page)
     app.router.add_get("/conversations/{conversation_id}", conversation_page)
     app.router.add_get("/channels", channels_page)
-    app.router.add_get("/approvals", approvals_page)
-    app.router.add_post("/approvals/{code}/decide", decide_approval)
     app.router.add_get("/schedules", schedules_page)
     app.router.add_get("/charts", charts_page)
 
@@ -88,6 +86,7 @@ async def conversation_page(request: web.Request) -> web.Response:
     except Exception as exc:  # the sandbox's trouble must not hide the conversation
         containers, containers_error = [], f"{type(exc).__name__}: {exc}"
     network = await application.network_log(conversation_id)
+    pending = {d.code: d for d in await application.pending_decisions()}
     return render(
         request,
         "conversation.html",
@@ -97,6 +96,8 @@ async def conversation_page(request: web.Request) -> web.Response:
         containers=containers,
         containers_error=containers_error,
         network=network,
+        pending=pending,
+        operators=request.app[SETTINGS].operator,
         age=age,
         size=size,
     )
@@ -105,12 +106,6 @@ async def conversation_page(request: web.Request) -> web.Response:
 async def channels_page(request: web.Request) -> web.Response:
     overview = await _application(request).overview()
     return render(request, "channels.html", overview=overview)
-
-
-async def approvals_page(request: web.Request) -> web.Response:
-    approvals = await _application(request).pending_approvals()
-    operators = request.app[SETTINGS].operator
-    return render(request, "approvals.html", approvals=approvals, operators=operators)
 
 
 async def schedules_page(request: web.Request) -> web.Response:
@@ -137,40 +132,3 @@ async def stop_task(request: web.Request) -> web.Response:
     except KeyError:
         return render(request, "result.html", status=404, message=f"There is no task {task_id}.")
     return render(request, "result.html", message=outcome.text)
-
-
-async def decide_approval(request: web.Request) -> web.Response:
-    """Recorded as the operator's identity on the approval's channel (``dashboard.operator``):
-    the owners' list decides whether that identity may, exactly as for a button in chat."""
-    code = request.match_info["code"]
-    choice = (await request.post()).get("choice")
-    if choice not in ("allow", "deny"):
-        return render(request, "result.html", status=400, message="Choose allow or deny.")
-    application = _application(request)
-    pending = {a.code: a for a in await application.pending_approvals()}
-    approval = pending.get(code)
-    if approval is None:
-        return render(
-            request, "result.html", status=404, message=f"There is no pending approval {code}."
-        )
-    operator = request.app[SETTINGS].operator.get(approval.channel)
-    if not operator:
-        return render(
-            request,
-            "result.html",
-            status=403,
-            message=f"No operator identity for {approval.channel}: set "
-            f"dashboard.operator.{approval.channel} to an owner of that channel.",
-        )
-    line = await application.decide_approval(
-        code, str(choice), channel=approval.channel, decider_id=operator
-    )
-    if line is None:
-        return render(
-            request,
-            "result.html",
-            status=403,
-            message=f"{operator} may not decide on {approval.channel}: it is not in "
-            f"access.owners or access.admins there.",
-        )
-    return render(request, "result.html", message=line)

@@ -21,7 +21,7 @@ from markupsafe import Markup
 from gateway_bot.config.dashboard import DashboardSettings, token_weakness
 from gateway_bot.core.application import Application
 from gateway_bot.core.feed import ChangeFeed, Subscription
-from gateway_bot.dashboard import live, login, metrics, pages
+from gateway_bot.dashboard import decisions, live, login, metrics, pages
 from gateway_bot.dashboard.context import (
     APPLICATION,
     FEED,
@@ -95,6 +95,7 @@ def build_app(
     app.on_response_prepare.append(_add_security_headers)
     login.add_routes(app)
     pages.add_routes(app)
+    decisions.add_routes(app)
     app.router.add_get("/events", live.events)
     app.router.add_get(METRICS_PATH, metrics.metrics)
     return app

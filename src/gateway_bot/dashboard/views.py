@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 
 from gateway_bot.core.application import Application
+from gateway_bot.core.decisions import PendingDecision, waiting_tasks
 from gateway_bot.domain.display import one_line, span
 from gateway_bot.domain.lifecycle import TaskState
 from gateway_bot.domain.records import ConversationRecord, TaskRecord
@@ -30,12 +31,23 @@ class TaskRow:
     duration: str
     cost: str
     preview: str
+    waiting_for: str = ""
+    """What decision the task waits for (its kind, what is asked and the code); "" when
+    it waits for none."""
+    waiting_code: str = ""
 
 
-def task_row(task: TaskRecord, conversation: ConversationRecord | None, now: float) -> TaskRow:
+def task_row(
+    task: TaskRecord,
+    conversation: ConversationRecord | None,
+    now: float,
+    waiting: PendingDecision | None = None,
+) -> TaskRow:
     state = task.state.value
     if task.state is TaskState.COMPLETED and task.completion_reason is not None:
         state = task.completion_reason.value
+    elif waiting is not None:
+        state = "waiting"
     if task.parsed is not None:
         sender = task.parsed.sender_name or task.parsed.sender_id
         body = task.parsed.body
@@ -53,6 +65,8 @@ def task_row(task: TaskRecord, conversation: ConversationRecord | None, now: flo
         duration=_duration(task, now),
         cost=f"${task.cost_usd:.4f}" if task.cost_usd else "",
         preview=_preview(body),
+        waiting_for=waiting.waiting_text if waiting is not None else "",
+        waiting_code=waiting.code if waiting is not None else "",
     )
 
 
@@ -62,9 +76,10 @@ async def task_rows(
     """Newest first, with each task's conversation's model."""
     tasks = await application.tasks(conversation_id=conversation_id, limit=limit)
     conversations = {c.id: c for c in await application.conversations(limit=1000)}
+    waiting = waiting_tasks(await application.pending_decisions())
     now = time.time()
     return [
-        task_row(task, conversations.get(task.conversation_id or ""), now)
+        task_row(task, conversations.get(task.conversation_id or ""), now, waiting.get(task.id))
         for task in reversed(tasks)
     ]
 

@@ -13,12 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 from gateway_bot.agents.registry import parse_any_line
 from gateway_bot.config.server import ServerConfig
+from gateway_bot.core.actions.approvals import WaitingListener
 from gateway_bot.core.actions.network import network_asker
-from gateway_bot.core.application import Application, DaemonLiveState
+from gateway_bot.core.application import Application
 from gateway_bot.core.channel import ChannelAdapter
 from gateway_bot.core.conversations.executor import AgentDefaults, TaskExecutor
 from gateway_bot.core.fault_points import check_fault_point
 from gateway_bot.core.feed import ChangeFeed
+from gateway_bot.core.live_state import DaemonLiveState
 from gateway_bot.core.replicas.duties import Replicas
 from gateway_bot.core.schedules.test_clock import schedule_test_clock
 from gateway_bot.core.service import GatewayService
@@ -142,6 +144,10 @@ class Daemon:
         self.feed = ChangeFeed()
         """Every task state change, for in-process subscribers (the dashboard, next)."""
         self.store.on_transition(self.feed.publish_transition)
+        if self.service.action_approvals is not None:
+            self.service.action_approvals.on_waiting = self._publish_waiting(
+                self.service.action_approvals.on_waiting
+            )
         live = DaemonLiveState(adapters, self.sandbox)
         self.application = Application(
             self.store,
@@ -174,6 +180,17 @@ class Daemon:
         set by ``serve_control``)."""
         self.stop_requested = asyncio.Event()
         self.end_of_input = asyncio.Event()
+
+    def _publish_waiting(self, told: WaitingListener | None) -> WaitingListener:
+        """A task that starts or stops waiting for a decision keeps its state (executing):
+        the feed still hears of it, so a live page shows it waiting, and then not."""
+
+        async def tell(task_id: str, what: str | None) -> None:
+            if told is not None:
+                await told(task_id, what)
+            self.feed.publish_transition(await self.store.get_task(task_id), TaskState.EXECUTING)
+
+        return tell
 
     async def open(self) -> None:
         """Raises SandboxUnavailable (one clear message) when the sandbox cannot run."""

@@ -112,6 +112,14 @@ class SqlScheduleProposals:
         row = await self._db.fetch_one("SELECT * FROM schedule_proposals WHERE code = ?", (code,))
         return _proposal(row) if row is not None else None
 
+    async def pending(self) -> list[ProposalRecord]:
+        """Every proposal nobody decided yet, oldest first (expired ones included until a
+        press expires them: the dashboard lists what a card would still offer)."""
+        rows = await self._db.fetch_all(
+            "SELECT * FROM schedule_proposals WHERE state = ? ORDER BY created_at", (PENDING,)
+        )
+        return [_proposal(row) for row in rows]
+
     async def set_card(self, code: str, card_ref: str) -> None:
         await self._db.write(
             "UPDATE schedule_proposals SET card_ref = ? WHERE code = ?", (card_ref, code)

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from gateway_bot.cli.approvals import run_decision
-from gateway_bot.core.application import Application, DaemonLiveState
+from gateway_bot.core.application import Application
+from gateway_bot.core.live_state import DaemonLiveState
 from gateway_bot.runtime.control_socket import ControlServer, ask_daemon, socket_path
 from tests.core.conftest import World
 from tests.integration.dashboard.test_dashboard_security import NoContainers

@@ -21,8 +21,9 @@ from aiohttp import ClientSession
 from aiohttp.test_utils import TestServer
 
 from gateway_bot.config.dashboard import DashboardSettings
-from gateway_bot.core.application import Application, DaemonLiveState
+from gateway_bot.core.application import Application
 from gateway_bot.core.feed import ChangeFeed
+from gateway_bot.core.live_state import DaemonLiveState
 from gateway_bot.dashboard.metrics import TaskDurations, metrics_readable
 from gateway_bot.dashboard.server import build_app
 from gateway_bot.dashboard.sessions import load_or_make_key

@@ -21,8 +21,9 @@ from aiohttp.test_utils import TestServer
 
 from gateway_bot.agents.claude.stream import parse_stream_line
 from gateway_bot.config.dashboard import DashboardSettings
-from gateway_bot.core.application import Application, DaemonLiveState
+from gateway_bot.core.application import Application
 from gateway_bot.core.feed import ChangeFeed
+from gateway_bot.core.live_state import DaemonLiveState
 from gateway_bot.core.workspaces.directories import Workspaces
 from gateway_bot.dashboard import charts
 from gateway_bot.dashboard.server import build_app

@@ -25,8 +25,9 @@ from gateway_bot.agents.claude.stream import parse_stream_line
 from gateway_bot.config.dashboard import DashboardSettings, token_weakness
 from gateway_bot.config.server import build_server_config
 from gateway_bot.config.yaml_tags import ConfigError
-from gateway_bot.core.application import Application, DaemonLiveState
+from gateway_bot.core.application import Application
 from gateway_bot.core.feed import ChangeFeed
+from gateway_bot.core.live_state import DaemonLiveState
 from gateway_bot.core.workspaces.directories import Workspaces
 from gateway_bot.dashboard.context import APPLICATION
 from gateway_bot.dashboard.server import build_app

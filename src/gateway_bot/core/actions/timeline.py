@@ -23,7 +23,8 @@ async def action_entries(records: SqlActionApprovals, task_id: str) -> list[Time
         for channel, who in await records.refusals(record.code):
             entries.append(TimelineEntry(None, "approval", f"refused a press by {who} ({channel})"))
         if record.state == PENDING:
-            entries.append(TimelineEntry(None, "approval", "waiting for an answer"))
+            text = f"waiting for an answer (code {record.code})"
+            entries.append(TimelineEntry(None, "approval", text, record.code))
         elif record.kind == "question" and record.state == ALLOWED:
             text = f"answered by {record.decided_by}: {record.answer}"
             entries.append(TimelineEntry(record.decided_at, "approval", text))

@@ -50,6 +50,8 @@ class TimelineEntry:
     source: str
     """"task" (a state change the store recorded) or "agent" (from the event log)."""
     text: str
+    code: str | None = None
+    """The code of a decision this step waits for (a page puts its buttons here)."""
 
 
 @dataclass(frozen=True)

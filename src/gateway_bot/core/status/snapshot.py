@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gateway_bot.core.application import ChannelView, LiveState
+from gateway_bot.core.live_state import ChannelView, LiveState
 from gateway_bot.sandbox.base import SandboxContainer
 
 log = logging.getLogger(__name__)
