@@ -33,11 +33,11 @@ from aiohttp import web
 
 from gateway_bot.config.dashboard import DashboardSettings
 from gateway_bot.dashboard import metrics
+from gateway_bot.dashboard.assets import STATIC_PATHS
 from gateway_bot.dashboard.context import CSRF, SESSION, SESSIONS, SETTINGS
 from gateway_bot.dashboard.sessions import COOKIE_NAME, SECURE_COOKIE_NAME
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-STATIC_PATHS = frozenset({"/static/style.css", "/static/live.js"})
 LOGIN_PATH = "/login"
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _PLAIN_PATH = re.compile(r"/[A-Za-z0-9_\-./]*")

@@ -5,7 +5,6 @@ application API says; actions go through the same API the chat commands use (sto
 from __future__ import annotations
 
 import time
-from importlib import resources
 from typing import Any
 
 import aiohttp_jinja2
@@ -24,8 +23,6 @@ CONVERSATION_TIMELINES = 10
 
 
 def add_routes(app: web.Application) -> None:
-    app.router.add_get("/static/style.css", _static("style.css", "text/css"))
-    app.router.add_get("/static/live.js", _static("live.js", "text/javascript"))
     app.router.add_get("/", front)
     app.router.add_get("/tasks", tasks_page)
     app.router.add_post("/tasks/{task_id}/stop", stop_task)
@@ -34,15 +31,6 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/channels", channels_page)
     app.router.add_get("/schedules", schedules_page)
     app.router.add_get("/charts", charts_page)
-
-
-def _static(name: str, content_type: str) -> Any:
-    body = resources.files("gateway_bot.dashboard").joinpath("static", name).read_bytes()
-
-    async def serve(request: web.Request) -> web.Response:
-        return web.Response(body=body, content_type=content_type)
-
-    return serve
 
 
 def render(request: web.Request, template: str, status: int = 200, **context: Any) -> web.Response:

@@ -21,7 +21,7 @@ from markupsafe import Markup
 from gateway_bot.config.dashboard import DashboardSettings, token_weakness
 from gateway_bot.core.application import Application
 from gateway_bot.core.feed import ChangeFeed, Subscription
-from gateway_bot.dashboard import decisions, live, login, metrics, pages
+from gateway_bot.dashboard import assets, decisions, live, login, metrics, pages
 from gateway_bot.dashboard.context import (
     APPLICATION,
     FEED,
@@ -93,6 +93,7 @@ def build_app(
     )
     app.on_startup.append(_sweep_sessions)
     app.on_response_prepare.append(_add_security_headers)
+    assets.add_routes(app)
     login.add_routes(app)
     pages.add_routes(app)
     decisions.add_routes(app)

@@ -1,0 +1,41 @@
+"""The dashboard's static files: its own stylesheet and script, and the vendored libraries
+it is built on (``static/vendor/``: Pico CSS, htmx with its server-sent-events extension,
+Chart.js), served by the daemon itself so the dashboard works with no network beyond it.
+
+Each file is read once, at import, from the package; the paths are fixed (no file name
+from a request reaches the file system). The guard lets anyone fetch them: the login page
+is styled with them before anyone is logged in, and none of them holds a secret.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Any
+
+from aiohttp import web
+
+_FILES = {
+    "style.css": "text/css",
+    "live.js": "text/javascript",
+    "vendor/pico.min.css": "text/css",
+    "vendor/htmx.min.js": "text/javascript",
+    "vendor/htmx-sse.min.js": "text/javascript",
+    "vendor/chart.umd.min.js": "text/javascript",
+}
+STATIC_PATHS = frozenset(f"/static/{name}" for name in _FILES)
+"""What the guard serves to anyone."""
+
+
+def add_routes(app: web.Application) -> None:
+    for name, content_type in _FILES.items():
+        app.router.add_get(f"/static/{name}", _serve(name, content_type))
+
+
+def _serve(name: str, content_type: str) -> Any:
+    body = resources.files("gateway_bot.dashboard").joinpath("static", *name.split("/"))
+    data = body.read_bytes()
+
+    async def serve(request: web.Request) -> web.Response:
+        return web.Response(body=data, content_type=content_type, charset="utf-8")
+
+    return serve
