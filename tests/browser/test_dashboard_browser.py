@@ -109,7 +109,7 @@ def test_the_login_is_required_and_a_wrong_token_gets_nothing(
     log_in(page, base)
     expect(page.locator("h1")).to_have_text("Tasks")
     page.goto(base + "charts")
-    expect(page.locator("svg")).to_have_count(3)
+    expect(page.locator("canvas")).to_have_count(7)
     page.click("form[action='/logout'] button")
     expect(page).to_have_url(re.compile(r"/login$"))
     page.goto(base + "tasks")

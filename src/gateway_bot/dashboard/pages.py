@@ -16,8 +16,6 @@ from gateway_bot.dashboard import charts
 from gateway_bot.dashboard.context import APPLICATION, CSRF, SETTINGS
 from gateway_bot.dashboard.views import age, find_conversation, size, task_rows, when
 
-CHART_TASKS = 20_000
-"""The charts are drawn from the newest this many tasks."""
 CONVERSATION_TIMELINES = 10
 """A conversation's page shows the timelines of its newest this many tasks."""
 
@@ -103,11 +101,8 @@ async def schedules_page(request: web.Request) -> web.Response:
 
 
 async def charts_page(request: web.Request) -> web.Response:
-    tasks = await _application(request).tasks(limit=CHART_TASKS)
-    durations, cost, queue = charts.charts(tasks, time.time())
-    return render(
-        request, "charts.html", bars=[durations, cost], queue=queue, task_count=len(tasks)
-    )
+    page = await charts.page(_application(request), time.time())
+    return render(request, "charts.html", page=page)
 
 
 # -- actions -----------------------------------------------------------------------------

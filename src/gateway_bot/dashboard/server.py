@@ -21,7 +21,7 @@ from markupsafe import Markup
 from gateway_bot.config.dashboard import DashboardSettings, token_weakness
 from gateway_bot.core.application import Application
 from gateway_bot.core.feed import ChangeFeed, Subscription
-from gateway_bot.dashboard import assets, decisions, live, login, metrics, pages
+from gateway_bot.dashboard import assets, decisions, live, login, metrics, nav, pages
 from gateway_bot.dashboard.context import (
     APPLICATION,
     FEED,
@@ -68,7 +68,7 @@ def build_app(
     """``database``: the state database, where sessions live (it must be open before the
     app serves). ``login_limits``: the login pace's memory (tests pass one with a clock
     they move)."""
-    app = web.Application(middlewares=[guard])
+    app = web.Application(middlewares=[guard, nav.header])
     if durations is not None:
         app[DURATIONS] = durations
     app[APPLICATION] = application
@@ -84,13 +84,14 @@ def build_app(
     database.add_pruner(OWNER, lambda _before: app[SESSIONS].sweep())  # daily, by the daemon
     app[LOGIN_LIMITS] = login_limits if login_limits is not None else LoginLimits()
     app[STREAMS] = set()
-    aiohttp_jinja2.setup(
+    environment = aiohttp_jinja2.setup(
         app,
         loader=jinja2.PackageLoader("gateway_bot.dashboard", "templates"),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         finalize=_shown,
     )
+    environment.globals.update(pending_count=nav.pending_count, page_path=nav.page_path)
     app.on_startup.append(_sweep_sessions)
     app.on_response_prepare.append(_add_security_headers)
     assets.add_routes(app)
