@@ -72,13 +72,15 @@ async def a_busy_week(tmp_path: Path) -> AsyncIterator[tuple[ServedDashboard, st
         world.agent.schedule_requests.append(ScheduleAsk("every day at 18:30", "report", None))
         await world.reply(await world.say("propose a nightly report", room="ops"))
         await pending(dashboard.application, 5)
-        yield dashboard, stranger
-        # The agent's runs that wait end before the store closes (their last word is a write).
-        for decision in await dashboard.application.pending_decisions():
-            if decision.kind in ("tool", "question"):
-                choice = decision.choices[-1].value
-                await dashboard.application.decide(decision, choice, decider_id=OPERATOR)
-        await world.idle()
+        try:
+            yield dashboard, stranger
+        finally:
+            # The agent's waiting runs end before the store closes (their last word is a write).
+            for decision in await dashboard.application.pending_decisions():
+                if decision.kind in ("tool", "question"):
+                    choice = decision.choices[-1].value
+                    await dashboard.application.decide(decision, choice, decider_id=OPERATOR)
+            await world.idle()
 
 
 async def pending(application: Application, count: int) -> None:
@@ -189,6 +191,11 @@ async def test_every_page_reads_at_a_desk_and_on_a_phone(tmp_path: Path) -> None
             context, page, errors = await new_page(browser, width)
             violations += await look_at(page, base, "/login", errors)
             await shoot(page, "login", width)
+            await page.fill("input[name=token]", "not the token")
+            await page.click("button[type=submit]")
+            await expect(page.locator("p.error")).to_be_visible()  # its field marked invalid
+            assert [e for e in errors if "401 (Unauthorized)" not in e] == []  # no icon refused
+            errors.clear()
             await log_in(page, base)
             if not visited:  # the crawl, at the first width; the second sees the same pages
                 queue, kinds = ["/"], {kind_of("/")}
