@@ -34,12 +34,20 @@ from gateway_bot.core.decisions import PendingDecision, decide, pending_decision
 from gateway_bot.core.live_state import ChannelView, LiveState, MeasuresLiveContainers
 from gateway_bot.core.schedules.runner import rule_of
 from gateway_bot.core.service import GatewayService
+from gateway_bot.core.status import overview as front
 from gateway_bot.domain.lifecycle import CompletionReason, TaskKind, TaskState
 from gateway_bot.domain.records import ApprovalRecord, ConversationRecord, TaskRecord
 from gateway_bot.sandbox.base import SandboxContainer
 from gateway_bot.sandbox.context_files import ContextFiles
 from gateway_bot.state.schedules_store import PAUSED, SqlSchedules
 from gateway_bot.state.store import Store
+from gateway_bot.state.task_lists import (
+    ConversationFilter,
+    ConversationSummary,
+    Cursor,
+    TaskFilter,
+    TaskPage,
+)
 
 log = logging.getLogger(__name__)
 
@@ -324,6 +332,21 @@ class Application:
             ),
             schedules=tuple(await self.schedules()),
         )
+
+    # -- the dashboard's front page and lists (core/status/overview.py, state/task_lists.py) --
+
+    async def front_page(self, now: float) -> front.FrontPage:
+        return await front.front_page(self._store, self._live, await self.pending_decisions(), now)
+
+    async def task_page(
+        self, which: TaskFilter, *, after: Cursor | None = None, limit: int = 50
+    ) -> TaskPage:
+        return await self._store.task_page(which, after=after, limit=limit)
+
+    async def conversation_page(
+        self, which: ConversationFilter, *, offset: int = 0, limit: int = 50
+    ) -> tuple[list[ConversationSummary], bool]:
+        return await self._store.conversation_page(which, offset=offset, limit=limit)
 
     # -- controls (in the daemon only) -------------------------------------------------------
 

@@ -22,7 +22,6 @@ ICONS = (
 same drawings as files (``static/icons/``), named by style.css instead."""
 _FILES = {
     "style.css": "text/css",
-    "live.js": "text/javascript",
     "charts.js": "text/javascript",
     "favicon.svg": "image/svg+xml",
     "vendor/pico.min.css": "text/css",

@@ -1,6 +1,10 @@
 """The live stream (server-sent events): every task state change as a ``change`` event
 (JSON), then the tasks table rendered again as a ``tasks`` event, which the tasks page
-swaps in without a reload.
+swaps in without a reload: htmx's server-sent-events extension does the swapping
+(``sse-connect`` and ``sse-swap`` in tasks.html), so the page carries no script of its own.
+The stream's query is the page's filters (``dashboard/lists.py``): the rows it sends are
+the first page of that same list. Its first event, ``hello``, is the line the page shows
+while it is connected ("Live.").
 
 The rows are rendered here, by the same template and autoescaping as the page, so the
 browser only ever inserts server-escaped HTML. A burst of changes is answered with one
@@ -27,10 +31,12 @@ from aiohttp import web
 from aiohttp_sse import EventSourceResponse, sse_response
 
 from gateway_bot.core.feed import FeedItem, Subscription, TaskChange
+from gateway_bot.dashboard import lists
 from gateway_bot.dashboard.context import APPLICATION, CSRF, FEED, SESSION, SESSIONS, STREAMS
-from gateway_bot.dashboard.views import task_rows
+from gateway_bot.dashboard.views import task_list
 
 SESSION_CHECK_S = 30.0
+LIVE = "Live."
 
 
 def change_json(change: TaskChange) -> str:
@@ -58,7 +64,7 @@ async def events(request: web.Request) -> web.StreamResponse:
     streams.add(subscription)
     try:
         async with sse_response(request) as stream:
-            await stream.send("{}", event="hello")
+            await stream.send(LIVE, event="hello")
             await stream.send(await _rows_html(request), event="tasks")
             forwarding = asyncio.create_task(_forward(request, stream, subscription))
             gone = asyncio.create_task(stream.wait())
@@ -97,7 +103,8 @@ async def _session_ended(request: web.Request) -> None:
 
 
 async def _rows_html(request: web.Request) -> str:
-    rows = await task_rows(request.app[APPLICATION])
+    filters, which = lists.task_filter(request.query)
+    rows, _ = await task_list(request.app[APPLICATION], which)
     return aiohttp_jinja2.render_string(
-        "task_rows.html", request, {"rows": rows, "csrf": request[CSRF]}
+        "task_rows.html", request, {"rows": rows, "csrf": request[CSRF], "filters": filters}
     )

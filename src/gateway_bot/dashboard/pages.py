@@ -12,9 +12,19 @@ from aiohttp import web
 
 from gateway_bot.core.application import Application
 from gateway_bot.core.schedules.rules import show_time
-from gateway_bot.dashboard import charts
+from gateway_bot.dashboard import charts, lists
 from gateway_bot.dashboard.context import APPLICATION, CSRF, SETTINGS
-from gateway_bot.dashboard.views import age, find_conversation, size, task_rows, when
+from gateway_bot.dashboard.views import (
+    LIVE_TASKS,
+    age,
+    conversation_rows,
+    find_conversation,
+    front_view,
+    size,
+    task_list,
+    task_rows,
+    when,
+)
 
 CONVERSATION_TIMELINES = 10
 """A conversation's page shows the timelines of its newest this many tasks."""
@@ -45,17 +55,50 @@ def _application(request: web.Request) -> Application:
 
 
 async def front(request: web.Request) -> web.Response:
-    raise web.HTTPFound("/tasks")
+    """The overview: what runs and waits now, today's and the week's figures, the
+    channels and containers, each linking to its detail."""
+    view = await front_view(_application(request), time.time())
+    return render(request, "overview.html", view=view, age=age, size=size)
 
 
 async def tasks_page(request: web.Request) -> web.Response:
-    rows = await task_rows(_application(request))
-    return render(request, "tasks.html", rows=rows, live=True)
+    """Filtered by the query's fields, newest first, a page at a time; the first page
+    follows changes live (its stream re-renders the same filters), an older one stays."""
+    filters, which = lists.task_filter(request.query)
+    after = lists.read_cursor(request.query.get("after", ""))
+    rows, following = await task_list(_application(request), which, after=after)
+    return render(
+        request,
+        "tasks.html",
+        rows=rows,
+        filters=filters,
+        channels=_channel_names(request),
+        states=lists.STATE_WORDS,
+        streaming=after is None,
+        newer=after is not None,
+        older=filters.query(after=lists.write_cursor(following)) if following else "",
+        page_size=LIVE_TASKS,
+    )
 
 
 async def conversations_page(request: web.Request) -> web.Response:
-    conversations = await _application(request).conversations(limit=200)
-    return render(request, "conversations.html", conversations=conversations)
+    filters, which = lists.conversation_filter(request.query)
+    offset = lists.read_offset(request.query.get("offset", ""))
+    rows, more = await conversation_rows(_application(request), which, offset=offset)
+    return render(
+        request,
+        "conversations.html",
+        conversations=rows,
+        filters=filters,
+        channels=_channel_names(request),
+        states=lists.CONVERSATION_STATES,
+        newer=filters.query(offset=str(max(0, offset - LIVE_TASKS))) if offset else None,
+        older=filters.query(offset=str(offset + LIVE_TASKS)) if more else "",
+    )
+
+
+def _channel_names(request: web.Request) -> list[str]:
+    return [channel.name for channel in _application(request).channels()]
 
 
 async def conversation_page(request: web.Request) -> web.Response:

@@ -9,13 +9,21 @@ from dataclasses import dataclass
 
 from gateway_bot.core.application import Application
 from gateway_bot.core.decisions import PendingDecision, waiting_tasks
+from gateway_bot.core.live_state import ChannelView
+from gateway_bot.core.status.overview import ContainerLine, Period
 from gateway_bot.domain.display import one_line, span
 from gateway_bot.domain.lifecycle import TaskState
 from gateway_bot.domain.records import ConversationRecord, TaskRecord
+from gateway_bot.state.task_lists import (
+    ConversationFilter,
+    ConversationSummary,
+    Cursor,
+    TaskFilter,
+)
 
 PREVIEW_CHARS = 120
 LIVE_TASKS = 50
-"""The tasks page shows the newest this many tasks."""
+"""A page of the tasks list holds this many tasks."""
 
 
 @dataclass(frozen=True)
@@ -27,22 +35,19 @@ class TaskRow:
     conversation_id: str
     channel: str
     sender: str
-    model: str
+    when: str
+    """When it was accepted."""
     duration: str
     cost: str
     preview: str
+    """The message's first line."""
     waiting_for: str = ""
     """What decision the task waits for (its kind, what is asked and the code); "" when
     it waits for none."""
     waiting_code: str = ""
 
 
-def task_row(
-    task: TaskRecord,
-    conversation: ConversationRecord | None,
-    now: float,
-    waiting: PendingDecision | None = None,
-) -> TaskRow:
+def task_row(task: TaskRecord, now: float, waiting: PendingDecision | None = None) -> TaskRow:
     state = task.state.value
     if task.state is TaskState.COMPLETED and task.completion_reason is not None:
         state = task.completion_reason.value
@@ -53,7 +58,6 @@ def task_row(
         body = task.parsed.body
     else:
         sender, body = task.raw.sender, ""
-    model = (conversation.model or "") if conversation else ""
     return TaskRow(
         id=task.id,
         state=state,
@@ -61,7 +65,7 @@ def task_row(
         conversation_id=task.conversation_id or "",
         channel=task.channel,
         sender=sender,
-        model=model or "default",
+        when=when(task.created_at),
         duration=_duration(task, now),
         cost=f"${task.cost_usd:.4f}" if task.cost_usd else "",
         preview=_preview(body),
@@ -73,15 +77,25 @@ def task_row(
 async def task_rows(
     application: Application, *, conversation_id: str | None = None, limit: int = LIVE_TASKS
 ) -> list[TaskRow]:
-    """Newest first, with each task's conversation's model."""
-    tasks = await application.tasks(conversation_id=conversation_id, limit=limit)
-    conversations = {c.id: c for c in await application.conversations(limit=1000)}
+    """A conversation's newest tasks, newest first."""
+    rows, _ = await task_list(
+        application, TaskFilter(conversation_id=conversation_id or ""), limit=limit
+    )
+    return rows
+
+
+async def task_list(
+    application: Application,
+    which: TaskFilter,
+    *,
+    after: Cursor | None = None,
+    limit: int = LIVE_TASKS,
+) -> tuple[list[TaskRow], Cursor | None]:
+    """A page of the tasks list (newest first) and where the next one starts."""
+    page = await application.task_page(which, after=after, limit=limit)
     waiting = waiting_tasks(await application.pending_decisions())
     now = time.time()
-    return [
-        task_row(task, conversations.get(task.conversation_id or ""), now, waiting.get(task.id))
-        for task in reversed(tasks)
-    ]
+    return [task_row(task, now, waiting.get(task.id)) for task in page.tasks], page.next
 
 
 async def find_conversation(
@@ -116,10 +130,104 @@ def size(count: int | None) -> str:
 
 
 def _preview(body: str) -> str:
-    return one_line(body, PREVIEW_CHARS)
+    """The first line with words on it."""
+    first = next((line for line in body.splitlines() if line.strip()), "")
+    return one_line(first, PREVIEW_CHARS)
 
 
 def when(at: float | None) -> str:
     if at is None:
         return ""
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+
+
+# -- the overview and the conversations list ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PeriodView:
+    name: str
+    day: str
+    """Its first day (YYYY-MM-DD): the lists' ``from`` for the same tasks."""
+    tasks: int
+    ended: dict[str, int]
+    unfinished: int
+    cost: str
+    failure_rate: str
+    p50: str
+    p95: str
+
+
+@dataclass(frozen=True)
+class FrontView:
+    running: list[TaskRow]
+    waiting: list[TaskRow]
+    periods: list[PeriodView]
+    channels: tuple[ChannelView, ...]
+    containers: tuple[ContainerLine, ...]
+    containers_error: str
+
+
+def _period_view(period: Period) -> PeriodView:
+    def seconds(value: float | None) -> str:
+        return "-" if value is None else span(value)
+
+    rate = "-" if period.failure_rate is None else f"{period.failure_rate:.1f} %"
+    return PeriodView(
+        period.name,
+        time.strftime("%Y-%m-%d", time.localtime(period.since)),
+        period.tasks,
+        period.ended,
+        period.unfinished,
+        f"${period.cost_usd:.2f}",
+        rate,
+        seconds(period.p50_s),
+        seconds(period.p95_s),
+    )
+
+
+async def front_view(application: Application, now: float) -> FrontView:
+    page = await application.front_page(now)
+    return FrontView(
+        running=[task_row(t, now, page.decisions.get(t.id)) for t in page.running],
+        waiting=[task_row(t, now, page.decisions.get(t.id)) for t in page.waiting],
+        periods=[_period_view(period) for period in page.periods],
+        channels=page.channels,
+        containers=page.containers,
+        containers_error=page.containers_error,
+    )
+
+
+@dataclass(frozen=True)
+class ConversationRow:
+    id: str
+    channel: str
+    title: str
+    active: bool
+    tasks: int
+    cost: str
+    last_activity: str
+    preview: str
+    """Its newest message's first line."""
+
+
+def conversation_row(summary: ConversationSummary) -> ConversationRow:
+    conversation, last = summary.conversation, summary.last_message
+    parsed = last.parsed if last is not None else None
+    return ConversationRow(
+        id=conversation.id,
+        channel=conversation.channel,
+        title=(parsed.room_title if parsed is not None else "") or conversation.channel_key,
+        active=conversation.active,
+        tasks=summary.tasks,
+        cost=f"${summary.cost_usd:.4f}" if summary.cost_usd else "",
+        last_activity=when(summary.last_activity),
+        preview=_preview(parsed.body) if parsed is not None else "",
+    )
+
+
+async def conversation_rows(
+    application: Application, which: ConversationFilter, *, offset: int = 0
+) -> tuple[list[ConversationRow], bool]:
+    summaries, more = await application.conversation_page(which, offset=offset, limit=LIVE_TASKS)
+    return [conversation_row(summary) for summary in summaries], more

@@ -147,4 +147,12 @@ MIGRATIONS: tuple[str, ...] = (
                AND (parsed_json LIKE '%"body": "/%' OR parsed_json LIKE '%"body": "!%'))
            OR (completion_reason = 'success' AND started_at IS NULL AND reply_json IS NULL);
     """,
+    # 9: the dashboard's lists (state/task_lists.py) at 100,000 tasks: newest first among
+    # agent tasks, or one channel's, read in index order (a page stops after its rows); a
+    # conversation's count, cost and newest task read from the index alone.
+    """
+    CREATE INDEX tasks_listed ON tasks(kind, created_at);
+    CREATE INDEX tasks_channel_listed ON tasks(kind, channel, created_at);
+    CREATE INDEX tasks_conversation_totals ON tasks(conversation_id, kind, created_at, cost_usd);
+    """,
 )

@@ -35,15 +35,16 @@ from gateway_bot.state.migrations import MIGRATIONS, OWNER
 from gateway_bot.state.rows import task_from_row as _task_from_row
 from gateway_bot.state.rows import without_payload as _without_payload
 from gateway_bot.state.store import TransitionListener
+from gateway_bot.state.task_lists import SqlTaskLists
 from gateway_bot.state.task_views import SqlTaskViews
 
 log = logging.getLogger(__name__)
 
 
-class SqlStore(SqlConversations, SqlTaskViews):
+class SqlStore(SqlConversations, SqlTaskViews, SqlTaskLists):
     """Opening and migrating, and the tasks from intake to their reply; a conversation's
-    rows (``state/conversations_store``) and the listings and counts that only read
-    (``state/task_views``) are inherited."""
+    rows (``state/conversations_store``), the listings and counts that only read
+    (``state/task_views``) and the dashboard's lists (``state/task_lists``) are inherited."""
 
     def __init__(self, target: StateTarget, database: Database | None = None) -> None:
         """``target``: a SQLite file's path or a ``postgresql://`` URL. ``database``: the

@@ -18,6 +18,14 @@ from gateway_bot.domain.records import (
     ConversationRecord,
     TaskRecord,
 )
+from gateway_bot.state.task_lists import (
+    ConversationFilter,
+    ConversationSummary,
+    Cursor,
+    TaskFilter,
+    TaskPage,
+    TaskTotal,
+)
 
 
 class ApprovalStore(Protocol):
@@ -126,6 +134,28 @@ class Store(Protocol):
     ) -> dict[tuple[TaskState, CompletionReason | None], int]:
         """How many tasks of ``kind`` are in each state (and, once completed, each reason):
         the metrics' task and command gauges, without reading every row."""
+        ...
+
+    async def task_page(
+        self, which: TaskFilter, *, after: Cursor | None = None, limit: int = 50
+    ) -> TaskPage:
+        """The dashboard's tasks list: the newest ``limit`` matching tasks older than
+        ``after`` (keyset pagination, ``state/task_lists``)."""
+        ...
+
+    async def conversation_page(
+        self, which: ConversationFilter, *, offset: int = 0, limit: int = 50
+    ) -> tuple[list[ConversationSummary], bool]:
+        """The dashboard's conversations list, most recently active first, and whether
+        more follow."""
+        ...
+
+    async def task_totals(self, since: float, kind: TaskKind = TaskKind.AGENT) -> list[TaskTotal]:
+        """Tasks accepted since ``since`` per state and reason, with their cost."""
+        ...
+
+    async def run_durations(self, since: float, kind: TaskKind = TaskKind.AGENT) -> list[float]:
+        """How long each task accepted since ``since`` ran, shortest first."""
         ...
 
     async def open(self) -> None: ...

@@ -132,7 +132,7 @@ async def test_a_change_before_the_live_stream_connects_still_reaches_the_page(
     world.agent.release("job")
     await world.completed(held)
     async with dashboard.client.get(dashboard.url("/events")) as stream:
-        assert await next_event(stream) == ("hello", "{}")
+        assert await next_event(stream) == ("hello", "Live.")
         kind, rows = await asyncio.wait_for(next_event(stream), 60)  # none: the bug
     assert kind == "tasks"
     assert re.search(rf'data-task="{task_id}">.*?<td class="state">success</td>', rows, re.S)

@@ -341,7 +341,7 @@ async def test_the_stop_button_cancels_and_the_live_stream_says_so(dashboard: Da
     assert f'action="/tasks/{task_id}/stop"' in page
     async with dashboard.client.get(dashboard.url("/events")) as stream:
         assert stream.status == 200
-        assert await _next_event(stream) == ("hello", "{}")
+        assert await _next_event(stream) == ("hello", "Live.")
         stop = await dashboard.post(f"/tasks/{task_id}/stop", {"csrf": csrf})
         assert f"Stopping task {task_id}" in await stop.text()
         changes: list[str] = []
