@@ -63,6 +63,14 @@ def _startup(quick: bool, root: Path, trace: bool) -> Section:
     return startup.run(root, 2 if quick else 7)
 
 
+def _dashboard_lists(quick: bool, root: Path, trace: bool) -> Section:
+    from bench import dashboard_lists
+
+    if quick:
+        return dashboard_lists.run(root, tasks=5_000, conversations=100)
+    return dashboard_lists.run(root)
+
+
 BENCHMARKS: dict[str, Callable[[bool, Path, bool], Section]] = {
     "matrix": _matrix,
     "slack": _slack,
@@ -70,6 +78,7 @@ BENCHMARKS: dict[str, Callable[[bool, Path, bool], Section]] = {
     "restart": _restart,
     "scale": _scale,
     "startup": _startup,
+    "dashboard-lists": _dashboard_lists,
 }
 
 

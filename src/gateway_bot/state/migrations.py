@@ -149,9 +149,11 @@ MIGRATIONS: tuple[str, ...] = (
     """,
     # 9: the dashboard's lists (state/task_lists.py) at 100,000 tasks: newest first among
     # agent tasks, or one channel's, read in index order (a page stops after its rows); a
-    # conversation's count, cost and newest task read from the index alone.
+    # period's totals and run times, and a conversation's count, cost and newest task, read
+    # from an index alone.
     """
-    CREATE INDEX tasks_listed ON tasks(kind, created_at);
+    CREATE INDEX tasks_listed
+        ON tasks(kind, created_at, state, completion_reason, cost_usd, started_at, completed_at);
     CREATE INDEX tasks_channel_listed ON tasks(kind, channel, created_at);
     CREATE INDEX tasks_conversation_totals ON tasks(conversation_id, kind, created_at, cost_usd);
     """,

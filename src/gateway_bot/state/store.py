@@ -154,8 +154,10 @@ class Store(Protocol):
         """Tasks accepted since ``since`` per state and reason, with their cost."""
         ...
 
-    async def run_durations(self, since: float, kind: TaskKind = TaskKind.AGENT) -> list[float]:
-        """How long each task accepted since ``since`` ran, shortest first."""
+    async def run_time_percentiles(
+        self, since: float, percentiles: tuple[float, ...], kind: TaskKind = TaskKind.AGENT
+    ) -> list[float | None]:
+        """Percentiles of how long the tasks accepted since ``since`` ran."""
         ...
 
     async def open(self) -> None: ...

@@ -25,6 +25,7 @@ Built to stay fast with 100,000 tasks (``bench/dashboard_lists.py``):
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +33,7 @@ from gateway_bot.domain.lifecycle import CompletionReason, TaskKind, TaskState
 from gateway_bot.domain.records import ConversationRecord, TaskRecord
 from gateway_bot.state.database import Database
 from gateway_bot.state.rows import conversation_from_row, task_from_row
+from gateway_bot.state.task_views import newest_first
 
 Cursor = tuple[float, int]
 """Where a page of tasks ended: the last row's ``created_at`` and ``rowid``."""
@@ -186,9 +188,9 @@ class SqlTaskLists:
             where.append(f"rowid IN (SELECT rowid FROM tasks WHERE {' AND '.join(could)})")
             where += self._text_conditions(which.sender, which.words, values)
         clause = f"WHERE {' AND '.join(where)}" if where else ""
+        unfinished = which.states if which.states and not which.reasons else None
         rows = await self._database.fetch_all(
-            f"SELECT rowid AS n, * FROM tasks {clause}"
-            " ORDER BY created_at DESC, rowid DESC LIMIT ?",
+            f"SELECT rowid AS n, * FROM tasks {clause} ORDER BY {newest_first(unfinished)} LIMIT ?",
             [*values, limit + 1],
         )
         shown = rows[:limit]
@@ -214,14 +216,35 @@ class SqlTaskLists:
             for row in rows
         ]
 
-    async def run_durations(self, since: float, kind: TaskKind = TaskKind.AGENT) -> list[float]:
-        """Seconds each task accepted since ``since`` ran (start to end), shortest first."""
-        rows = await self._database.fetch_all(
-            "SELECT completed_at - started_at AS ran FROM tasks WHERE kind = ? AND created_at >= ?"
-            " AND started_at IS NOT NULL AND completed_at IS NOT NULL ORDER BY ran",
-            [kind.value, since],
+    async def run_time_percentiles(
+        self, since: float, percentiles: tuple[float, ...], kind: TaskKind = TaskKind.AGENT
+    ) -> list[float | None]:
+        """The given percentiles (0-100) of how long the tasks accepted since ``since`` ran
+        (start to end), interpolated between the two nearest ranks; None when none ran.
+        Read as two ranks each from the sorted run times, not every run time."""
+        ran = "completed_at - started_at"
+        where = (
+            "kind = ? AND created_at >= ? AND started_at IS NOT NULL AND completed_at IS NOT NULL"
         )
-        return [max(0.0, float(row["ran"])) for row in rows]
+        row = await self._database.fetch_one(
+            f"SELECT COUNT(*) FROM tasks WHERE {where}", [kind.value, since]
+        )
+        count = int(row[0]) if row is not None else 0
+        found: list[float | None] = []
+        for q in percentiles:
+            if not count:
+                found.append(None)
+                continue
+            at = (count - 1) * q / 100
+            low = math.floor(at)
+            rows = await self._database.fetch_all(
+                f"SELECT {ran} AS ran FROM tasks WHERE {where} ORDER BY ran LIMIT 2 OFFSET ?",
+                [kind.value, since, low],
+            )
+            values = [max(0.0, float(r["ran"])) for r in rows]
+            high = values[1] if len(values) > 1 else values[0]
+            found.append(values[0] + (high - values[0]) * (at - low))
+        return found
 
     # -- conversations -------------------------------------------------------------------
 

@@ -14,7 +14,6 @@ outcomes they group: the front page links to those lists by them.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -108,17 +107,6 @@ def start_of_day(now: float) -> float:
     return time.mktime((day.tm_year, day.tm_mon, day.tm_mday, 0, 0, 0, 0, 0, -1))
 
 
-def percentile(ordered: Sequence[float], q: float) -> float | None:
-    """The ``q`` (0-100) percentile of sorted values, interpolated between the two nearest
-    ranks (as the charts compute theirs)."""
-    if not ordered:
-        return None
-    at = (len(ordered) - 1) * q / 100
-    low = math.floor(at)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
-
-
 async def period(store: Store, name: str, since: float) -> Period:
     totals = await store.task_totals(since)
     ended = dict.fromkeys(OUTCOMES, 0)
@@ -130,7 +118,7 @@ async def period(store: Store, name: str, since: float) -> Period:
         else:
             unfinished += total.count
     ran = ended["succeeded"] + ended["failed"]
-    durations = await store.run_durations(since)
+    p50, p95 = await store.run_time_percentiles(since, (50, 95))
     return Period(
         name,
         since,
@@ -139,8 +127,8 @@ async def period(store: Store, name: str, since: float) -> Period:
         unfinished,
         sum(total.cost_usd for total in totals),
         100 * ended["failed"] / ran if ran else None,
-        percentile(durations, 50),
-        percentile(durations, 95),
+        p50,
+        p95,
     )
 
 
