@@ -39,15 +39,9 @@ from gateway_bot.domain.lifecycle import CompletionReason, TaskKind, TaskState
 from gateway_bot.domain.records import ApprovalRecord, ConversationRecord, TaskRecord
 from gateway_bot.sandbox.base import SandboxContainer
 from gateway_bot.sandbox.context_files import ContextFiles
+from gateway_bot.state import task_lists as lists
 from gateway_bot.state.schedules_store import PAUSED, SqlSchedules
 from gateway_bot.state.store import Store
-from gateway_bot.state.task_lists import (
-    ConversationFilter,
-    ConversationSummary,
-    Cursor,
-    TaskFilter,
-    TaskPage,
-)
 
 log = logging.getLogger(__name__)
 
@@ -339,13 +333,13 @@ class Application:
         return await front.front_page(self._store, self._live, await self.pending_decisions(), now)
 
     async def task_page(
-        self, which: TaskFilter, *, after: Cursor | None = None, limit: int = 50
-    ) -> TaskPage:
+        self, which: lists.TaskFilter, *, after: lists.Cursor | None = None, limit: int = 50
+    ) -> lists.TaskPage:
         return await self._store.task_page(which, after=after, limit=limit)
 
     async def conversation_page(
-        self, which: ConversationFilter, *, offset: int = 0, limit: int = 50
-    ) -> tuple[list[ConversationSummary], bool]:
+        self, which: lists.ConversationFilter, *, offset: int = 0, limit: int = 50
+    ) -> tuple[list[lists.ConversationSummary], bool]:
         return await self._store.conversation_page(which, offset=offset, limit=limit)
 
     # -- controls (in the daemon only) -------------------------------------------------------
