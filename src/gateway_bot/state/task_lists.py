@@ -6,7 +6,8 @@ totals the overview shows. They only read.
 Built to stay fast with 100,000 tasks (``bench/dashboard_lists.py``):
 
 - A page of tasks is read newest first in the order of an index (migration 9:
-  ``(kind, created_at)``, or ``(kind, channel, created_at)`` when a channel is chosen), and
+  ``(kind, created_at, ...)``, or ``(kind, channel, created_at)`` when a channel is
+  chosen; tasks not yet completed, which are few, by the state index: ``newest_first``), and
   the next page starts after the last row's ``(created_at, rowid)`` (keyset pagination): a
   page costs its own rows, however deep it is, and a task added meanwhile neither repeats
   nor hides one.
@@ -20,6 +21,8 @@ Built to stay fast with 100,000 tasks (``bench/dashboard_lists.py``):
 - Conversations (thousands, not hundreds of thousands) are sorted by their last activity
   with offsets; their figures come from the ``(conversation_id, kind, created_at,
   cost_usd)`` index alone.
+- The overview's totals read the columns the wide date index holds (no row), and a run-time
+  percentile two ranks of the sorted run times.
 """
 
 from __future__ import annotations
