@@ -67,17 +67,23 @@ async def tasks_page(request: web.Request) -> web.Response:
     filters, which = lists.task_filter(request.query)
     after = lists.read_cursor(request.query.get("after", ""))
     rows, following = await task_list(_application(request), which, after=after)
-    return render(
+    shown = filters.query(after=lists.write_cursor(after)) if after else filters.query()
+    return _clean_url(
         request,
-        "tasks.html",
-        rows=rows,
-        filters=filters,
-        channels=_channel_names(request),
-        states=lists.STATE_WORDS,
-        streaming=after is None,
-        newer=after is not None,
-        older=filters.query(after=lists.write_cursor(following)) if following else "",
-        page_size=LIVE_TASKS,
+        "/tasks",
+        shown,
+        render(
+            request,
+            "tasks.html",
+            rows=rows,
+            filters=filters,
+            channels=_channel_names(request),
+            states=lists.STATE_WORDS,
+            streaming=after is None,
+            newer=after is not None,
+            older=filters.query(after=lists.write_cursor(following)) if following else "",
+            page_size=LIVE_TASKS,
+        ),
     )
 
 
@@ -85,16 +91,30 @@ async def conversations_page(request: web.Request) -> web.Response:
     filters, which = lists.conversation_filter(request.query)
     offset = lists.read_offset(request.query.get("offset", ""))
     rows, more = await conversation_rows(_application(request), which, offset=offset)
-    return render(
+    shown = filters.query(offset=str(offset) if offset else "")
+    return _clean_url(
         request,
-        "conversations.html",
-        conversations=rows,
-        filters=filters,
-        channels=_channel_names(request),
-        states=lists.CONVERSATION_STATES,
-        newer=filters.query(offset=str(max(0, offset - LIVE_TASKS))) if offset else None,
-        older=filters.query(offset=str(offset + LIVE_TASKS)) if more else "",
+        "/conversations",
+        shown,
+        render(
+            request,
+            "conversations.html",
+            conversations=rows,
+            filters=filters,
+            channels=_channel_names(request),
+            states=lists.CONVERSATION_STATES,
+            newer=filters.query(offset=str(max(0, offset - LIVE_TASKS))) if offset else None,
+            older=filters.query(offset=str(offset + LIVE_TASKS)) if more else "",
+        ),
     )
+
+
+def _clean_url(request: web.Request, path: str, query: str, response: web.Response) -> web.Response:
+    """A list sent by htmx goes into the address bar as its filters, without the form's
+    empty fields (``?q=word``, not ``?state=&channel=&...&q=word``)."""
+    if "HX-Request" in request.headers:
+        response.headers["HX-Push-Url"] = f"{path}?{query}" if query else path
+    return response
 
 
 def _channel_names(request: web.Request) -> list[str]:
