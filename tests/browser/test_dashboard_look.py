@@ -49,10 +49,7 @@ RAW = re.compile(r"\{\{|\{%|\bNone\b|\bundefined\b|\bNaN\b")
 STRANGER_SAYS = "can you check the staging deploy?"
 WAIT_MS = 20_000
 expect.set_options(timeout=WAIT_MS)
-pytestmark = [
-    pytest.mark.timeout(240),
-    pytest.mark.skipif(not AXE.exists(), reason="bash scripts/setup.sh installs axe-core"),
-]
+pytestmark = pytest.mark.timeout(240)
 
 
 @contextlib.asynccontextmanager
@@ -153,6 +150,7 @@ async def look_at(page: Page, base: str, path: str, errors: list[str]) -> list[d
     widths = await page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
     assert widths[0] <= widths[1], f"{path} overflows sideways: {widths}"
     if await page.evaluate("typeof window.axe") == "undefined":
+        assert AXE.exists(), f"no {AXE}: bash scripts/setup.sh installs axe-core"
         axe = await asyncio.to_thread(AXE.read_text)
         await page.evaluate(axe + "\n;true")  # evaluate: past the page's CSP
     result = await page.evaluate("axe.run(document, {resultTypes: ['violations']})")
