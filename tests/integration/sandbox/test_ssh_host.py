@@ -59,7 +59,8 @@ def test_the_host_key_is_checked_and_nothing_of_the_host_is_on_this_side(
     ssh_host: SshPodmanHost, tmp_path: Path
 ) -> None:
     """Someone else answering on the host's address (here: the right host, but a
-    known_hosts entry with another key) gets no call: the host is unreachable."""
+    known_hosts entry with another key, or none) gets no call: the host is unreachable.
+    (podman-py's own ssh:// support, used before, ran ssh with host key checking off.)"""
     assert not Path(ssh_host.socket_path).exists(), "the host's socket exists only there"
     impostor_key = tmp_path / "other_key"
     make_key(impostor_key)
@@ -85,7 +86,12 @@ def test_the_host_key_is_checked_and_nothing_of_the_host_is_on_this_side(
             await service.close()
 
     with pytest.raises(HostUnreachable, match="far"):
-        asyncio.run(reach(wrong))
+        asyncio.run(reach(wrong))  # a changed key
+    unknown = tmp_path / "empty_known_hosts"
+    unknown.write_text("")
+    with pytest.raises(HostUnreachable, match="far"):
+        asyncio.run(reach(unknown))  # a key nobody vouched for: not trusted on first use
+    assert unknown.read_text() == "", "nothing was added to known_hosts"
     graph_root, _ = asyncio.run(reach(ssh_host.known_hosts))
     assert graph_root == str(ssh_host.remote_dir / "root")
     assert not Path(graph_root).exists(), "that storage is the other host's alone"
