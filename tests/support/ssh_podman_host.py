@@ -17,6 +17,7 @@ process: it mounts the tmpfs, starts the service there and becomes sshd.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -163,6 +164,22 @@ class SshPodmanHost:
                 except OSError:
                     continue
         return found
+
+    def drop_connections(self) -> int:
+        """End every SSH connection to the host (its sshd session processes: the
+        connections' side of a network drop); the listener stays. Returns how many."""
+        listener = self.process.pid if self.process is not None else None
+        dropped = 0
+        for pid in self.namespace_processes():
+            try:
+                name = Path(f"/proc/{pid}/comm").read_text().strip()
+            except OSError:
+                continue
+            if name == "sshd" and pid != listener:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                    dropped += 1
+        return dropped
 
     def stop(self) -> None:
         """Containers, volumes and networks of this host go, then every process of its

@@ -97,7 +97,7 @@ def test_the_host_key_is_checked_and_nothing_of_the_host_is_on_this_side(
     assert not Path(graph_root).exists(), "that storage is the other host's alone"
 
 
-def test_a_conversation_on_the_ssh_host_runs_diffs_and_survives_restarts_and_kill_9(
+def test_a_conversation_on_the_ssh_host_runs_diffs_and_survives_drops_restarts_and_kill_9(
     gateway: Any, sandbox: SandboxSetup, ssh_host: SshPodmanHost, fake_api: FakeAnthropic
 ) -> None:
     config = str(_ssh_config(sandbox, ssh_host, ssh_host.known_hosts))
@@ -108,6 +108,9 @@ def test_a_conversation_on_the_ssh_host_runs_diffs_and_survives_restarts_and_kil
     assert len(on_host) == 1, on_host
     assert sandbox.containers() == {}, "nothing runs on the daemon's own podman"
     context_id, container_id = next(iter(on_host.items()))
+    assert ssh_host.drop_connections() >= 1, "the daemon's connection was up"
+
+    # The next task connects again.
 
     chat.send("WRITE_FILE name=../outbox/report.txt text=made over ssh")
     sent = chat.expect(r"^  \[file\] .*/sent/[0-9a-f]{12}/report\.txt$")
