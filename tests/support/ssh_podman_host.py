@@ -56,7 +56,9 @@ def make_key(path: Path) -> None:
 class SshPodmanHost:
     """sshd + a Podman service in a mount namespace of their own (see the module's text)."""
 
-    def __init__(self, graph_root: str) -> None:
+    def __init__(self, graph_root: str, hide: Path | None = None) -> None:
+        """``hide``: a directory of the daemon's the host must not see either (covered by
+        an empty tmpfs in its namespace): a host that shares no disk with the daemon."""
         # Podman refuses a run root longer than 50 characters: a short directory of /tmp.
         self.directory = Path(tempfile.mkdtemp(prefix="gwbs-", dir="/tmp"))
         self.remote_dir = self.directory / "remote"
@@ -67,6 +69,7 @@ class SshPodmanHost:
         self.known_hosts = self.directory / "known_hosts"
         self.port = 0
         self.graph_root = graph_root
+        self.hide = hide
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -87,6 +90,7 @@ class SshPodmanHost:
         Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
         argv = ["unshare", "--mount", "--propagation", "private", "--"]
         argv += [sys.executable, __file__, "inner", str(self.directory), self.graph_root]
+        argv += [str(self.hide)] if self.hide is not None else []
         with (self.directory / "sshd.log").open("ab") as log:
             self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
         deadline = time.monotonic() + 60
@@ -206,10 +210,11 @@ class SshPodmanHost:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def _inner(directory: Path, graph_root: str) -> None:
+def _inner(directory: Path, graph_root: str, hide: list[str]) -> None:
     """In the new mount namespace: the tmpfs, the Podman service on it, then sshd."""
     remote = directory / "remote"
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=0700", "tmpfs", str(remote)], check=True)
+    for path in [str(remote), *hide]:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=0700", "tmpfs", path], check=True)
     storage = ["--root", str(remote / "root"), "--runroot", str(remote / "run")]
     storage += ["--storage-driver", "overlay"]
     storage += ["--storage-opt", f"overlay.imagestore={graph_root}"]
@@ -232,4 +237,4 @@ def per_run(name: str) -> str:
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["inner"]:
-    _inner(Path(sys.argv[2]), sys.argv[3])
+    _inner(Path(sys.argv[2]), sys.argv[3], sys.argv[4:])

@@ -186,3 +186,25 @@ def test_a_file_in_is_read_by_the_agent_on_the_ssh_host(
     assert len(ssh_host.containers(sandbox.deployment)) == 1
     daemon.process.send_signal(signal.SIGTERM)
     assert daemon.wait() == 0, daemon.stderr
+
+
+def test_a_host_that_does_not_see_the_state_directory_is_named_as_the_problem(
+    gateway: Any, sandbox: SandboxSetup, tmp_path: Path
+) -> None:
+    """A host that shares no disk with the daemon (not even the state directory) cannot run
+    a conversation yet (decision 0130's volumes are not built): the sender is told which
+    host does not see which path, not podman's bare "statfs ... no such file"."""
+    graph_root = podman("info", "--format", "{{.Store.GraphRoot}}").stdout.strip()
+    host = SshPodmanHost(graph_root, hide=tmp_path)
+    try:
+        host.start()
+        chat = gateway("chat", "--config", str(_ssh_config(sandbox, host, host.known_hosts)))
+        chat.send("hello from a host without our disk")
+        told = chat.expect(r"^error> ")
+        chat.finish()
+    finally:
+        host.stop()
+    state = re.escape(str(tmp_path / "state"))
+    assert re.search(
+        rf"host far does not see {state}/\S+: .*state directory at the same path", told
+    )

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable, Mapping
@@ -41,6 +42,9 @@ as every agent container's PID 1 (``containers.INIT_COMMAND``). Not podman's cat
 that one is dumpable, and the agent could take it over (``init.c`` says how)."""
 
 T = TypeVar("T")
+
+_MISSING_SOURCE = re.compile(r"statfs (/\S+): no such file or directory")
+"""Podman's words for a bind mount whose source is not on its machine."""
 
 ANSWERED_RECENTLY_S = 5.0
 """``ensure_running`` takes a service that answered this recently as running: far below its
@@ -252,6 +256,18 @@ class PodmanService:
         """End this host's SSH connection, if it has one (nothing else runs here)."""
         if self._tunnel is not None:
             await self._tunnel.close()
+
+    def explain(self, text: str) -> str:
+        """``text`` (podman's refusal), with the likely cause when this host is another
+        machine that does not see a path of the daemon's (a bind mount's source): the state
+        directory must be shared at the same path (decision 0130)."""
+        missing = _MISSING_SOURCE.search(text)
+        if self.is_local or missing is None:
+            return text
+        return (
+            f"{text} (host {self.host} does not see {missing[1]}: a host on another machine "
+            "needs the daemon's state directory at the same path, shared storage)"
+        )
 
     def _api_url(self) -> str:
         """Where the REST calls go: an ``ssh://`` host's forwarded socket on this machine."""
