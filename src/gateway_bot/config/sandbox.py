@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, PositiveFloat, PositiveInt, field_validator
+from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
 from gateway_bot.config.section import Section
 
@@ -34,6 +34,20 @@ class PodmanHostSettings(Section):
     capacity: PositiveInt = Field(
         default=8, description="Live (running) agent containers at most on this host."
     )
+    identity: Path | None = Field(
+        default=None,
+        description=(
+            "ssh:// only: the private key the daemon logs in with. Unset: ssh's own choice "
+            "(~/.ssh/id_*, an agent)."
+        ),
+    )
+    known_hosts: Path | None = Field(
+        default=None,
+        description=(
+            "ssh:// only: the known_hosts file that must hold the host's key (always checked; "
+            "an unknown or changed key makes the host unreachable). Unset: ~/.ssh/known_hosts."
+        ),
+    )
 
     @field_validator("name")
     @classmethod
@@ -48,6 +62,12 @@ class PodmanHostSettings(Section):
         if not (value.startswith("unix:///") or value.startswith("ssh://")):
             raise ValueError("a Podman REST URL: unix:///PATH or ssh://USER@HOST/PATH")
         return value
+
+    @model_validator(mode="after")
+    def _ssh_settings_for_ssh(self) -> PodmanHostSettings:
+        if not self.url.startswith("ssh://") and (self.identity or self.known_hosts):
+            raise ValueError("identity and known_hosts are for an ssh:// host")
+        return self
 
 
 class PodmanSettings(Section):

@@ -84,13 +84,15 @@ class ContainerCalls:
         try:
             await self._service.start_container(name)
         except API_ERRORS as exc:
-            raise SandboxUnavailable(f"podman could not start {name}: {with_hint(exc)}") from exc
+            hinted = self._service.explain(with_hint(exc))
+            raise SandboxUnavailable(f"podman could not start {name}: {hinted}") from exc
 
     async def call(self, call: Any, what: str) -> None:
         try:
             await self._service.api(call)
         except API_ERRORS as exc:
-            raise SandboxUnavailable(f"podman could not {what}: {with_hint(exc)}") from exc
+            hinted = self._service.explain(with_hint(exc))
+            raise SandboxUnavailable(f"podman could not {what}: {hinted}") from exc
 
     async def kill_strays(
         self, name: str, info: dict[str, Any] | None = None, *, keep_exec: str | None = None

@@ -69,7 +69,14 @@ def make_hosts(
     hosts = []
     for entry in configured:
         directory = work_dir / "hosts" / entry.name
-        service = PodmanService(settings.podman, directory, url=entry.url, host=entry.name)
+        service = PodmanService(
+            settings.podman,
+            directory,
+            url=entry.url,
+            host=entry.name,
+            ssh_identity=entry.identity,
+            ssh_known_hosts=entry.known_hosts,
+        )
         capacity = entry.capacity
         hosts.append(
             _host(settings, entry.name, capacity, service, directory, deployment, agent_files)

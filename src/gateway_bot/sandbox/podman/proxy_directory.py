@@ -62,7 +62,7 @@ async def ensure_ca(
     if result.returncode != 0 or not await asyncio.to_thread(has_ca, partial):
         raise SandboxUnavailable(
             "could not make the egress proxy's CA: "
-            f"{(result.stdout + result.stderr).strip()[-500:]}"
+            + service.explain((result.stdout + result.stderr).strip()[-500:])
         )
     await asyncio.to_thread(_replace, partial, ca)
 

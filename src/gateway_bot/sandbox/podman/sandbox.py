@@ -161,6 +161,7 @@ class PodmanSandbox:
         await self._egress.close()
         for host in self.hosts:
             await host.images.close()
+            await host.service.close()
 
     async def stop_all(self) -> None:
         """Stop (not remove) this deployment's running containers and the egress proxy, then
@@ -171,6 +172,7 @@ class PodmanSandbox:
                 await self._stop_host(host)
             except HostUnreachable as exc:
                 log.warning("%s: nothing stopped there", exc)
+            await host.service.close()
 
     async def _stop_host(self, host: PodmanHost) -> None:
         await host.service.ensure_running()  # an idle service may have exited meanwhile

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable, Mapping
@@ -31,6 +32,7 @@ from gateway_bot.config.sandbox import PodmanSettings
 from gateway_bot.sandbox.base import HostUnreachable, SandboxUnavailable
 from gateway_bot.sandbox.podman.cli_call import CliResult, OnLine, PodmanCommandError, run_cli
 from gateway_bot.sandbox.podman.service_process import ServiceProcess
+from gateway_bot.sandbox.podman.ssh_tunnel import SshTunnel
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +42,9 @@ as every agent container's PID 1 (``containers.INIT_COMMAND``). Not podman's cat
 that one is dumpable, and the agent could take it over (``init.c`` says how)."""
 
 T = TypeVar("T")
+
+_MISSING_SOURCE = re.compile(r"statfs (/\S+): no such file or directory")
+"""Podman's words for a bind mount whose source is not on its machine."""
 
 ANSWERED_RECENTLY_S = 5.0
 """``ensure_running`` takes a service that answered this recently as running: far below its
@@ -83,10 +88,14 @@ class PodmanService:
         *,
         url: str | None = None,
         host: str = "local",
+        ssh_identity: Path | None = None,
+        ssh_known_hosts: Path | None = None,
     ) -> None:
         """``url`` set: a configured host's REST service (``unix://`` or ``ssh://``), which
         someone else runs: the daemon never starts it, and the CLI talks to it remotely
-        (``podman --remote --url``). Unset: the local service at ``settings.socket``."""
+        (``podman --remote --url``). Unset: the local service at ``settings.socket``. An
+        ``ssh://`` host is reached through the daemon's own SSH connection (``ssh_tunnel``:
+        its host key checked against ``ssh_known_hosts``, ``ssh_identity`` the key)."""
         self.command = settings.command
         self.executable = shutil.which(settings.command) or settings.command
         """Resolved once, from the daemon's own PATH: podman always runs by absolute path."""
@@ -98,6 +107,11 @@ class PodmanService:
             else settings.socket or default_socket()
         )
         self.base_url = url or f"unix://{self.socket}"
+        self._tunnel = (
+            SshTunnel(url, ssh_identity, ssh_known_hosts, log_dir)
+            if url is not None and url.startswith("ssh://")
+            else None
+        )
         self._cli_prefix: list[str] | None = [self.executable] if url is None else None
         """argv start of every podman CLI call for this host (``cli_prefix``)."""
         self.is_local = url is None or url.startswith("unix://")
@@ -152,7 +166,7 @@ class PodmanService:
                         prefix += ["--storage-opt", f"{key}={value}"]
                 self._cli_prefix = prefix
             else:
-                self._cli_prefix = [self.executable, "--remote", "--url", self.url]
+                self._cli_prefix = [self.executable, "--remote", "--url", self._api_url()]
         return self._cli_prefix
 
     # -- availability ---------------------------------------------------------------------
@@ -171,7 +185,7 @@ class PodmanService:
                 f"{INIT_ON_HOST} is missing: gateway-bot's init is every agent container's "
                 "PID 1. Build it with scripts/setup.sh (as root; it needs gcc and libc6-dev)."
             )
-        if await self._answers():
+        if await self._reach():
             # Its service answers; the CLI (every exec goes through it) must run too, which
             # `--version` shows without `podman info`'s seconds on a loaded machine.
             try:
@@ -195,7 +209,7 @@ class PodmanService:
         this; a restart runs dozens at once)."""
         if self.url is None and time.monotonic() - self._answered_at < ANSWERED_RECENTLY_S:
             return  # (a configured host is always asked: one down makes its tasks wait)
-        if await self._answers():
+        if await self._reach():
             return
         if self.url is not None:
             raise HostUnreachable(self.host, self.url)
@@ -207,15 +221,23 @@ class PodmanService:
     async def answers(self) -> bool:
         """Does the REST service answer now? (Always asked: a False also makes the next
         ``ensure_running`` ask again.)"""
-        return await self._answers()
+        return await self._reach()
 
     def note_answer(self) -> None:
         """The service just did what it was asked (an exec through it started)."""
         self._answered_at = time.monotonic()
 
+    async def _reach(self) -> bool:
+        """``_answers``, after (re)connecting an ``ssh://`` host's tunnel that is down."""
+        if await self._answers():
+            return True
+        return self._tunnel is not None and await self._tunnel.connect(self._answers)
+
     async def _answers(self) -> bool:
         self._answered_at = -ANSWERED_RECENTLY_S
         if self.base_url.startswith("unix://") and not self.socket.exists():
+            return False
+        if self._tunnel is not None and not self._tunnel.is_up():
             return False
         try:
             answered = bool(await self.api(lambda client: client.ping()))
@@ -230,6 +252,27 @@ class PodmanService:
         ``chat`` leaves nothing running."""
         await self._process.stop_if_started_here()
 
+    async def close(self) -> None:
+        """End this host's SSH connection, if it has one (nothing else runs here)."""
+        if self._tunnel is not None:
+            await self._tunnel.close()
+
+    def explain(self, text: str) -> str:
+        """``text`` (podman's refusal), with the likely cause when this host is another
+        machine that does not see a path of the daemon's (a bind mount's source): the state
+        directory must be shared at the same path (decision 0130)."""
+        missing = _MISSING_SOURCE.search(text)
+        if self.is_local or missing is None:
+            return text
+        return (
+            f"{text} (host {self.host} does not see {missing[1]}: a host on another machine "
+            "needs the daemon's state directory at the same path, shared storage)"
+        )
+
+    def _api_url(self) -> str:
+        """Where the REST calls go: an ``ssh://`` host's forwarded socket on this machine."""
+        return f"unix://{self._tunnel.socket}" if self._tunnel is not None else self.base_url
+
     # -- calls ----------------------------------------------------------------------------
 
     async def api(self, call: Callable[[PodmanClient], T]) -> T:
@@ -237,7 +280,7 @@ class PodmanService:
         session is not meant to be shared between threads)."""
 
         def run() -> T:
-            with PodmanClient(base_url=self.base_url, timeout=120) as client:
+            with PodmanClient(base_url=self._api_url(), timeout=120) as client:
                 return call(client)
 
         return await asyncio.to_thread(run)
