@@ -17,7 +17,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.report import Section, table, write_json
+from bench.report import LoadSampler, Section, table, write_json
 
 RESULTS = Path(__file__).with_name("results")
 
@@ -98,8 +98,10 @@ def main() -> None:
         started = time.monotonic()
         print(f"== {name} ...", flush=True)
         tmp = tempfile.mkdtemp(prefix=f"gwb-bench-{name}-")
+        load = LoadSampler()
         try:
-            section = BENCHMARKS[name](args.quick, Path(tmp), args.trace)
+            with load:
+                section = BENCHMARKS[name](args.quick, Path(tmp), args.trace)
         except Exception as exc:
             traceback.print_exc()
             section = Section(name, error=f"{type(exc).__name__}: {exc}")
@@ -109,6 +111,10 @@ def main() -> None:
             else:
                 shutil.rmtree(tmp, ignore_errors=True)
         section.details["wall_s"] = round(time.monotonic() - started, 1)
+        section.details["load_average_1m"] = {"range": load.range, "mean": load.mean}
+        for row in section.rows:
+            if row.load is None:  # (a benchmark may time a row's own part of its run)
+                row.load = load.range
         sections.append(section)
         print(table([section]), flush=True)
     print()
