@@ -146,11 +146,24 @@ class Scheduler:
             # (its lane, its notices and a kill's recovery start from here)
             await self._disk.on_disk(task.id)
         ahead = self.depth(conversation_id)
+        full = self.is_full(conversation_id)
+        # The acknowledgement starts before PENDING is written, not after (issue 33): the
+        # message is on disk already, PENDING is a relaxed commit that recovery rebuilds,
+        # and a routing tried again acknowledges again through the channel's own exactly-
+        # once send (Slack's post records, Matrix's transaction id by task).
+        acknowledged = (
+            None if full else self._notices.acknowledge(task.id, message, conversation_id, ahead)
+        )
+        if acknowledged is not None:
+            # One turn of the loop: the acknowledgement's job runs up to its first trip to
+            # the store (a channel's record of the post to come), which then goes to the
+            # store's thread ahead of PENDING, not behind it.
+            await asyncio.sleep(0)
         await self._store.transition(
             task.id, TaskState.PENDING, conversation_id=conversation_id, parsed=message, known=task
         )
         reached("routed")
-        if self.is_full(conversation_id):
+        if full:
             text = (
                 f"This conversation already has {ahead - 1} messages waiting; this one was "
                 "not queued. Send it again when the agent has caught up, or /stop."
@@ -160,7 +173,6 @@ class Scheduler:
             )
             self._notices.refuse(task.id, message, text)
             return
-        acknowledged = self._notices.acknowledge(task.id, message, conversation_id, ahead)
         self.enqueue(conversation_id, task.id, after=acknowledged)
 
     def enqueue(
@@ -254,7 +266,7 @@ class Scheduler:
         if task.state is not TaskState.PENDING:
             log.warning("task %s is %s, not pending: not run", task_id, task.state.value)
             return False
-        task = await self._store.transition(task_id, TaskState.EXECUTING)
+        task = await self._store.transition(task_id, TaskState.EXECUTING, known=task)
         reached("executing")
         message = task.parsed
         assert message is not None
