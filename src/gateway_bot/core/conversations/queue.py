@@ -230,8 +230,12 @@ class Scheduler:
                     if before is not None:
                         await asyncio.wait([before], timeout=ACK_WAIT_S)
                         reached("acknowledged")
-                    async with self._slots:
-                        waits = await self._execute(lane, task_id)
+                    slot = _Slot(self._slots)
+                    try:
+                        await slot.take()
+                        waits = await self._execute(lane, task_id, slot.give_back)
+                    finally:
+                        slot.give_back()
                     if waits and await self._host_waits.stopped_during_pause(
                         lane, task_id, self.claims
                     ):
@@ -249,16 +253,21 @@ class Scheduler:
             if self.claims is not None and not queue:
                 self.claims.drained(lane.conversation_id)
 
-    async def _execute(self, lane: ConversationLane, task_id: str) -> bool:
-        """Runs the task; True when it waits for its sandbox host (back to PENDING)."""
+    async def _execute(
+        self, lane: ConversationLane, task_id: str, free_slot: Callable[[], None]
+    ) -> bool:
+        """Runs the task; True when it waits for its sandbox host (back to PENDING).
+        ``free_slot``: called once the agent is done, before the reply is stored and sent."""
         # Every line logged while the task runs (here, in the executor's job, in the agent
         # runner) carries the ids; the binding ends with this call.
         with structlog.contextvars.bound_contextvars(
             task_id=task_id, conversation_id=lane.conversation_id
         ):
-            return await self._run_task(lane, task_id)
+            return await self._run_task(lane, task_id, free_slot)
 
-    async def _run_task(self, lane: ConversationLane, task_id: str) -> bool:
+    async def _run_task(
+        self, lane: ConversationLane, task_id: str, free_slot: Callable[[], None]
+    ) -> bool:
         if self.claims is not None and not self.claims.holds(lane.conversation_id):
             log.warning("task %s: its conversation's claim was lost: not run here", task_id)
             return False
@@ -306,6 +315,10 @@ class Scheduler:
             await reporter.close()
             lane.running = None
             self._running.pop(lane.conversation_id, None)
+        # The agent is done: its slot goes to the next conversation's task while this one's
+        # reply is stored and sent (issue 33: at concurrency 1 the store's commits and the
+        # channel's send were run one task after another, with no agent running).
+        free_slot()
         record = fenced_record(self.claims, lane.conversation_id, task_id, result.reply)
         await self._replies.store_and_send(
             task_id, message, result.reply, result.reason, reporter.finished(result.reply), record
@@ -317,6 +330,24 @@ class Scheduler:
             except Exception:
                 log.exception("task %s: the agent's schedule request failed", task_id)
         return False
+
+
+class _Slot:
+    """One of ``max_concurrent_tasks``: taken before a task starts, given back once its
+    agent is done (not after its delivery), exactly once."""
+
+    def __init__(self, slots: asyncio.Semaphore) -> None:
+        self._slots = slots
+        self._held = False
+
+    async def take(self) -> None:
+        await self._slots.acquire()
+        self._held = True
+
+    def give_back(self) -> None:
+        if self._held:
+            self._held = False
+            self._slots.release()
 
 
 def _reporter(task_id: str, adapter: ChannelAdapter, message: InboundMessage) -> ProgressReporter:
