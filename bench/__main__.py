@@ -63,6 +63,12 @@ def _startup(quick: bool, root: Path, trace: bool) -> Section:
     return startup.run(root, 2 if quick else 7)
 
 
+def _e2e(quick: bool, root: Path, trace: bool) -> Section:
+    from bench import e2e_followup
+
+    return e2e_followup.run(root, 2 if quick else 5)
+
+
 BENCHMARKS: dict[str, Callable[[bool, Path, bool], Section]] = {
     "matrix": _matrix,
     "slack": _slack,
@@ -70,6 +76,7 @@ BENCHMARKS: dict[str, Callable[[bool, Path, bool], Section]] = {
     "restart": _restart,
     "scale": _scale,
     "startup": _startup,
+    "e2e": _e2e,
 }
 
 
