@@ -17,7 +17,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.report import Section, table, write_json
+from bench.report import LoadSampler, Section, table, write_json
 
 RESULTS = Path(__file__).with_name("results")
 
@@ -71,6 +71,12 @@ def _dashboard_lists(quick: bool, root: Path, trace: bool) -> Section:
     return dashboard_lists.run(root)
 
 
+def _e2e(quick: bool, root: Path, trace: bool) -> Section:
+    from bench import e2e_followup
+
+    return e2e_followup.run(root, 2 if quick else 5)
+
+
 BENCHMARKS: dict[str, Callable[[bool, Path, bool], Section]] = {
     "matrix": _matrix,
     "slack": _slack,
@@ -79,6 +85,7 @@ BENCHMARKS: dict[str, Callable[[bool, Path, bool], Section]] = {
     "scale": _scale,
     "startup": _startup,
     "dashboard-lists": _dashboard_lists,
+    "e2e": _e2e,
 }
 
 
@@ -107,8 +114,10 @@ def main() -> None:
         started = time.monotonic()
         print(f"== {name} ...", flush=True)
         tmp = tempfile.mkdtemp(prefix=f"gwb-bench-{name}-")
+        load = LoadSampler()
         try:
-            section = BENCHMARKS[name](args.quick, Path(tmp), args.trace)
+            with load:
+                section = BENCHMARKS[name](args.quick, Path(tmp), args.trace)
         except Exception as exc:
             traceback.print_exc()
             section = Section(name, error=f"{type(exc).__name__}: {exc}")
@@ -118,6 +127,10 @@ def main() -> None:
             else:
                 shutil.rmtree(tmp, ignore_errors=True)
         section.details["wall_s"] = round(time.monotonic() - started, 1)
+        section.details["load_average_1m"] = {"range": load.range, "mean": load.mean}
+        for row in section.rows:
+            if row.load is None:  # (a benchmark may time a row's own part of its run)
+                row.load = load.range
         sections.append(section)
         print(table([section]), flush=True)
     print()

@@ -12,6 +12,7 @@ import json
 import os
 import platform
 import subprocess
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,6 +33,9 @@ class Row:
     """None: informational (no target)."""
     ratio: float | None = None
     note: str = ""
+    load: tuple[float, float] | None = None
+    """The machine's 1-minute load average over the row's run (lowest, highest): set by
+    ``bench/__main__.py`` from samples taken while the benchmark ran."""
 
     def __post_init__(self) -> None:
         if self.ratio is None and self.baseline:
@@ -85,8 +89,48 @@ def _number(value: float, unit: str) -> str:
     return f"{text} {unit}".strip()
 
 
+def _load(load: tuple[float, float] | None) -> str:
+    if load is None:
+        return ""
+    low, high = load
+    return f"{low:.1f}" if round(low, 1) == round(high, 1) else f"{low:.1f}-{high:.1f}"
+
+
+class LoadSampler:
+    """The 1-minute load average, sampled every second in a thread while a benchmark runs:
+    every row says how busy the machine was during its own run (only ratios of one run
+    compare, and the load says how far to trust even those)."""
+
+    def __init__(self, every_s: float = 1.0) -> None:
+        self._every = every_s
+        self._samples = [os.getloadavg()[0]]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="load-sampler", daemon=True)
+
+    def __enter__(self) -> LoadSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._samples.append(os.getloadavg()[0])
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self._every):
+            self._samples.append(os.getloadavg()[0])
+
+    @property
+    def range(self) -> tuple[float, float]:
+        return (round(min(self._samples), 2), round(max(self._samples), 2))
+
+    @property
+    def mean(self) -> float:
+        return round(sum(self._samples) / len(self._samples), 2)
+
+
 def table(sections: list[Section]) -> str:
-    header = ("benchmark", "measured", "floor / baseline", "ratio", "target", "result")
+    header = ("benchmark", "measured", "floor / baseline", "ratio", "target", "result", "load 1m")
     lines: list[tuple[str, ...]] = []
     for section in sections:
         if section.error:
@@ -108,6 +152,7 @@ def table(sections: list[Section]) -> str:
                     f"{row.ratio:.2f}x" if row.ratio is not None else "",
                     row.target,
                     result,
+                    _load(row.load),
                 )
             )
     widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(header)]

@@ -32,7 +32,7 @@ from tests.support.fake_slack import APP_TOKEN, BOT_TOKEN, BOT_USER, TEAM, FakeS
 
 from bench import trace_report
 from bench.daemon import TRIVIAL_AGENT, Daemon
-from bench.report import Row, Section, budget_row, info_row
+from bench.report import LoadSampler, Row, Section, budget_row, info_row
 
 ALICE, DM = "U0ALICE", "D0ALICE"
 HOLDING_AGENT = """#!/bin/sh
@@ -197,13 +197,15 @@ def run(root: Path, conversations: int, *, trace: bool = False, concurrency: int
         config = _config(root, repo, api, fake, sandbox, hold=False, concurrency=concurrency)
         restart, restart_wall = time.monotonic(), time.time()
         trace_file = root / "trace.jsonl" if trace else None
-        second = Daemon(config, root / "daemon-2.log", trace_file)
-        fake.wait_until(lambda: fake.hellos > hellos, timeout=300, what="the reconnect")
-        connected_s = time.monotonic() - restart
-        fake.wait_until(lambda: sum(n >= 2 for n in answer_counts(fake).values()) >= len(roots),
-                        timeout=900,
-                        what="every queued message answered")  # fmt: skip
-        recovered_s = time.monotonic() - restart
+        with LoadSampler(every_s=0.25) as load:  # the restart's own load, not the set-up's
+            second = Daemon(config, root / "daemon-2.log", trace_file)
+            fake.wait_until(lambda: fake.hellos > hellos, timeout=300, what="the reconnect")
+            connected_s = time.monotonic() - restart
+            fake.wait_until(
+                lambda: sum(n >= 2 for n in answer_counts(fake).values()) >= len(roots),
+                timeout=900, what="every queued message answered",
+            )  # fmt: skip
+            recovered_s = time.monotonic() - restart
         time.sleep(3)  # a doubled answer would come now
         counted = answer_counts(fake)
         counts = [counted[ts] for ts in roots]
@@ -237,6 +239,9 @@ def run(root: Path, conversations: int, *, trace: bool = False, concurrency: int
             traced = trace_report.totals(trace_file)
             details["trace"] = traced
             print(trace_report.render_totals(traced[:40]))
+        for row in rows[:4]:
+            row.load = load.range
+        details["restart_load_average_1m"] = {"range": load.range, "mean": load.mean}
         return Section("restart recovery", rows, details)
     finally:
         for daemon in (first, second):

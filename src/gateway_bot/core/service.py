@@ -44,7 +44,7 @@ from gateway_bot.core.schedules.runner import Clock, ScheduleRunner, Sleep
 from gateway_bot.core.workspaces.reports import WorkspaceReports
 from gateway_bot.domain.lifecycle import TaskState
 from gateway_bot.domain.messages import RawMessage
-from gateway_bot.domain.records import ConversationRecord
+from gateway_bot.domain.records import ConversationRecord, TaskRecord
 from gateway_bot.state.action_approvals_store import SqlActionApprovals
 from gateway_bot.state.schedules_store import SqlSchedules
 from gateway_bot.state.store import Store
@@ -315,9 +315,9 @@ class GatewayService:
         or re-run."""
         await self._recovery.at_start()
 
-    async def _route(self, task_id: str) -> AfterLock | None:
+    async def _route(self, task_id: str, known: TaskRecord | None = None) -> AfterLock | None:
         """Intake's routing step (the router is made last: it needs the optional parts)."""
-        return await self._router.route(task_id)
+        return await self._router.route(task_id, known)
 
     async def _release_held(self, task_id: str) -> None:
         """An owner allowed the sender: the held message joins its conversation."""

@@ -194,8 +194,16 @@ class Daemon:
 
     async def open(self) -> None:
         """Raises SandboxUnavailable (one clear message) when the sandbox cannot run."""
-        await self.store.open()
-        await self.sandbox.check()
+        # The store's open (the file, its migrations checked) and the sandbox's check (the
+        # Podman service's ping and `podman --version`, a process start: 0.1-0.5 s on a
+        # loaded machine) wait on different things: both at once (issue 33, a restart's
+        # start). Both end before either's failure is raised, the store's first.
+        outcomes = await asyncio.gather(
+            self.store.open(), self.sandbox.check(), return_exceptions=True
+        )
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
         await self.sandbox.open(self._conversation_exists)
         for agent in self.agents.agents.values():
             backend = agent.backend

@@ -131,11 +131,14 @@ class SqlStore(SqlConversations, SqlTaskViews, SqlTaskLists):
     # -- tasks -------------------------------------------------------------------------
 
     async def accept_inbound(
-        self, raw: RawMessage, on_committed: Callable[[str, bool], None] | None = None
+        self,
+        raw: RawMessage,
+        on_committed: Callable[[str, TaskRecord | None], None] | None = None,
     ) -> tuple[str, bool]:
-        task_id, is_new = await self._insert_inbound(raw)
+        task_id, task = await self._insert_inbound(raw)
+        is_new = task is not None
         if on_committed is not None:
-            on_committed(task_id, is_new)
+            on_committed(task_id, task)
         # A duplicate waits too: the first delivery's commit may not be on disk yet.
         await self._database.flush()
         return task_id, is_new
@@ -143,7 +146,8 @@ class SqlStore(SqlConversations, SqlTaskViews, SqlTaskLists):
     async def flush(self) -> None:
         await self._database.flush()
 
-    async def _insert_inbound(self, raw: RawMessage) -> tuple[str, bool]:
+    async def _insert_inbound(self, raw: RawMessage) -> tuple[str, TaskRecord | None]:
+        """(task id, the new task as its row reads; None for a duplicate)."""
         task_id = secrets.token_hex(6)
         now = time.time()
         raw_json = json.dumps(raw.to_json())
@@ -164,22 +168,20 @@ class SqlStore(SqlConversations, SqlTaskViews, SqlTaskLists):
                 )
                 if existing is None:  # pruned between the two statements (PostgreSQL)
                     raise RuntimeError(f"message {raw.message_id} changed meanwhile: again")
-                return str(existing[0]), False
+                return str(existing[0]), None
             await db.execute(
                 "INSERT INTO inbound_messages (channel, message_id, task_id, received_at)"
                 " VALUES (?, ?, ?, ?)",
                 (raw.channel, raw.message_id, task_id, raw.received_at),
             )
-        if self._transition_listeners:  # the new row, as it reads (without reading it)
-            task = TaskRecord(
-                id=task_id, channel=raw.channel, message_id=raw.message_id,
-                conversation_id=None, state=TaskState.QUEUED, completion_reason=None,
-                raw=RawMessage.from_json(json.loads(raw_json)), parsed=None, reply=None,
-                reply_delivered=False, created_at=now, started_at=None, completed_at=None,
-                cost_usd=0.0, num_turns=0, error=None, attempts=0,
-            )  # fmt: skip
-            self._published(task, None)
-        return task_id, True
+        task = TaskRecord(  # the new row, as it reads (without reading it)
+            id=task_id, channel=raw.channel, message_id=raw.message_id,
+            conversation_id=None, state=TaskState.QUEUED, completion_reason=None,
+            raw=RawMessage.from_json(json.loads(raw_json)), parsed=None, reply=None,
+            reply_delivered=False, created_at=now, started_at=None, completed_at=None,
+            cost_usd=0.0, num_turns=0, error=None, attempts=0,
+        )  # fmt: skip
+        return task_id, self._published(task, None)
 
     async def get_task(self, task_id: str) -> TaskRecord:
         row = await self._database.fetch_one("SELECT * FROM tasks WHERE id = ?", (task_id,))

@@ -57,6 +57,67 @@ class SqliteTransaction:
         return count
 
 
+class _OpeningTransaction(SqliteTransaction):
+    """A transaction whose ``BEGIN IMMEDIATE`` goes to the thread with its first statement:
+    one trip fewer per transaction (issue 33: the message's own commit before its
+    acknowledgement was four trips, BEGIN, two INSERTs and COMMIT). ``SQLITE_BUSY`` on
+    that BEGIN wrote nothing: it is tried again, as a BEGIN of its own was."""
+
+    def __init__(self, connection: aiosqlite.Connection) -> None:
+        super().__init__(connection)
+        self.begun = False
+
+    async def fetch_one(self, sql: str, params: Params = ()) -> Row | None:
+        row: Row | None = await self._first(_fetch_one, sql, params)
+        return row
+
+    async def fetch_all(self, sql: str, params: Params = ()) -> list[Row]:
+        rows: list[Row] = await self._first(_fetch_all, sql, params)
+        return rows
+
+    async def execute(self, sql: str, params: Params = ()) -> int:
+        count: int = await self._first(_execute, sql, params)
+        return count
+
+    async def begin(self) -> None:
+        """BEGIN now (a block that ends without a statement commits nothing otherwise)."""
+        await self._first(None, "", ())
+
+    async def _first(self, statement: Any, sql: str, params: Params) -> Any:
+        if self.begun:
+            return await self._on_thread(statement, self._connection, sql, tuple(params))
+        for attempt in range(_BUSY_ATTEMPTS):
+            try:
+                result = await self._on_thread(
+                    _begin_then, self._connection, statement, sql, tuple(params)
+                )
+            except _NotBegun as exc:
+                if "locked" not in str(exc) or attempt == _BUSY_ATTEMPTS - 1:
+                    raise exc.__cause__ or exc from None
+                await asyncio.sleep(min(0.5, 0.005 * 2**attempt))
+                continue
+            except BaseException:
+                self.begun = self._connection.in_transaction
+                raise
+            self.begun = True
+            return result
+        raise AssertionError("unreachable")
+
+
+class _NotBegun(Exception):
+    """BEGIN IMMEDIATE failed: nothing was written."""
+
+
+def _begin_then(
+    connection: aiosqlite.Connection, statement: Any, sql: str, params: tuple[Any, ...]
+) -> Any:
+    try:
+        connection._conn.execute("BEGIN IMMEDIATE").close()
+    except sqlite3.OperationalError as exc:
+        raise _NotBegun(str(exc)) from exc
+    return None if statement is None else statement(connection, sql, params)
+
+
 def _fetch_one(connection: aiosqlite.Connection, sql: str, params: tuple[Any, ...]) -> Any:
     cursor = connection._conn.execute(sql, params)
     try:
@@ -160,12 +221,15 @@ class SqliteBackend:
         """BEGIN IMMEDIATE: the write lock is taken at the start, so a read inside the
         transaction is never stale by the time the transaction writes. Committed, not yet
         flushed: ``Database`` then waits for ``flusher``, or not."""
-        await self._execute_when_free("BEGIN IMMEDIATE", ())
+        transaction = _OpeningTransaction(self.connection)
         try:
-            yield self._statements
+            yield transaction
         except BaseException:
-            await self._statements.execute("ROLLBACK")
+            if transaction.begun:
+                await self._statements.execute("ROLLBACK")
             raise
+        if not transaction.begun:
+            await transaction.begin()  # (a block with no statement still takes the lock)
         await self._statements.execute("COMMIT")
 
     async def has_table(self, name: str) -> bool:

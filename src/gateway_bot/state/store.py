@@ -165,7 +165,9 @@ class Store(Protocol):
     async def close(self) -> None: ...
 
     async def accept_inbound(
-        self, raw: RawMessage, on_committed: Callable[[str, bool], None] | None = None
+        self,
+        raw: RawMessage,
+        on_committed: Callable[[str, TaskRecord | None], None] | None = None,
     ) -> tuple[str, bool]:
         """Durably record a message and its new task; return (task id, is_new) once it is
         on disk.
@@ -173,10 +175,11 @@ class Store(Protocol):
         A message id already seen on that channel is a duplicate delivery: its existing
         task id comes back with is_new False and nothing is written.
 
-        ``on_committed(task id, is_new)`` is called once the message is committed (safe
+        ``on_committed(task id, task)`` is called once the message is committed (safe
         from the process's death) and before it is on disk, so that taking it in can
         start during the flush; nothing may reach a person or the source before this
-        call returns (decision 0098).
+        call returns (decision 0098). ``task`` is the new task as its row reads (routing
+        starts from it without reading it back), None for a duplicate.
         """
         ...
 

@@ -113,18 +113,28 @@ class TaskExecutor:
             context = self._workspaces.execution_context(conversation.id)
             files = self._sandbox.files(context)
             disk_bytes = int(self._limits.conversation_disk_limit_mb * MB)
-            dirs = await self._workspaces.prepare(conversation.id, files, disk_bytes)
-            repo_text = await self._workspaces.read_default_branch_file(REPO_CONFIG_PATH)
+            # The workspace's clone and the repo's three files (a git process or two each)
+            # at once, not one after another (issue 33: a new conversation's first turn and
+            # each task of a restart waited on them in turn). A read that failed meanwhile
+            # (a mirror the clone repaired) is read again once the clone is done.
+            prepared, *read = await asyncio.gather(
+                self._workspaces.prepare(conversation.id, files, disk_bytes),
+                self._read_repo_files(),
+                return_exceptions=True,
+            )
+            if isinstance(prepared, BaseException):
+                raise prepared
+            dirs = prepared
+            repo_files = read[0]
+            if isinstance(repo_files, BaseException):
+                repo_files = await self._read_repo_files()
+            repo_text, allowlist_text, containerfile = repo_files
             repo_config = parse_repo_config(repo_text)
             agent_name, conversation = await self._choose_agent(conversation, repo_config)
             agent = self._agents.agents[agent_name]
             agent_env = self._agents.env_for(agent_name, self._defaults.env)
             container_env = repo_config.resolved_env(self._defaults.secrets)
-            allowlist = parse_allowlist(
-                await self._workspaces.read_default_branch_file(ALLOWLIST_PATH),
-                agent.backend.model_api_rules(agent_env),
-            )
-            containerfile = await self._workspaces.read_default_branch_file(REPO_CONTAINERFILE_PATH)
+            allowlist = parse_allowlist(allowlist_text, agent.backend.model_api_rules(agent_env))
         except ConfigError as exc:
             return _failure(
                 f"The repo config {exc.source} has problems:\n"
@@ -237,6 +247,14 @@ class TaskExecutor:
         return await self._conclude(
             task_id, conversation, model, agent_name, outcome, started, files
         )
+
+    async def _read_repo_files(self) -> tuple[str | None, str | None, str | None]:
+        """The repo's config, allowlist and Containerfile on its default branch, at once."""
+        read = self._workspaces.read_default_branch_file
+        config, allowlist, containerfile = await asyncio.gather(
+            read(REPO_CONFIG_PATH), read(ALLOWLIST_PATH), read(REPO_CONTAINERFILE_PATH)
+        )
+        return config, allowlist, containerfile
 
     async def _within_budget(self, conversation_id: str, task_id: str) -> TaskResult | None:
         """None to run the turn; a refusal when a person said no to going past the

@@ -146,11 +146,24 @@ class Scheduler:
             # (its lane, its notices and a kill's recovery start from here)
             await self._disk.on_disk(task.id)
         ahead = self.depth(conversation_id)
+        full = self.is_full(conversation_id)
+        # The acknowledgement starts before PENDING is written, not after (issue 33): the
+        # message is on disk already, PENDING is a relaxed commit that recovery rebuilds,
+        # and a routing tried again acknowledges again through the channel's own exactly-
+        # once send (Slack's post records, Matrix's transaction id by task).
+        acknowledged = (
+            None if full else self._notices.acknowledge(task.id, message, conversation_id, ahead)
+        )
+        if acknowledged is not None:
+            # One turn of the loop: the acknowledgement's job runs up to its first trip to
+            # the store (a channel's record of the post to come), which then goes to the
+            # store's thread ahead of PENDING, not behind it.
+            await asyncio.sleep(0)
         await self._store.transition(
             task.id, TaskState.PENDING, conversation_id=conversation_id, parsed=message, known=task
         )
         reached("routed")
-        if self.is_full(conversation_id):
+        if full:
             text = (
                 f"This conversation already has {ahead - 1} messages waiting; this one was "
                 "not queued. Send it again when the agent has caught up, or /stop."
@@ -160,7 +173,6 @@ class Scheduler:
             )
             self._notices.refuse(task.id, message, text)
             return
-        acknowledged = self._notices.acknowledge(task.id, message, conversation_id, ahead)
         self.enqueue(conversation_id, task.id, after=acknowledged)
 
     def enqueue(
@@ -218,8 +230,12 @@ class Scheduler:
                     if before is not None:
                         await asyncio.wait([before], timeout=ACK_WAIT_S)
                         reached("acknowledged")
-                    async with self._slots:
-                        waits = await self._execute(lane, task_id)
+                    slot = _Slot(self._slots)
+                    try:
+                        await slot.take()
+                        waits = await self._execute(lane, task_id, slot.give_back)
+                    finally:
+                        slot.give_back()
                     if waits and await self._host_waits.stopped_during_pause(
                         lane, task_id, self.claims
                     ):
@@ -237,16 +253,21 @@ class Scheduler:
             if self.claims is not None and not queue:
                 self.claims.drained(lane.conversation_id)
 
-    async def _execute(self, lane: ConversationLane, task_id: str) -> bool:
-        """Runs the task; True when it waits for its sandbox host (back to PENDING)."""
+    async def _execute(
+        self, lane: ConversationLane, task_id: str, free_slot: Callable[[], None]
+    ) -> bool:
+        """Runs the task; True when it waits for its sandbox host (back to PENDING).
+        ``free_slot``: called once the agent is done, before the reply is stored and sent."""
         # Every line logged while the task runs (here, in the executor's job, in the agent
         # runner) carries the ids; the binding ends with this call.
         with structlog.contextvars.bound_contextvars(
             task_id=task_id, conversation_id=lane.conversation_id
         ):
-            return await self._run_task(lane, task_id)
+            return await self._run_task(lane, task_id, free_slot)
 
-    async def _run_task(self, lane: ConversationLane, task_id: str) -> bool:
+    async def _run_task(
+        self, lane: ConversationLane, task_id: str, free_slot: Callable[[], None]
+    ) -> bool:
         if self.claims is not None and not self.claims.holds(lane.conversation_id):
             log.warning("task %s: its conversation's claim was lost: not run here", task_id)
             return False
@@ -254,7 +275,7 @@ class Scheduler:
         if task.state is not TaskState.PENDING:
             log.warning("task %s is %s, not pending: not run", task_id, task.state.value)
             return False
-        task = await self._store.transition(task_id, TaskState.EXECUTING)
+        task = await self._store.transition(task_id, TaskState.EXECUTING, known=task)
         reached("executing")
         message = task.parsed
         assert message is not None
@@ -294,6 +315,10 @@ class Scheduler:
             await reporter.close()
             lane.running = None
             self._running.pop(lane.conversation_id, None)
+        # The agent is done: its slot goes to the next conversation's task while this one's
+        # reply is stored and sent (issue 33: at concurrency 1 the store's commits and the
+        # channel's send were run one task after another, with no agent running).
+        free_slot()
         record = fenced_record(self.claims, lane.conversation_id, task_id, result.reply)
         await self._replies.store_and_send(
             task_id, message, result.reply, result.reason, reporter.finished(result.reply), record
@@ -305,6 +330,24 @@ class Scheduler:
             except Exception:
                 log.exception("task %s: the agent's schedule request failed", task_id)
         return False
+
+
+class _Slot:
+    """One of ``max_concurrent_tasks``: taken before a task starts, given back once its
+    agent is done (not after its delivery), exactly once."""
+
+    def __init__(self, slots: asyncio.Semaphore) -> None:
+        self._slots = slots
+        self._held = False
+
+    async def take(self) -> None:
+        await self._slots.acquire()
+        self._held = True
+
+    def give_back(self) -> None:
+        if self._held:
+            self._held = False
+            self._slots.release()
 
 
 def _reporter(task_id: str, adapter: ChannelAdapter, message: InboundMessage) -> ProgressReporter:

@@ -27,6 +27,7 @@ from gateway_bot.core.jobs import Jobs
 from gateway_bot.core.retries import RetryPolicy, is_transient, retrying
 from gateway_bot.domain.lifecycle import TaskState
 from gateway_bot.domain.messages import RawMessage
+from gateway_bot.domain.records import TaskRecord
 from gateway_bot.state.store import Store
 
 log = logging.getLogger(__name__)
@@ -36,8 +37,9 @@ AfterLock = Callable[[], Awaitable[None]]
 agent's workspace and can take its whole 120 s): run by the same intake job, under the same
 retries, with the lock released."""
 
-Route = Callable[[str], Awaitable[AfterLock | None]]
-"""Routes one stored task by its id (``Router.route``); called under the channel's lock."""
+Route = Callable[[str, TaskRecord | None], Awaitable[AfterLock | None]]
+"""Routes one stored task by its id (``Router.route``), from its record when the caller has
+it as it reads now (else it is read); called under the channel's lock."""
 
 
 @dataclasses.dataclass
@@ -72,10 +74,10 @@ class Intake:
         reached("received")
         on_disk: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
-        def committed(task_id: str, is_new: bool) -> None:
-            if is_new and self.accepting:
+        def committed(task_id: str, task: TaskRecord | None) -> None:
+            if task is not None and self.accepting:
                 self._scheduler.hold_notices(task_id, on_disk)
-                self.take_in(task_id, raw.channel)
+                self.take_in(task_id, raw.channel, task)
 
         try:
             task_id, is_new = await self._store.accept_inbound(raw, committed)
@@ -111,16 +113,23 @@ class Intake:
                 task = await self._store.transition(task.id, TaskState.QUEUED)
             self.take_in(task.id)
 
-    def take_in(self, task_id: str, channel: str | None = None) -> None:
+    def take_in(
+        self, task_id: str, channel: str | None = None, known: TaskRecord | None = None
+    ) -> None:
         """Start taking in a stored task, unless it is being taken in already.
-        ``channel``: the task's, when known (one read fewer before routing)."""
+        ``channel``: the task's, when known (one read fewer before routing); ``known``: the
+        task as just committed (routing's first attempt starts from it: one read fewer)."""
         if task_id in self._taking_in or self._jobs.closed:
             return
         self._taking_in.add(task_id)
-        job = self._jobs.spawn(self._authenticate(task_id, channel), name=f"intake-{task_id}")
+        job = self._jobs.spawn(
+            self._authenticate(task_id, channel, known), name=f"intake-{task_id}"
+        )
         job.add_done_callback(lambda _: self._taking_in.discard(task_id))
 
-    async def _authenticate(self, task_id: str, channel: str | None = None) -> None:
+    async def _authenticate(
+        self, task_id: str, channel: str | None = None, known: TaskRecord | None = None
+    ) -> None:
         """Authenticate and route one message. Serialised per channel, so messages reach
         their conversation (and commands take effect) in the order they arrived. A transport
         failure is retried with the lock released between attempts: one unreachable room
@@ -135,8 +144,9 @@ class Intake:
         try:
             async for attempt in retrying(f"{channel}: taking in task {task_id}", self._policy):
                 with attempt:
+                    first, known = known, None  # a later attempt reads the task as it is
                     async with lock:
-                        after_lock = await self._route(task_id)
+                        after_lock = await self._route(task_id, first)
                     if after_lock is not None:
                         await after_lock()
         except Exception as exc:

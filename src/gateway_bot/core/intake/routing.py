@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import enum
 import functools
 import logging
 from collections import defaultdict
@@ -47,6 +48,15 @@ from gateway_bot.state.store import Store
 log = logging.getLogger(__name__)
 
 COMMAND = TaskKind.COMMAND
+
+
+class _Unread(enum.Enum):
+    """A conversation not read yet (None is read and absent)."""
+
+    UNREAD = "unread"
+
+
+UNREAD = _Unread.UNREAD
 """What commands, card decisions and typed answers are recorded as (apart from agent
 tasks in the operator's lists, charts and metrics)."""
 
@@ -73,10 +83,12 @@ class Router:
     """One /diff at a time per channel, as under the intake lock: each holds a scratch
     repository, a git and threads of the daemon's."""
 
-    async def route(self, task_id: str) -> AfterLock | None:
+    async def route(self, task_id: str, known: TaskRecord | None = None) -> AfterLock | None:
         """Called under the channel's intake lock; returns what intake runs once it is
-        released (answering a /diff), in the same job and under the same retries."""
-        task = await self._store.get_task(task_id)
+        released (answering a /diff), in the same job and under the same retries.
+        ``known``: the task as just committed (not read again; a transition from it that
+        finds the row moved reads it then)."""
+        task = known if known is not None else await self._store.get_task(task_id)
         if task.state is TaskState.QUEUED:
             task = await self._store.transition(task_id, TaskState.AUTHENTICATING, known=task)
         elif task.state is not TaskState.AUTHENTICATING:
@@ -228,7 +240,7 @@ class Router:
         gathered = self._lone_files.gather(task.id, message)
         if gathered.message is None:
             return None  # only files: they wait (AUTHENTICATING) for the words about them
-        await self._queue_engaging(task, gathered.message)
+        await self._queue_engaging(task, gathered.message, started)
         for joined in gathered.joined:
             await self._store.transition(
                 joined,
@@ -264,15 +276,22 @@ class Router:
             error=f"{what} from a sender who is not allowed here",
         )
 
-    async def _queue_engaging(self, task: TaskRecord, message: InboundMessage) -> None:
+    async def _queue_engaging(
+        self,
+        task: TaskRecord,
+        message: InboundMessage,
+        active: ConversationRecord | _Unread | None = UNREAD,
+    ) -> None:
         """An admitted message that engages the bot: it takes the context kept since the
-        last one (only admitted senders' words are kept) and joins its conversation."""
+        last one (only admitted senders' words are kept) and joins its conversation.
+        ``active``: the conversation key's active conversation as routing read it, under
+        the channel's lock (not read again on the acknowledgement's way)."""
         context = await self._store.context_lines.take(message.channel, message.conversation_key)
         if context:
             message = dataclasses.replace(
                 message, context=tuple(f"{c.sender_name}: {c.body}" for c in context)
             )
-        await self._queue_message(task, message)
+        await self._queue_message(task, message, active)
 
     async def _apply_decision(self, task: TaskRecord, decision: Decision) -> None:
         parsed = parse_approval_action(decision.action_id)
@@ -319,14 +338,25 @@ class Router:
             lambda: adapter.tell_decider(decision, text),
         )
 
-    async def _queue_message(self, task: TaskRecord, message: InboundMessage) -> None:
-        conversation = await self._conversation_for(message)
+    async def _queue_message(
+        self,
+        task: TaskRecord,
+        message: InboundMessage,
+        active: ConversationRecord | _Unread | None = UNREAD,
+    ) -> None:
+        conversation = await self._conversation_for(message, active)
         await self._scheduler.queue(task, message, conversation.id)
 
-    async def _conversation_for(self, message: InboundMessage) -> ConversationRecord:
-        existing = await self._mail.conversation_of(message) or (
-            await self._store.active_conversation(message.channel, message.conversation_key)
-        )
+    async def _conversation_for(
+        self, message: InboundMessage, active: ConversationRecord | _Unread | None = UNREAD
+    ) -> ConversationRecord:
+        existing = await self._mail.conversation_of(message)
+        if existing is None:
+            existing = (
+                await self._store.active_conversation(message.channel, message.conversation_key)
+                if isinstance(active, _Unread)
+                else active
+            )
         if existing is not None:
             return existing
         return await self._store.create_conversation(
