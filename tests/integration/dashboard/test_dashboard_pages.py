@@ -170,6 +170,11 @@ async def test_the_network_log_shows_allowed_and_blocked_requests_as_text(
     network = page[page.index("<h2>Network</h2>") :]
     assert re.search(r'<tr class="allowed">.*?allowed.*?GET.*?https://pypi\.org/simple/', network)
     assert re.search(r'<tr class="blocked">.*?blocked.*?POST', network, re.S)
+    # Times read as the rest of the page writes them (local time, to the second), not as
+    # the proxy's ISO text.
+    shown = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(1795654800))  # `at`
+    assert f"<time>{shown}</time>" in network, network[:600]
+    assert at not in network
     # The attacker's markup is text: escaped, never a tag the browser would run.
     assert "<script>alert" not in page
     assert "<img src=x" not in page

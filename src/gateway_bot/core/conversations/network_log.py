@@ -15,6 +15,7 @@ JSON is shown as it is (cut), never interpreted. The dashboard escapes what it s
 
 from __future__ import annotations
 
+import datetime
 import json
 from dataclasses import dataclass
 
@@ -36,6 +37,9 @@ class NetworkRequest:
     reason: str
     held: bool = False
     """The proxy held it for approval (a later line says how it was decided)."""
+    at: float | None = None
+    """``time`` read as an ISO 8601 instant (epoch seconds), so a page shows it in the format
+    of its other times; None when the proxy's text is not one (then ``time`` is shown)."""
 
 
 @dataclass(frozen=True)
@@ -89,7 +93,22 @@ def _request(line: str) -> NetworkRequest:
         allowed=entry["allowed"],
         reason=_cut(_text(entry.get("reason"))),
         held=entry.get("held") is True,
+        at=_instant(entry.get("time")),
     )
+
+
+def _instant(value: object) -> float | None:
+    """The proxy writes UTC with milliseconds; anything else (it is the less trusted side)
+    is no instant."""
+    if not isinstance(value, str) or len(value) > 40:
+        return None
+    try:
+        parsed = datetime.datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        return None
+    return parsed.timestamp()
 
 
 def _text(value: object) -> str:
