@@ -8,6 +8,12 @@ Capped: an agent that prints without end must not fill the host's disk through i
 The line that would cross the cap is replaced by one JSON line saying the log was cut, and
 nothing more is appended, in this run or later ones. A write that fails (a full disk) is
 logged and skipped: the log is a record, never a reason for the run to fail.
+
+Each line the agent printed follows a line of the daemon's own, ``{"type":
+"gateway_bot_at", "at": <epoch seconds>}``: when the host received it, so a timeline can
+say when each step happened and how long it took. The agent can print a line of that shape
+too, but the daemon's own comes right before every line the agent printed, so a forged one
+dates no event (``core/conversations/timeline.py`` reads them).
 """
 
 from __future__ import annotations
@@ -17,11 +23,13 @@ import json
 import logging
 import os
 import stat
+import time
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 
 DEFAULT_LIMIT_BYTES = 50 * 1024 * 1024
+TIME_MARKER = "gateway_bot_at"
 RECENT_BYTES = 8 * 1024 * 1024
 
 
@@ -34,7 +42,8 @@ class EventLog:
         self._failed = False
 
     async def append(self, line: str) -> None:
-        await asyncio.to_thread(self._append, line.rstrip("\n") + "\n")
+        received = json.dumps({"type": TIME_MARKER, "at": round(time.time(), 3)})
+        await asyncio.to_thread(self._append, received + "\n" + line.rstrip("\n") + "\n")
 
     async def end_run(self) -> None:
         await asyncio.to_thread(self._append, "\n")

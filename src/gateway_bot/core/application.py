@@ -29,6 +29,7 @@ from gateway_bot.core.conversations.timeline import (
     agent_lines,
     read_log_tail,
     state_entries,
+    with_durations,
 )
 from gateway_bot.core.decisions import PendingDecision, decide, pending_decisions
 from gateway_bot.core.live_state import ChannelView, LiveState, MeasuresLiveContainers
@@ -262,7 +263,7 @@ class Application:
             or self._conversation_root is None
             or self._parse_line is None
         ):
-            return TaskTimeline(task, tuple(entries))
+            return TaskTimeline(task, tuple(with_durations(entries)))
         started = [
             t
             for t in await self._store.list_tasks(
@@ -275,14 +276,15 @@ class Application:
         try:
             text, whole = await asyncio.to_thread(read_log_tail, root)
         except OSError as exc:
-            return TaskTimeline(task, tuple(entries), f"event log not read: {exc}")
+            return TaskTimeline(task, tuple(with_durations(entries)), f"event log not read: {exc}")
         lines, note = agent_lines(task, started, text, whole)
         agent = agent_entries(lines, self._parse_line)
         # The agent's steps sit between "started" and what came after it.
         split = next(
             (n + 1 for n, e in enumerate(entries) if e.text.startswith("agent started")), 1
         )
-        return TaskTimeline(task, tuple(entries[:split] + agent + entries[split:]), note)
+        steps = with_durations(entries[:split] + agent + entries[split:])
+        return TaskTimeline(task, tuple(steps), note)
 
     async def _with_action_approvals(
         self, task_id: str, entries: list[TimelineEntry]

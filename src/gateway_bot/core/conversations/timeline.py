@@ -15,11 +15,12 @@ runs, and a guess would show one task's commands under another).
 from __future__ import annotations
 
 import errno
+import itertools
 import json
 import os
 import stat
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gateway_bot.agents.base import (
@@ -31,6 +32,8 @@ from gateway_bot.agents.base import (
     ToolResultEvent,
     ToolUseEvent,
 )
+from gateway_bot.agents.event_log import TIME_MARKER
+from gateway_bot.domain.display import span
 from gateway_bot.domain.records import TaskRecord
 
 MAX_LOG_BYTES = 8 * 1024 * 1024
@@ -46,12 +49,23 @@ ParseLine = Callable[[str], Sequence[AgentEvent]]
 @dataclass(frozen=True)
 class TimelineEntry:
     at: float | None
-    """Seconds since the epoch; None for agent events (the log carries no times)."""
+    """Seconds since the epoch: for an agent event, when the host received its line (the
+    log's time markers); None when nothing says (a log written before they were)."""
     source: str
     """"task" (a state change the store recorded) or "agent" (from the event log)."""
     text: str
     code: str | None = None
     """The code of a decision this step waits for (a page puts its buttons here)."""
+    duration: float | None = None
+    """Seconds until the next step with a time (``with_durations``); None for the last."""
+
+    @property
+    def duration_text(self) -> str:
+        """Tenths of a second below ten seconds (a tool call or a model turn is often
+        shorter than one), then ``span``'s two units; "" without a duration."""
+        if self.duration is None:
+            return ""
+        return f"{self.duration:.1f}s" if self.duration < 10 else span(self.duration)
 
 
 @dataclass(frozen=True)
@@ -197,15 +211,50 @@ def agent_lines(
 
 
 def agent_entries(lines: Sequence[str], parse_line: ParseLine) -> list[TimelineEntry]:
-    """The agent's events as timeline entries. The lines are what the agent's CLI printed (a
-    CLI the agent replaced prints anything): a line that does not parse is shown as such,
-    never a page that fails to render."""
+    """The agent's events as timeline entries, each dated by the time marker the daemon
+    wrote before its line (``agents/event_log.py``). The lines are what the agent's CLI
+    printed (a CLI the agent replaced prints anything): a line that does not parse is shown
+    as such, never a page that fails to render."""
     entries = []
+    at: float | None = None
     for line in lines:
+        if (received := _received_at(line)) is not None:
+            at = received
+            continue
         try:
             events = list(parse_line(line))
         except (ValueError, TypeError, OverflowError, KeyError, AttributeError):
-            entries.append(TimelineEntry(None, "agent", "(an event line that could not be read)"))
+            entries.append(TimelineEntry(at, "agent", "(an event line that could not be read)"))
             continue
-        entries.extend(TimelineEntry(None, "agent", describe_event(event)) for event in events)
+        entries.extend(TimelineEntry(at, "agent", describe_event(event)) for event in events)
     return entries[-MAX_AGENT_ENTRIES:]
+
+
+def _received_at(line: str) -> float | None:
+    """A time marker's instant; None for any other line. A marker the agent printed itself
+    is read the same way, but the daemon's own follows it before any line of the agent's,
+    so it dates nothing."""
+    if TIME_MARKER not in line:
+        return None
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or data.get("type") != TIME_MARKER:
+        return None
+    at = data.get("at")
+    if isinstance(at, bool) or not isinstance(at, (int, float)) or not 0 < at < 1e11:
+        return None
+    return float(at)
+
+
+def with_durations(entries: Sequence[TimelineEntry]) -> list[TimelineEntry]:
+    """Each dated step's duration: until the next dated step (steps come in the order they
+    happened; one whose next time is earlier, such as a decision recorded late, gets none)."""
+    out = list(entries)
+    dated = [n for n, entry in enumerate(out) if entry.at is not None]
+    for here, after in itertools.pairwise(dated):
+        start, end = out[here].at, out[after].at
+        if start is not None and end is not None and end >= start:
+            out[here] = replace(out[here], duration=end - start)
+    return out
