@@ -89,14 +89,22 @@ def serve(args: argparse.Namespace) -> int:
         if taken_by := other_repos_state_problem(config.state_dir, config.repo.url, how=how):
             print(taken_by, file=sys.stderr)
             return EXIT_CONFIG
-        return asyncio.run(
-            _serve(
-                config,
-                agent_env,
-                chat=args.command == "chat",
-                new=bool(getattr(args, "new", False)),
-            )
-        )
+        with asyncio.Runner() as runner:
+            try:
+                return runner.run(
+                    _serve(
+                        config,
+                        agent_env,
+                        chat=args.command == "chat",
+                        new=bool(getattr(args, "new", False)),
+                    )
+                )
+            finally:
+                # Process transports kept alive by a cycle (a cancelled task's traceback)
+                # are collected while the loop can still run their close: collected after
+                # it closed, each printed "Exception ignored ... Event loop is closed".
+                gc.collect()
+                runner.get_loop().run_until_complete(asyncio.sleep(0))
     finally:
         lock.release()
 
@@ -170,7 +178,9 @@ async def _end_abandoned_work() -> None:
     for task in others:
         task.cancel()
     await asyncio.gather(*others, return_exceptions=True)
+    others.clear()  # a cancelled task's traceback holds its process: let it go first
     gc.collect()
+    await asyncio.sleep(0)  # the collected transports' close runs now
 
 
 async def _tell_stopping(daemon: Daemon) -> None:
