@@ -13,7 +13,6 @@ the identity the caller names: the owners' list decides who may, not the front e
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -26,11 +25,12 @@ from gateway_bot.core.conversations.timeline import (
     TaskTimeline,
     TimelineEntry,
     agent_entries,
-    agent_lines,
-    read_log_tail,
     state_entries,
+    task_log_lines,
+    timed_events,
     with_durations,
 )
+from gateway_bot.core.conversations.trace import Trace, build_trace
 from gateway_bot.core.decisions import PendingDecision, decide, pending_decisions
 from gateway_bot.core.live_state import ChannelView, LiveState, MeasuresLiveContainers
 from gateway_bot.core.schedules.runner import rule_of
@@ -255,36 +255,39 @@ class Application:
     async def task_timeline(self, task_id: str) -> TaskTimeline:
         """Raises KeyError for an unknown task."""
         task = await self._store.get_task(task_id)
-        entries = state_entries(task)
-        entries = await self._with_action_approvals(task_id, entries)
-        if (
-            task.conversation_id is None
-            or task.kind is TaskKind.COMMAND  # the agent never saw it
-            or self._conversation_root is None
-            or self._parse_line is None
-        ):
-            return TaskTimeline(task, tuple(with_durations(entries)))
-        started = [
-            t
-            for t in await self._store.list_tasks(
-                conversation_id=task.conversation_id, limit=10_000, kind=TaskKind.AGENT
-            )
-            if t.started_at is not None
-        ]
-        started.sort(key=lambda t: t.started_at or 0.0)
-        root = self._conversation_root(task.conversation_id)
-        try:
-            text, whole = await asyncio.to_thread(read_log_tail, root)
-        except OSError as exc:
-            return TaskTimeline(task, tuple(with_durations(entries)), f"event log not read: {exc}")
-        lines, note = agent_lines(task, started, text, whole)
-        agent = agent_entries(lines, self._parse_line)
+        entries = await self._with_action_approvals(task_id, state_entries(task))
+        lines, note = await self._agent_lines(task)
+        agent = agent_entries(lines, self._parse_line) if self._parse_line else []
         # The agent's steps sit between "started" and what came after it.
         split = next(
             (n + 1 for n, e in enumerate(entries) if e.text.startswith("agent started")), 1
         )
         steps = with_durations(entries[:split] + agent + entries[split:])
         return TaskTimeline(task, tuple(steps), note)
+
+    async def task_trace(self, task_id: str, now: float) -> Trace:
+        """The task as a waterfall (``core/conversations/trace.py``): the timeline's
+        sources, read once more. Raises KeyError for an unknown task."""
+        task = await self._store.get_task(task_id)
+        lines, note = await self._agent_lines(task)
+        events = timed_events(lines, self._parse_line) if self._parse_line else []
+        approvals = self._service.action_approvals if self._service is not None else None
+        asked = await approvals.records.of_task(task_id) if approvals is not None else []
+        network = await self.network_log(task.conversation_id) if task.conversation_id else None
+        requests = network.requests if network is not None else ()
+        return build_trace(task, events, asked, requests, now=now, note=note)
+
+    async def _agent_lines(self, task: TaskRecord) -> tuple[list[str], str]:
+        """The event log's lines of ``task``'s runs, and a note when they are missing."""
+        if (
+            task.conversation_id is None
+            or task.kind is TaskKind.COMMAND  # the agent never saw it
+            or self._conversation_root is None
+            or self._parse_line is None
+        ):
+            return [], ""
+        root = self._conversation_root(task.conversation_id)
+        return await task_log_lines(self._store, task, root)
 
     async def _with_action_approvals(
         self, task_id: str, entries: list[TimelineEntry]

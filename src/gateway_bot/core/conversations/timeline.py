@@ -14,6 +14,7 @@ runs, and a guess would show one task's commands under another).
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import itertools
 import json
@@ -34,7 +35,9 @@ from gateway_bot.agents.base import (
 )
 from gateway_bot.agents.event_log import TIME_MARKER
 from gateway_bot.domain.display import span
+from gateway_bot.domain.lifecycle import TaskKind
 from gateway_bot.domain.records import TaskRecord
+from gateway_bot.state.store import Store
 
 MAX_LOG_BYTES = 8 * 1024 * 1024
 MAX_AGENT_ENTRIES = 200
@@ -190,6 +193,24 @@ def _marker(line: str) -> str | None:
     return None
 
 
+async def task_log_lines(store: Store, task: TaskRecord, root: Path) -> tuple[list[str], str]:
+    """The lines of ``task``'s runs in its conversation's event log (under ``root``), and a
+    note when they are missing."""
+    started = [
+        t
+        for t in await store.list_tasks(
+            conversation_id=task.conversation_id, limit=10_000, kind=TaskKind.AGENT
+        )
+        if t.started_at is not None
+    ]
+    started.sort(key=lambda t: t.started_at or 0.0)
+    try:
+        text, whole = await asyncio.to_thread(read_log_tail, root)
+    except OSError as exc:
+        return [], f"event log not read: {exc}"
+    return agent_lines(task, started, text, whole)
+
+
 def agent_lines(
     task: TaskRecord, started_tasks: Sequence[TaskRecord], text: str, whole: bool
 ) -> tuple[list[str], str]:
@@ -210,23 +231,39 @@ def agent_lines(
     return [], ""
 
 
-def agent_entries(lines: Sequence[str], parse_line: ParseLine) -> list[TimelineEntry]:
-    """The agent's events as timeline entries, each dated by the time marker the daemon
-    wrote before its line (``agents/event_log.py``). The lines are what the agent's CLI
-    printed (a CLI the agent replaced prints anything): a line that does not parse is shown
-    as such, never a page that fails to render."""
-    entries = []
+def timed_events(
+    lines: Sequence[str], parse_line: ParseLine
+) -> list[tuple[float | None, AgentEvent | None]]:
+    """The agent's events, each with the time the daemon received its line (the time
+    marker before it, ``agents/event_log.py``; None before the first). The lines are what
+    the agent's CLI printed (a CLI the agent replaced prints anything): a line that does
+    not parse is a None event, never an exception."""
+    events: list[tuple[float | None, AgentEvent | None]] = []
     at: float | None = None
     for line in lines:
         if (received := _received_at(line)) is not None:
             at = received
             continue
         try:
-            events = list(parse_line(line))
+            parsed = list(parse_line(line))
         except (ValueError, TypeError, OverflowError, KeyError, AttributeError):
-            entries.append(TimelineEntry(at, "agent", "(an event line that could not be read)"))
+            events.append((at, None))
             continue
-        entries.extend(TimelineEntry(at, "agent", describe_event(event)) for event in events)
+        events.extend((at, event) for event in parsed)
+    return events
+
+
+def agent_entries(lines: Sequence[str], parse_line: ParseLine) -> list[TimelineEntry]:
+    """The agent's events as timeline entries (``timed_events``): a line that does not
+    parse is shown as such, never a page that fails to render."""
+    entries = [
+        TimelineEntry(
+            at,
+            "agent",
+            describe_event(event) if event else "(an event line that could not be read)",
+        )
+        for at, event in timed_events(lines, parse_line)
+    ]
     return entries[-MAX_AGENT_ENTRIES:]
 
 
