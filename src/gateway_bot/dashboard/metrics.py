@@ -14,7 +14,8 @@ What they say is read when scraped (agent tasks per state and reason, commands a
 them, queue depth, containers, channel health, pending approvals: the same answers
 ``gateway-bot status`` gives), except
 the task duration histogram, which this process observes as tasks finish running (the
-store's transition hook) and which therefore starts empty at each start of the daemon.
+store's transition hook) and which therefore starts empty at each start of the daemon, and
+the step histogram (``TaskSteps``), counted from each finished task's trace once.
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ QUEUED_STATES = (TaskState.QUEUED, TaskState.PENDING)
 """Accepted and waiting for a slot (a task held for an approval is AUTHENTICATING and
 counted by the approvals gauge instead)."""
 DURATION_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
+STEP_BUCKETS = (0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0)
+STEP_WINDOW = 50
+"""Each scrape looks at the newest this many finished tasks for ones not yet counted."""
 
 
 class TaskDurations:
@@ -74,6 +78,48 @@ class TaskDurations:
             return
         ended = task.completed_at or time.time()
         self.histogram.labels(reason=reason).observe(max(0.0, ended - task.started_at))
+
+
+class TaskSteps:
+    """How long each kind of step took (``core/conversations/trace.py``'s spans: the task
+    page's waterfall, so the page and Prometheus agree), one observation per step of each
+    finished task.
+
+    Counted at scrape time, each task once: a scrape traces the tasks among the newest
+    ``STEP_WINDOW`` finished that no earlier scrape counted. Why not the whole window at
+    every scrape: a histogram's counts must only grow (a window that slides makes them
+    shrink, which ``rate()`` reads as a restart). Why not when a task finishes: the trace
+    reads the event log and the network log, which the store's synchronous transition hook
+    must not wait for. So the counts start at each start of the daemon with up to
+    ``STEP_WINDOW`` tasks finished before it, and a burst of more than that many between
+    two scrapes counts only the newest. Cost: one trace per finished task, once."""
+
+    def __init__(self) -> None:
+        self.histogram = Histogram(
+            f"{PREFIX}_task_step_seconds",
+            "Time each step of a finished agent task took, by kind (the task page's waterfall).",
+            ["step"],
+            buckets=STEP_BUCKETS,
+            registry=None,
+        )
+        self._counted: set[str] = set()
+
+    async def catch_up(self, application: Application, now: float) -> None:
+        finished = await application.tasks(
+            states=[TaskState.COMPLETED, TaskState.UNDELIVERED], limit=STEP_WINDOW
+        )
+        new = [task for task in finished if task.id not in self._counted]
+        # Only the window's ids are kept: a task that left it never comes back.
+        self._counted = {task.id for task in finished}
+        for task in new:
+            if task.started_at is None:  # never ran (cancelled while queued): no steps
+                continue
+            try:
+                trace = await application.task_trace(task.id, now)
+            except KeyError:  # removed meanwhile
+                continue
+            for span in trace.spans:
+                self.histogram.labels(step=span.kind).observe(span.duration)
 
 
 def metrics_readable(
@@ -139,10 +185,15 @@ class _Families(Collector):
         return iter(self._families)
 
 
-async def scrape(application: Application, durations: TaskDurations | None) -> bytes:
+async def scrape(
+    application: Application, durations: TaskDurations | None, steps: TaskSteps | None = None
+) -> bytes:
     families = [*await _task_families(application), *await _live_families(application)]
     if durations is not None:
         families += list(durations.histogram.collect())
+    if steps is not None:
+        await steps.catch_up(application, time.time())
+        families += list(steps.histogram.collect())
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Families(families))
     return generate_latest(registry)
@@ -240,6 +291,12 @@ DURATIONS = web.AppKey("task_durations", TaskDurations)
 """app[DURATIONS]: the daemon's ``TaskDurations``, when it observes them."""
 
 
+STEPS = web.AppKey("task_steps", TaskSteps)
+"""app[STEPS]: the step histogram (``build_app`` makes one)."""
+
+
 async def metrics(request: web.Request) -> web.Response:
-    body = await scrape(request.app[APPLICATION], request.app.get(DURATIONS))
+    body = await scrape(
+        request.app[APPLICATION], request.app.get(DURATIONS), request.app.get(STEPS)
+    )
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -21,7 +21,7 @@ from markupsafe import Markup
 from gateway_bot.config.dashboard import DashboardSettings, token_weakness
 from gateway_bot.core.application import Application
 from gateway_bot.core.feed import ChangeFeed, Subscription
-from gateway_bot.dashboard import assets, decisions, live, login, metrics, nav, pages
+from gateway_bot.dashboard import assets, decisions, live, login, metrics, nav, pages, task_page
 from gateway_bot.dashboard.context import (
     APPLICATION,
     FEED,
@@ -32,7 +32,7 @@ from gateway_bot.dashboard.context import (
 )
 from gateway_bot.dashboard.guard import guard
 from gateway_bot.dashboard.login_limits import LoginLimits
-from gateway_bot.dashboard.metrics import DURATIONS, METRICS_PATH, TaskDurations
+from gateway_bot.dashboard.metrics import DURATIONS, METRICS_PATH, STEPS, TaskDurations, TaskSteps
 from gateway_bot.dashboard.sessions import SessionBook, load_or_make_key
 from gateway_bot.domain.display import visible
 from gateway_bot.state.dashboard_sessions_store import OWNER, DashboardSessions
@@ -72,6 +72,7 @@ def build_app(
     if durations is not None:
         app[DURATIONS] = durations
     app[APPLICATION] = application
+    app[STEPS] = TaskSteps()
     app[FEED] = feed
     app[SETTINGS] = settings
     app[SESSIONS] = SessionBook(
@@ -98,6 +99,7 @@ def build_app(
     login.add_routes(app)
     pages.add_routes(app)
     decisions.add_routes(app)
+    task_page.add_routes(app)
     app.router.add_get("/events", live.events)
     app.router.add_get(METRICS_PATH, metrics.metrics)
     return app

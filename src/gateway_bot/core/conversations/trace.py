@@ -35,6 +35,7 @@ from gateway_bot.agents.base import (
 )
 from gateway_bot.core.conversations.network_log import NetworkRequest
 from gateway_bot.core.conversations.timeline import describe_event
+from gateway_bot.domain.display import span as two_units
 from gateway_bot.domain.records import TaskRecord
 from gateway_bot.state.action_approvals_store import PENDING, ActionApprovalRecord
 
@@ -55,6 +56,10 @@ class Span:
     detail: str = ""
     slowest: bool = False
 
+    @property
+    def duration_text(self) -> str:
+        return seconds_text(self.duration)
+
 
 @dataclass(frozen=True)
 class Trace:
@@ -73,6 +78,10 @@ class Trace:
 
     def offset(self, span: Span) -> float:
         return span.start - self.start
+
+    def offset_text(self, span: Span) -> str:
+        """``+1.2s``: when the span started, counted from the task's acceptance."""
+        return "+" + seconds_text(max(0.0, self.offset(span)))
 
     def left(self, span: Span) -> float:
         """Where the span starts, in percent of the axis (for the page's bar)."""
@@ -192,6 +201,12 @@ def _network_spans(requests: Iterable[NetworkRequest], start: float, end: float)
         else:
             spans.append(_span("network", label, at, at, f"{verdict}{why}"))
     return spans
+
+
+def seconds_text(seconds: float) -> str:
+    """As the timeline writes a step's duration: tenths below ten seconds (a model turn or
+    a tool call is often shorter than one), then two units (``display.span``)."""
+    return f"{seconds:.1f}s" if seconds < 10 else two_units(seconds)
 
 
 def _span(kind: str, label: str, start: float, end: float, detail: str = "") -> Span:
