@@ -140,11 +140,11 @@ def test_a_task_appears_live_completes_without_a_reload_and_its_timeline_shows_t
     assert loads == [], "the table changed in place, no page was loaded"
 
     # The agent's network log holds a URL an attacker chose; it shows as text.
-    conversation_id = row.locator("a").inner_text()
+    conversation_id = row.locator("a[href^='/conversations/']").inner_text()
     log = tmp_path / "state" / "conversations" / conversation_id / "network.log"
     evil = "http://evil.example/<img src=x onerror=alert('net')>"
     log.write_text(json.dumps({"method": "GET", "url": evil, "allowed": False}) + "\n")
-    row.locator("a").click()
+    row.locator("a[href^='/conversations/']").click()
     expect(page).to_have_url(re.compile(rf"/conversations/{conversation_id}$"))
     timeline = page.locator("section.timeline li.agent")
     expect(timeline.filter(has_text="Bash")).not_to_have_count(0)
