@@ -111,11 +111,12 @@ def test_an_outbox_entry_flipped_to_a_link_never_uploads_a_host_file(
     assert copies, "some regular files were sent (the decoys)"
     for copy in copies:
         assert not copy.is_symlink(), f"{copy} is a link"
-        assert copy.read_text() == "decoy\n", f"{copy} carries a host file"
+        # A decoy caught between the shell's truncation and its write is sent empty or cut.
+        assert "decoy\n".startswith(copy.read_text()), f"{copy} carries a host file"
     shown = "\n".join(chat.lines)
     assert "TOPSECRET" not in shown
     for path in re.findall(r"\[file\] (\S+)", shown):
-        assert Path(path).read_text() == "decoy\n"
+        assert "decoy\n".startswith(Path(path).read_text())
 
 
 def _processes_with(marker: str) -> list[int]:

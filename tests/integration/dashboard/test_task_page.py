@@ -68,7 +68,8 @@ async def test_the_task_page_shows_each_step_with_its_duration_and_metrics_agree
         lines.append(line)
     root = dashboard.conversation_dir(task.conversation_id)
     (root / "events.jsonl").write_text("\n".join(lines) + "\n")
-    # The proxy writes milliseconds: rounded up, so it stays inside the run.
+    # The proxy writes milliseconds: rounded up, within a millisecond of the run (a short run
+    # on a fast machine may end before it; the trace allows the log its precision).
     at = math.ceil((task.started_at + 0.5 * run) * 1000) / 1000
     asked = datetime.datetime.fromtimestamp(at, datetime.UTC)
     request = {"time": asked.isoformat(timespec="milliseconds"), "method": "GET"}

@@ -39,6 +39,9 @@ from gateway_bot.domain.display import span as two_units
 from gateway_bot.domain.records import TaskRecord
 from gateway_bot.state.action_approvals_store import PENDING, ActionApprovalRecord
 
+LOG_PRECISION = 0.001
+"""The proxy dates its lines to the millisecond: a request of a run shorter than that can
+bear a time just outside it."""
 KINDS = ("queued", "start", "model", "tool", "network", "approval", "reply", "run")
 """Every span's kind, in the order a task meets them (``/metrics``' ``step`` label)."""
 MAX_SPANS = 500
@@ -185,7 +188,11 @@ def _network_spans(requests: Iterable[NetworkRequest], start: float, end: float)
     held: dict[tuple[str, str], int] = {}
     for request in requests:
         at = request.at
-        if at is None or request.allowed is None or not start <= at <= end:
+        if (
+            at is None
+            or request.allowed is None
+            or not start - LOG_PRECISION <= at <= end + LOG_PRECISION
+        ):
             continue
         key = (request.method, request.url)
         label = _cut(f"{request.method} {request.url}")
