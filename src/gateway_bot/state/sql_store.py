@@ -134,8 +134,11 @@ class SqlStore(SqlConversations, SqlTaskViews, SqlTaskLists):
         self,
         raw: RawMessage,
         on_committed: Callable[[str, TaskRecord | None], None] | None = None,
+        *,
+        taking_in: bool = False,
     ) -> tuple[str, bool]:
-        task_id, task = await self._insert_inbound(raw)
+        state = TaskState.AUTHENTICATING if taking_in else TaskState.QUEUED
+        task_id, task = await self._insert_inbound(raw, state)
         is_new = task is not None
         if on_committed is not None:
             on_committed(task_id, task)
@@ -146,7 +149,9 @@ class SqlStore(SqlConversations, SqlTaskViews, SqlTaskLists):
     async def flush(self) -> None:
         await self._database.flush()
 
-    async def _insert_inbound(self, raw: RawMessage) -> tuple[str, TaskRecord | None]:
+    async def _insert_inbound(
+        self, raw: RawMessage, state: TaskState
+    ) -> tuple[str, TaskRecord | None]:
         """(task id, the new task as its row reads; None for a duplicate)."""
         task_id = secrets.token_hex(6)
         now = time.time()
@@ -158,7 +163,7 @@ class SqlStore(SqlConversations, SqlTaskViews, SqlTaskLists):
                 "INSERT INTO tasks (id, channel, message_id, state, raw_json, created_at)"
                 " SELECT ?, ?, ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM inbound_messages"
                 " WHERE channel = ? AND message_id = ?)",
-                (task_id, raw.channel, raw.message_id, TaskState.QUEUED.value, raw_json, now,
+                (task_id, raw.channel, raw.message_id, state.value, raw_json, now,
                  raw.channel, raw.message_id),
             )  # fmt: skip
             if not added:
@@ -176,7 +181,7 @@ class SqlStore(SqlConversations, SqlTaskViews, SqlTaskLists):
             )
         task = TaskRecord(  # the new row, as it reads (without reading it)
             id=task_id, channel=raw.channel, message_id=raw.message_id,
-            conversation_id=None, state=TaskState.QUEUED, completion_reason=None,
+            conversation_id=None, state=state, completion_reason=None,
             raw=RawMessage.from_json(json.loads(raw_json)), parsed=None, reply=None,
             reply_delivered=False, created_at=now, started_at=None, completed_at=None,
             cost_usd=0.0, num_turns=0, error=None, attempts=0,

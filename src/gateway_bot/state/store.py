@@ -168,9 +168,13 @@ class Store(Protocol):
         self,
         raw: RawMessage,
         on_committed: Callable[[str, TaskRecord | None], None] | None = None,
+        *,
+        taking_in: bool = False,
     ) -> tuple[str, bool]:
         """Durably record a message and its new task; return (task id, is_new) once it is
-        on disk.
+        on disk. ``taking_in``: routing starts as soon as it is committed, so the task is
+        written AUTHENTICATING at once (QUEUED otherwise): one write fewer on the way to its
+        acknowledgement (issue 33). A start's recovery turns a task left so back to QUEUED.
 
         A message id already seen on that channel is a duplicate delivery: its existing
         task id comes back with is_new False and nothing is written.

@@ -80,7 +80,9 @@ class Intake:
                 self.take_in(task_id, raw.channel, task)
 
         try:
-            task_id, is_new = await self._store.accept_inbound(raw, committed)
+            task_id, is_new = await self._store.accept_inbound(
+                raw, committed, taking_in=self.accepting
+            )
         except BaseException:
             on_disk.set_exception(RuntimeError("the message did not reach the disk"))
             on_disk.add_done_callback(lambda done: done.exception())
