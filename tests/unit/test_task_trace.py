@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 from gateway_bot.agents.claude.stream import parse_stream_line
-from gateway_bot.agents.event_log import TIME_MARKER
+from gateway_bot.agents.event_log import READY_MARKER, TIME_MARKER
 from gateway_bot.core.conversations.network_log import parse_network_log
-from gateway_bot.core.conversations.timeline import timed_events
+from gateway_bot.core.conversations.timeline import ready_at, timed_events
 from gateway_bot.core.conversations.trace import build_trace
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState
 from gateway_bot.domain.messages import RawMessage
@@ -17,7 +17,7 @@ from gateway_bot.domain.records import TaskRecord
 T0 = 1_795_654_800.0  # 2026-11-26T01:00:00Z
 
 
-def _task() -> TaskRecord:
+def _task(received: float = T0, acknowledged: float | None = None) -> TaskRecord:
     return TaskRecord(
         id="t1",
         channel="console",
@@ -25,7 +25,7 @@ def _task() -> TaskRecord:
         conversation_id="c1",
         state=TaskState.COMPLETED,
         completion_reason=CompletionReason.SUCCESS,
-        raw=RawMessage("console", "m", "owner", {}, T0),
+        raw=RawMessage("console", "m", "owner", {}, received),
         parsed=None,
         reply=None,
         reply_delivered=True,
@@ -36,6 +36,7 @@ def _task() -> TaskRecord:
         num_turns=2,
         error=None,
         attempts=1,
+        acknowledged_at=acknowledged,
     )
 
 
@@ -68,8 +69,10 @@ def _net(second: int, method: str, url: str, allowed: bool, **more: object) -> b
     return json.dumps(line).encode() + b"\n"
 
 
-def _lines() -> list[str]:
-    lines = []
+def _lines(ready: float | None = None) -> list[str]:
+    """The run's lines as the event log holds them: the daemon's ready line first (when
+    the sandbox had the CLI's process up), then each of the CLI's lines after its time."""
+    lines = [] if ready is None else [json.dumps({"type": READY_MARKER, "at": T0 + ready})]
     for offset, data in STREAM:
         lines.append(json.dumps({"type": TIME_MARKER, "at": T0 + offset}))
         lines.append(json.dumps(data))
@@ -82,14 +85,20 @@ def test_every_step_has_its_start_and_duration_and_the_slowest_is_marked() -> No
         + _net(11, "POST", "https://evil.example/", False, reason="not allowed")
         + _net(-1, "GET", "https://before.example/", True)  # before the run: not its
     )
-    trace = build_trace(
-        _task(), timed_events(_lines(), parse_stream_line), [], network.requests, now=T0 + 99
-    )
+    # Received 50 ms before its commit, acknowledged 0.2 s after, the container up 0.6 s
+    # into the run.
+    lines = _lines(ready=1.6)
+    task = _task(received=T0 - 0.05, acknowledged=T0 + 0.2)
+    events = timed_events(lines, parse_stream_line)
+    trace = build_trace(task, events, [], network.requests, now=T0 + 99, ready=ready_at(lines))
     steps = [(s.kind, s.label, round(s.start - T0, 2), round(s.duration, 2)) for s in trace.spans]
     assert steps == [
+        ("stored", "received and stored", -0.05, 0.05),
         ("queued", "queued", 0.0, 1.0),
+        ("acknowledged", "acknowledgement posted", 0.0, 0.2),
         ("run", "run", 1.0, 29.0),
-        ("start", "agent started", 1.0, 1.0),
+        ("container", "sandbox ready", 1.0, 0.6),
+        ("start", "agent started", 1.6, 0.4),
         ("model", "model call 1", 2.0, 2.6),
         ("tool", "Bash: make build make test", 4.6, 20.0),
         ("network", "GET https://pypi.org/simple/", 10.0, 0.0),
@@ -102,9 +111,20 @@ def test_every_step_has_its_start_and_duration_and_the_slowest_is_marked() -> No
     assert [s.label for s in trace.spans if s.slowest] == ["Bash: make build make test"]
     blocked = next(s for s in trace.spans if s.label.startswith("POST"))
     assert blocked.detail == "blocked (not allowed)"
-    assert (trace.start, trace.end) == (T0, T0 + 30.0)
+    assert (trace.start, trace.end) == (T0 - 0.05, T0 + 30.0)
     bash = trace.slowest
-    assert (trace.left(bash), trace.width(bash)) == (15.33, 66.67)
+    assert (trace.left(bash), trace.width(bash)) == (15.47, 66.56)
+
+
+def test_a_ready_line_the_agent_prints_dates_nothing() -> None:
+    """The agent can print a line shaped like the daemon's ready line, but each of its
+    lines follows the daemon's time marker: only a ready line that comes first counts."""
+    forged = json.dumps({"type": READY_MARKER, "at": T0 + 1.5})
+    lines = [*_lines()[:2], json.dumps({"type": TIME_MARKER, "at": T0 + 3}), forged]
+    assert ready_at(lines) is None
+    assert ready_at([forged, *lines]) == T0 + 1.5
+    trace = build_trace(_task(), timed_events(lines, parse_stream_line), [], (), now=0)
+    assert "container" not in [s.kind for s in trace.spans]
 
 
 def test_a_held_request_lasts_until_its_verdict_and_an_unanswered_tool_until_the_end() -> None:
@@ -123,4 +143,4 @@ def test_a_held_request_lasts_until_its_verdict_and_an_unanswered_tool_until_the
 def test_lines_that_do_not_parse_or_carry_no_time_make_no_span() -> None:
     lines = ["not json", json.dumps(STREAM[1][1]), *_lines()[:2], "{broken"]
     trace = build_trace(_task(), timed_events(lines, parse_stream_line), [], (), now=0)
-    assert [s.kind for s in trace.spans] == ["queued", "run", "start"]
+    assert [s.kind for s in trace.spans] == ["stored", "queued", "run", "start"]

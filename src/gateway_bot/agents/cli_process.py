@@ -132,6 +132,7 @@ async def run_cli(
     process = await sandbox.start(
         context, run.argv, run.env, stdin_data=stdin_data, keep_stdin=keep_stdin
     )
+    await event_log.note_ready()
     turn = Turn(before=run.before)
     timed_out = False
     exit_code: int | None = None

@@ -13,7 +13,10 @@ Each line the agent printed follows a line of the daemon's own, ``{"type":
 "gateway_bot_at", "at": <epoch seconds>}``: when the host received it, so a timeline can
 say when each step happened and how long it took. The agent can print a line of that shape
 too, but the daemon's own comes right before every line the agent printed, so a forged one
-dates no event (``core/conversations/timeline.py`` reads them).
+dates no event (``core/conversations/timeline.py`` reads them). A run's first line, before
+any of the agent's, may be ``{"type": "gateway_bot_ready", "at": ...}``: when the sandbox had
+the agent's process running (a container created or started, or a warm process's turn
+begun), so a task's waterfall tells the container's time from the CLI's start.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_LIMIT_BYTES = 50 * 1024 * 1024
 TIME_MARKER = "gateway_bot_at"
+READY_MARKER = "gateway_bot_ready"
 RECENT_BYTES = 8 * 1024 * 1024
 
 
@@ -44,6 +48,11 @@ class EventLog:
     async def append(self, line: str) -> None:
         received = json.dumps({"type": TIME_MARKER, "at": round(time.time(), 3)})
         await asyncio.to_thread(self._append, received + "\n" + line.rstrip("\n") + "\n")
+
+    async def note_ready(self) -> None:
+        """The run's process is up in its sandbox (written before any line of the agent's)."""
+        ready = json.dumps({"type": READY_MARKER, "at": round(time.time(), 3)})
+        await asyncio.to_thread(self._append, ready + "\n")
 
     async def end_run(self) -> None:
         await asyncio.to_thread(self._append, "\n")

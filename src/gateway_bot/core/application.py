@@ -25,6 +25,7 @@ from gateway_bot.core.conversations.timeline import (
     TaskTimeline,
     TimelineEntry,
     agent_entries,
+    ready_at,
     state_entries,
     task_log_lines,
     timed_events,
@@ -275,7 +276,8 @@ class Application:
         asked = await approvals.records.of_task(task_id) if approvals is not None else []
         network = await self.network_log(task.conversation_id) if task.conversation_id else None
         requests = network.requests if network is not None else ()
-        return build_trace(task, events, asked, requests, now=now, note=note)
+        ready = ready_at(lines)
+        return build_trace(task, events, asked, requests, now=now, note=note, ready=ready)
 
     async def _agent_lines(self, task: TaskRecord) -> tuple[list[str], str]:
         """The event log's lines of ``task``'s runs, and a note when they are missing."""

@@ -54,6 +54,8 @@ class TaskRecord:
     """Why the stored reply could not be sent yet (an UNDELIVERED task); None once sent."""
     kind: TaskKind = TaskKind.AGENT
     """An agent task or a command (set when routing answers it as one)."""
+    acknowledged_at: float | None = None
+    """When its acknowledgement ("Working on it…") was posted; None for none (yet)."""
 
 
 class ApprovalState(enum.Enum):

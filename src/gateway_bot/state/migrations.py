@@ -157,4 +157,8 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX tasks_channel_listed ON tasks(kind, channel, created_at);
     CREATE INDEX tasks_conversation_totals ON tasks(conversation_id, kind, created_at, cost_usd);
     """,
+    # 10: when the sender was shown the task's acknowledgement (the task's waterfall).
+    """
+    ALTER TABLE tasks ADD COLUMN acknowledged_at DOUBLE PRECISION;
+    """,
 )

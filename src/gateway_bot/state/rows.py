@@ -42,6 +42,7 @@ def task_from_row(row: Row) -> TaskRecord:
         attempts=row["attempts"],
         delivery_error=row["delivery_error"],
         kind=TaskKind(row["kind"]),
+        acknowledged_at=row["acknowledged_at"],
     )
 
 

@@ -302,6 +302,13 @@ class SqlStore(SqlConversations, SqlTaskViews, SqlTaskLists):
             "UPDATE tasks SET delivery_error = ? WHERE id = ?", (error, task_id), durable=False
         )
 
+    async def note_acknowledged(self, task_id: str, at: float) -> None:
+        await self._database.write(
+            "UPDATE tasks SET acknowledged_at = ? WHERE id = ? AND acknowledged_at IS NULL",
+            (at, task_id),
+            durable=False,
+        )
+
     async def record_usage(self, task_id: str, usage: Usage) -> None:
         await self._database.write(
             "UPDATE tasks SET cost_usd = ?, num_turns = ? WHERE id = ?",

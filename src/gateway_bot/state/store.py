@@ -226,6 +226,11 @@ class Store(Protocol):
         """Keep the parsed message of a task that waits (an approval) in its current state."""
         ...
 
+    async def note_acknowledged(self, task_id: str, at: float) -> None:
+        """When the task's acknowledgement was posted (its first; a record for the task's
+        waterfall, relaxed: losing it to a power cut loses only that line)."""
+        ...
+
     async def record_reply(self, task_id: str, reply: Reply) -> None:
         """Store the reply before it is sent, so a crash between the two re-sends it
         instead of re-running the agent."""

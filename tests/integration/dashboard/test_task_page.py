@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway_bot.agents.event_log import TIME_MARKER
+from gateway_bot.agents.event_log import READY_MARKER, TIME_MARKER
 from gateway_bot.config.dashboard import DashboardSettings
 from tests.integration.dashboard.test_dashboard_pages import PagesDashboard, serve
 from tests.integration.dashboard.test_dashboard_security import TOKEN
@@ -62,7 +62,8 @@ async def test_the_task_page_shows_each_step_with_its_duration_and_metrics_agree
     # Dated inside the real run: the Bash call takes most of it.
     run = task.completed_at - task.started_at
     offsets = [0.05, 0.15, 0.85, 0.9, 0.95]
-    lines = []
+    # The daemon's ready line first (the sandbox had the CLI's process up), then the CLI's.
+    lines = [json.dumps({"type": READY_MARKER, "at": task.started_at + 0.02 * run})]
     for offset, line in zip(offsets, _stream("make build"), strict=True):
         lines.append(json.dumps({"type": TIME_MARKER, "at": task.started_at + offset * run}))
         lines.append(line)
@@ -86,7 +87,8 @@ async def test_the_task_page_shows_each_step_with_its_duration_and_metrics_agree
     kinds = [kind for kind, _, _ in rows]
     # In start order (the request's place among the agent's steps is the clock's).
     assert [kind for kind in kinds if kind != "network"] == [
-        "queued", "run", "start", "model", "tool", "model", "reply",
+        "stored", "queued", "acknowledged", "run", "container", "start",
+        "model", "tool", "model", "reply",
     ]  # fmt: skip
     assert kinds.count("network") == 1, kinds
     cells = {kind: re.findall(r"<td[^>]*>(.*?)</td>", row, re.S) for kind, _, row in rows}

@@ -207,6 +207,7 @@ class WarmClaudeRunner:
                 await process.write(user_message_line(request.prompt))
             except ConnectionError:
                 raise _NoTurn from None
+            await event_log.note_ready()
             async with asyncio.timeout(request.timeout_s):
                 await read_turn(process, turn, stream, event_log, on_event)
         except TimeoutError:

@@ -92,7 +92,9 @@ class Scheduler:
         self._max_pending = max_pending
         self._lanes: dict[str, ConversationLane] = {}
         self._running: dict[str, RunningTask] = {}
-        self._notices = QueueNotices(adapters, jobs, policy, conversation_link)
+        self._notices = QueueNotices(
+            adapters, jobs, policy, conversation_link, store.note_acknowledged
+        )
         self._host_waits = HostWaits(store, replies, self._notices, self._running)
         self._disk = DiskHolds(store.flush)
         """Per task taken in before its message was on disk: the flush its notices wait

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 
 from gateway_bot.core.channel import (
@@ -35,24 +36,39 @@ class QueueNotices:
         jobs: Jobs,
         policy: RetryPolicy,
         conversation_link: Callable[[str], str | None] | None,
+        note_acknowledged: Callable[[str, float], Awaitable[None]] | None = None,
     ) -> None:
         """``conversation_link``: a conversation id's page on the dashboard (or None), which
-        the acknowledgement then ends with."""
+        the acknowledgement then ends with. ``note_acknowledged(task id, when)``: records
+        when an acknowledgement went out (the task's waterfall)."""
         self._adapters = adapters
         self._jobs = jobs
         self._policy = policy
         self._conversation_link = conversation_link
+        self._note_acknowledged = note_acknowledged
 
-    def tell(self, what: str, send: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
+    def tell(
+        self,
+        what: str,
+        send: Callable[[], Awaitable[None]],
+        sent: Callable[[], Awaitable[None]] | None = None,
+    ) -> asyncio.Task[None]:
         """A best-effort send in a job of its own: retried by the policy, then given up
         (logged). People may miss a notice; a task waits for it at most ``ACK_WAIT_S``
-        (``core/scheduler``)."""
+        (``core/scheduler``). ``sent``: a record of its own once it went out (a failure of
+        it is logged, never a reason to send again)."""
 
         async def attempt() -> None:
             try:
                 await call_channel(what, send, self._policy)
             except Exception as exc:
                 log.warning("%s: given up (%s)", what, exc)
+                return
+            if sent is not None:
+                try:
+                    await sent()
+                except Exception as exc:
+                    log.warning("%s: sent, not recorded (%r)", what, exc)
 
         return self._jobs.spawn(attempt(), name=what)
 
@@ -95,4 +111,6 @@ class QueueNotices:
             send = lambda: notice.acknowledge(context, task_id, ack)  # noqa: E731
         else:
             return None
-        return self.tell(f"{message.channel}: acknowledging task {task_id}", send)
+        note = self._note_acknowledged
+        sent = None if note is None else (lambda: note(task_id, time.time()))
+        return self.tell(f"{message.channel}: acknowledging task {task_id}", send, sent)

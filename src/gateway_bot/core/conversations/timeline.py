@@ -33,7 +33,7 @@ from gateway_bot.agents.base import (
     ToolResultEvent,
     ToolUseEvent,
 )
-from gateway_bot.agents.event_log import TIME_MARKER
+from gateway_bot.agents.event_log import READY_MARKER, TIME_MARKER
 from gateway_bot.domain.display import span
 from gateway_bot.domain.lifecycle import TaskKind
 from gateway_bot.domain.records import TaskRecord
@@ -162,22 +162,25 @@ def split_runs(text: str) -> list[_Run]:
     runs: list[_Run] = []
     current: list[str] = []
     task_id: str | None = None
+
+    def end_run() -> None:
+        # A run of nothing but its ready line (a warm process that took no turn, the task
+        # then run cold) is no run.
+        if current and not (len(current) == 1 and ready_at(current) is not None):
+            runs.append(_Run(task_id, tuple(current)))
+        current.clear()
+
     for line in text.split("\n"):
         if not line.strip():
-            if current:
-                runs.append(_Run(task_id, tuple(current)))
-                current = []
+            end_run()
             continue
         marked = _marker(line)
         if marked is not None:
-            if current:
-                runs.append(_Run(task_id, tuple(current)))
-                current = []
+            end_run()
             task_id = marked
             continue
         current.append(line)
-    if current:
-        runs.append(_Run(task_id, tuple(current)))
+    end_run()
     return runs
 
 
@@ -241,6 +244,8 @@ def timed_events(
     events: list[tuple[float | None, AgentEvent | None]] = []
     at: float | None = None
     for line in lines:
+        if at is None and _dated(line, READY_MARKER) is not None:
+            continue  # the daemon's own, before any line of the agent's (``ready_at``)
         if (received := _received_at(line)) is not None:
             at = received
             continue
@@ -267,17 +272,29 @@ def agent_entries(lines: Sequence[str], parse_line: ParseLine) -> list[TimelineE
     return entries[-MAX_AGENT_ENTRIES:]
 
 
+def ready_at(lines: Sequence[str]) -> float | None:
+    """When the sandbox had the run's process up: the daemon's ready line, which comes
+    first, before any line of the agent's (each of which follows a time marker, so one the
+    agent prints is never first)."""
+    return _dated(lines[0], READY_MARKER) if lines else None
+
+
 def _received_at(line: str) -> float | None:
     """A time marker's instant; None for any other line. A marker the agent printed itself
     is read the same way, but the daemon's own follows it before any line of the agent's,
     so it dates nothing."""
-    if TIME_MARKER not in line:
+    return _dated(line, TIME_MARKER)
+
+
+def _dated(line: str, marker: str) -> float | None:
+    """The instant of a daemon's line of type ``marker``; None for any other line."""
+    if marker not in line:
         return None
     try:
         data = json.loads(line)
     except ValueError:
         return None
-    if not isinstance(data, dict) or data.get("type") != TIME_MARKER:
+    if not isinstance(data, dict) or data.get("type") != marker:
         return None
     at = data.get("at")
     if isinstance(at, bool) or not isinstance(at, (int, float)) or not 0 < at < 1e11:

@@ -4,9 +4,13 @@ histogram counts it, from this one function, so the two agree.
 
 Where each time comes from (``docs/operations/task-trace.md``):
 
-- ``queued`` (accepted to started) and the task's whole ``run`` (started to completed):
-  the store's own records of the task.
-- ``start`` (started to the agent's first line: container ready, CLI up), ``model`` (the
+- ``stored`` (the channel received it to its commit), ``queued`` (accepted to started),
+  ``acknowledged`` (accepted to the acknowledgement posted) and the task's whole ``run``
+  (started to completed): the store's own records of the task.
+- ``container`` (started to the sandbox having the agent's process up: the container made
+  or started, the workspace cloned, the CLI's process begun; the daemon's ready line in the
+  event log), ``start`` (from then, or from started, to the agent's first line: the CLI up),
+  ``model`` (the
   model's input ready, at the run's start or a tool's result, to its next message) and
   ``tool`` (a tool call to its result, paired in order: the streams carry no ids we keep):
   the times the daemon received the agent's lines (``agents/event_log.py``'s markers),
@@ -42,8 +46,14 @@ from gateway_bot.state.action_approvals_store import PENDING, ActionApprovalReco
 LOG_PRECISION = 0.001
 """The proxy dates its lines to the millisecond: a request of a run shorter than that can
 bear a time just outside it."""
-KINDS = ("queued", "start", "model", "tool", "network", "approval", "reply", "run")
+KINDS = (
+    "stored", "queued", "acknowledged", "container", "start",
+    "model", "tool", "network", "approval", "reply", "run",
+)  # fmt: skip
 """Every span's kind, in the order a task meets them (``/metrics``' ``step`` label)."""
+STORED_WITHIN_S = 3600.0
+"""A channel's receipt time older than this before the commit is not shown as the stored
+step (a homeserver's timestamp of a message synced late, a clock far off)."""
 MAX_SPANS = 500
 """A long run has thousands of steps; the page shows the first this many."""
 _LABEL_CHARS = 120
@@ -104,16 +114,27 @@ def build_trace(
     *,
     now: float,
     note: str = "",
+    ready: float | None = None,
 ) -> Trace:
     """``events``: the task's agent events with their received times
     (``timeline.timed_events``); ``requests``: its conversation's network log (only those
-    in this task's run are kept). ``now`` ends what has not ended yet."""
+    in this task's run are kept). ``now`` ends what has not ended yet. ``ready``: when the
+    sandbox had the run's process up (``timeline.ready_at``)."""
     end = task.completed_at if task.completed_at is not None else now
     spans: list[Span] = []
+    received = task.raw.received_at
+    if 0 <= task.created_at - received <= STORED_WITHIN_S:
+        spans.append(_span("stored", "received and stored", received, task.created_at))
     if task.started_at is not None:
         spans.append(_span("queued", "queued", task.created_at, task.started_at))
+    if task.acknowledged_at is not None:
+        posted = "acknowledgement posted"
+        spans.append(_span("acknowledged", posted, task.created_at, task.acknowledged_at))
+    if task.started_at is not None:
         spans.append(_span("run", "run", task.started_at, end, task.state.value))
-    spans += _agent_spans(task, events, end)
+        if ready is not None and task.started_at <= ready <= end:
+            spans.append(_span("container", "sandbox ready", task.started_at, ready))
+    spans += _agent_spans(task, events, end, ready)
     spans += _approval_spans(approvals, now)
     if task.started_at is not None:
         spans += _network_spans(requests, task.started_at, end)
@@ -128,11 +149,15 @@ def build_trace(
     else:
         slowest = None
     last = max([end, *(s.start + s.duration for s in spans)])
-    return Trace(task, tuple(spans), task.created_at, last, slowest, note)
+    first = min([task.created_at, *(s.start for s in spans)])
+    return Trace(task, tuple(spans), first, last, slowest, note)
 
 
 def _agent_spans(
-    task: TaskRecord, events: Sequence[tuple[float | None, AgentEvent | None]], end: float
+    task: TaskRecord,
+    events: Sequence[tuple[float | None, AgentEvent | None]],
+    end: float,
+    process_up: float | None,
 ) -> list[Span]:
     """Model calls and tool calls from the stream's order and received times."""
     spans: list[Span] = []
@@ -143,7 +168,9 @@ def _agent_spans(
         if at is None or event is None:
             continue
         if not spans and task.started_at is not None:
-            spans.append(_span("start", "agent started", task.started_at, at))
+            up = process_up
+            since = up if up is not None and task.started_at <= up <= at else None
+            spans.append(_span("start", "agent started", since or task.started_at, at))
         if isinstance(event, InitEvent):
             ready = at
         elif isinstance(event, (TextEvent, ToolUseEvent)):
