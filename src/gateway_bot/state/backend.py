@@ -8,7 +8,7 @@ they call ``Database``'s methods with portable SQL (``?`` placeholders, ``ON CON
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -87,6 +87,15 @@ class Backend(Protocol):
     """True when single statements must wait for an open transaction (one connection)."""
 
     def transaction(self, durable: bool = True) -> AbstractAsyncContextManager[Transaction]: ...
+
+    async def batch(
+        self, writes: Sequence[tuple[str, Params]], read: tuple[str, Params] | None = None
+    ) -> list[Row]:
+        """``writes`` that commit together or not at all, then ``read`` (what they wrote, or
+        found) in the same transaction, in one trip to the engine where it can (SQLite: one
+        call on its thread, BEGIN IMMEDIATE to COMMIT); its rows, or none. The caller holds
+        the write lock."""
+        ...
 
     async def has_table(self, name: str) -> bool: ...
 

@@ -182,9 +182,23 @@ class Database:
     ) -> None:
         """Several statements that commit together or not at all; ``durable`` as for
         ``write``."""
-        async with self.transaction(durable=durable) as transaction:
-            for sql, params in statements:
-                await transaction.execute(sql, params)
+        await self.batch(statements, durable=durable)
+
+    async def batch(
+        self,
+        writes: Sequence[tuple[str, Params]],
+        read: tuple[str, Params] | None = None,
+        *,
+        durable: bool = True,
+    ) -> list[Row]:
+        """``write_batch`` in one trip to the engine where it can (``Backend.batch``), then
+        ``read`` in the same transaction (what the writes wrote, or found): its rows."""
+        backend = self.backend
+        async with self._lock:
+            rows = await backend.batch(writes, read)
+            commit = backend.flusher.committed()
+        await self._flushed(commit, durable)  # outside the lock: writers share the flush
+        return rows
 
     @asynccontextmanager
     async def transaction(self, *, durable: bool = True) -> AsyncIterator[Transaction]:

@@ -162,6 +162,14 @@ class PostgresBackend:
         async with self._pool.connection() as connection, connection.transaction():
             yield PostgresTransaction(connection)
 
+    async def batch(
+        self, writes: Sequence[tuple[str, Params]], read: tuple[str, Params] | None = None
+    ) -> list[Row]:
+        async with self.transaction() as transaction:
+            for sql, params in writes:
+                await transaction.execute(sql, params)
+            return [] if read is None else await transaction.fetch_all(*read)
+
     async def has_table(self, name: str) -> bool:
         row = await self.fetch_one(
             "SELECT 1 FROM information_schema.tables"

@@ -156,29 +156,36 @@ class SqlStore(SqlConversations, SqlTaskViews, SqlTaskLists):
         task_id = secrets.token_hex(6)
         now = time.time()
         raw_json = json.dumps(raw.to_json())
-        async with self._database.transaction(durable=False) as db:
-            # No read first: the task is added unless the message came before (decision 0098:
-            # each statement is a trip to the engine, and these come before the flush).
-            added = await db.execute(
-                "INSERT INTO tasks (id, channel, message_id, state, raw_json, created_at)"
-                " SELECT ?, ?, ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM inbound_messages"
-                " WHERE channel = ? AND message_id = ?)",
-                (task_id, raw.channel, raw.message_id, state.value, raw_json, now,
-                 raw.channel, raw.message_id),
-            )  # fmt: skip
-            if not added:
-                existing = await db.fetch_one(
-                    "SELECT task_id FROM inbound_messages WHERE channel = ? AND message_id = ?",
-                    (raw.channel, raw.message_id),
-                )
-                if existing is None:  # pruned between the two statements (PostgreSQL)
-                    raise RuntimeError(f"message {raw.message_id} changed meanwhile: again")
-                return str(existing[0]), None
-            await db.execute(
-                "INSERT INTO inbound_messages (channel, message_id, task_id, received_at)"
-                " VALUES (?, ?, ?, ?)",
-                (raw.channel, raw.message_id, task_id, raw.received_at),
-            )
+        # One trip to the engine (issue 33): the task is added unless the message came
+        # before; its inbound row only with it (the task's row exists only if it was just
+        # added: its id is new); then which task holds the message, ours or the earlier one.
+        # Nothing is read first (decision 0098: these come before the flush).
+        found = await self._database.batch(
+            [
+                (
+                    "INSERT INTO tasks (id, channel, message_id, state, raw_json, created_at)"
+                    " SELECT ?, ?, ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM inbound_messages"
+                    " WHERE channel = ? AND message_id = ?)",
+                    (task_id, raw.channel, raw.message_id, state.value, raw_json, now,
+                     raw.channel, raw.message_id),
+                ),
+                (
+                    "INSERT INTO inbound_messages (channel, message_id, task_id, received_at)"
+                    " SELECT ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM tasks WHERE id = ?)",
+                    (raw.channel, raw.message_id, task_id, raw.received_at, task_id),
+                ),
+            ],
+            (
+                "SELECT task_id FROM inbound_messages WHERE channel = ? AND message_id = ?",
+                (raw.channel, raw.message_id),
+            ),
+            durable=False,
+        )  # fmt: skip
+        if not found:  # pruned between the statements (PostgreSQL)
+            raise RuntimeError(f"message {raw.message_id} changed meanwhile: again")
+        holder = str(found[0][0])
+        if holder != task_id:
+            return holder, None
         task = TaskRecord(  # the new row, as it reads (without reading it)
             id=task_id, channel=raw.channel, message_id=raw.message_id,
             conversation_id=None, state=state, completion_reason=None,
