@@ -23,6 +23,7 @@ from gateway_bot.sandbox.podman.hosts import PodmanHost
 from gateway_bot.sandbox.podman.idle_stops import ContextState, KnownContainer
 from gateway_bot.sandbox.podman.images import BuiltImage
 from gateway_bot.sandbox.podman.proxy import LABEL_DEPLOYMENT
+from gateway_bot.sandbox.podman.volumes import ensure_volumes
 
 log = logging.getLogger(__name__)
 
@@ -77,12 +78,15 @@ async def ensure_container(
             info = None
     state.broken = False
     if info is None:
+        in_volumes = not host.shares_state_dir
+        if in_volumes:
+            await ensure_volumes(host.service, deployment, context.id)
         create = spec.create_spec(
             context, image.tag, network, deployment, host.proxy.ca_certificate,
-            settings.limits, host.service,
+            settings.limits, host.service, in_volumes=in_volumes,
         )  # fmt: skip
         uid = settings.userns_host_uid
-        if uid is not None:
+        if uid is not None and not in_volumes:
             mounted = [context.workspace, context.home, context.inbox, context.outbox]
             await spec.hand_over([*mounted, context.storage], uid)
         await host.calls.call(lambda c: spec.create_container(c, create, uid), f"create {name}")

@@ -179,6 +179,21 @@ def agent_env() -> dict[str, str]:
     }
 
 
+DIRECTORIES = ("workspace", "home", "inbox", "outbox", "storage")
+"""A context's own directories: bind mounts of the daemon's, or a host's named volumes."""
+
+
+def volume_name(context_id: str, directory: str) -> str:
+    """The named volume holding ``directory`` of a context on a host that does not share
+    the daemon's state directory (decision 0130)."""
+    return f"gwb-{context_id}-{directory}"
+
+
+def context_volumes(context_id: str) -> dict[str, str]:
+    """Volume name -> where it is mounted in the container, for the context's directories."""
+    return {volume_name(context_id, d): getattr(PATHS, d) for d in DIRECTORIES}
+
+
 def create_spec(
     context: ExecutionContext,
     image: str,
@@ -187,17 +202,31 @@ def create_spec(
     ca_certificate: Path,
     limits: LimitSettings,
     service: PodmanService,
+    *,
+    in_volumes: bool = False,
 ) -> dict[str, Any]:
-    """Keyword arguments for podman-py's ``containers.create``."""
+    """Keyword arguments for podman-py's ``containers.create``. With ``in_volumes`` the
+    context's directories are the host's named volumes (``context_volumes``, made first by
+    the caller), ``nosuid,nodev`` as the bind mounts are; otherwise the daemon's
+    directories, bind-mounted."""
     mounts: list[Mapping[str, Any]] = [
-        _bind(context.workspace, PATHS.workspace),
-        _bind(context.home, PATHS.home),
-        _bind(context.inbox, PATHS.inbox),
-        _bind(context.outbox, PATHS.outbox),
-        _bind(context.storage, PATHS.storage),
         {**_bind(ca_certificate, CA_IN_CONTAINER), "read_only": True},
         {**_bind(INIT_ON_HOST, INIT_IN_CONTAINER), "read_only": True},
     ]
+    volumes: dict[str, dict[str, Any]] = {}
+    if in_volumes:
+        volumes = {
+            name: {"bind": target, "extended_mode": ["nosuid", "nodev"]}
+            for name, target in context_volumes(context.id).items()
+        }
+    else:
+        mounts[:0] = [
+            _bind(context.workspace, PATHS.workspace),
+            _bind(context.home, PATHS.home),
+            _bind(context.inbox, PATHS.inbox),
+            _bind(context.outbox, PATHS.outbox),
+            _bind(context.storage, PATHS.storage),
+        ]
     return {
         "image": image,
         "name": container_name(context.id),
@@ -213,6 +242,7 @@ def create_spec(
         "working_dir": PATHS.workspace,
         "environment": agent_env(),
         "mounts": mounts,
+        **({"volumes": volumes} if volumes else {}),
         "networks": {network.name: {"static_ips": [network.agent_address]}},
         "dns": ["127.0.0.1"],  # no resolver: names outside /etc/hosts do not resolve
         "extra_hosts": {"proxy": network.proxy_address},

@@ -41,8 +41,8 @@ from gateway_bot.sandbox.base import (
     SandboxUnavailable,
 )
 from gateway_bot.sandbox.child import RUN_MARK
+from gateway_bot.sandbox.context_files import ContextFiles
 from gateway_bot.sandbox.egress.held import EgressAsk
-from gateway_bot.sandbox.host_files import HostContextFiles
 from gateway_bot.sandbox.podman import container_lifecycle, strays
 from gateway_bot.sandbox.podman import containers as spec
 from gateway_bot.sandbox.podman.api_exec import ExecReleases, exec_body, start_api_exec
@@ -53,6 +53,7 @@ from gateway_bot.sandbox.podman.host_set import HostSet
 from gateway_bot.sandbox.podman.hosts import PodmanHost, make_hosts
 from gateway_bot.sandbox.podman.idle_stops import ContextState, IdleStops
 from gateway_bot.sandbox.podman.model_relay import ModelRelay, relay_for
+from gateway_bot.sandbox.podman.placed_files import files_for
 from gateway_bot.sandbox.podman.process import start_cli_exec
 from gateway_bot.sandbox.podman.reattach import reattach_host
 
@@ -216,10 +217,14 @@ class PodmanSandbox:
     def paths(self, context: ExecutionContext) -> SandboxPaths:
         return spec.PATHS
 
-    def files(self, context: ExecutionContext) -> HostContextFiles:
-        """Bind mounts of host directories: the host implementation. (A remote host's
-        named volumes need one of their own: docs/scale-out.md.)"""
-        return HostContextFiles.of(context)
+    def files(self, context: ExecutionContext) -> ContextFiles:
+        """The daemon's directories (bind mounts), or a host's volumes (``placed_files``)."""
+        return files_for(context, self._hosts, self._busy, self._prepare_for_files)
+
+    async def _prepare_for_files(self, context: ExecutionContext) -> None:
+        state = self._contexts.setdefault(context.id, ContextState())
+        async with state.lock:  # the route is the task's: ``context`` has no allowlist
+            await self._prepare(context, state, route=False)
 
     # -- tasks ----------------------------------------------------------------------------
 
@@ -340,7 +345,7 @@ class PodmanSandbox:
         return state is not None and state.busy
 
     async def _prepare(
-        self, context: ExecutionContext, state: ContextState
+        self, context: ExecutionContext, state: ContextState, *, route: bool = True
     ) -> tuple[PodmanHost, str]:
         """Everything a task needs, made or repaired: image, network, proxy and its route,
         and a running container on the current image, on the context's host. Returns the
@@ -358,7 +363,8 @@ class PodmanSandbox:
             for c, s in self._contexts.items()
             if c != context.id
         )
-        await self._egress.route(host, context, network, may_recreate=not others_busy)
+        if route:
+            await self._egress.route(host, context, network, may_recreate=not others_busy)
         started = await ensure_container(
             host, context, state, image, network, self.deployment, self._settings
         )
