@@ -28,8 +28,9 @@ from gateway_bot.sandbox.podman.hosts import PodmanHost
 from gateway_bot.sandbox.podman.volume_files import VolumeContextFiles
 
 Prepare = Callable[[ExecutionContext], Awaitable[None]]
-"""Make or start the context's container under its lock (without touching its egress route:
-the context a files call has carries no allowlist; the task's own preparation routes it)."""
+"""Make or start the context's container under its lock, unless a task is preparing or
+running it (the context a files call has carries no allowlist: its route would replace the
+task's; the next task's preparation routes it again)."""
 
 
 def files_for(

@@ -223,8 +223,9 @@ class PodmanSandbox:
 
     async def _prepare_for_files(self, context: ExecutionContext) -> None:
         state = self._contexts.setdefault(context.id, ContextState())
-        async with state.lock:  # the route is the task's: ``context`` has no allowlist
-            await self._prepare(context, state, route=False)
+        async with state.lock:  # a task's own preparation (its route, its allowlist) wins
+            if not state.busy:
+                await self._prepare(context, state)
 
     # -- tasks ----------------------------------------------------------------------------
 
@@ -345,7 +346,7 @@ class PodmanSandbox:
         return state is not None and state.busy
 
     async def _prepare(
-        self, context: ExecutionContext, state: ContextState, *, route: bool = True
+        self, context: ExecutionContext, state: ContextState
     ) -> tuple[PodmanHost, str]:
         """Everything a task needs, made or repaired: image, network, proxy and its route,
         and a running container on the current image, on the context's host. Returns the
@@ -363,8 +364,7 @@ class PodmanSandbox:
             for c, s in self._contexts.items()
             if c != context.id
         )
-        if route:
-            await self._egress.route(host, context, network, may_recreate=not others_busy)
+        await self._egress.route(host, context, network, may_recreate=not others_busy)
         started = await ensure_container(
             host, context, state, image, network, self.deployment, self._settings
         )

@@ -91,6 +91,7 @@ class VolumeContextFiles:
 
     async def put_inbox(self, names: Sequence[str], source: Path) -> str:
         inbox = spec.PATHS.inbox
+        await self._ready_if_missing()
         for candidate in names:
             if len(candidate.encode("utf-8", "surrogateescape")) > NAME_MAX_BYTES:
                 continue
