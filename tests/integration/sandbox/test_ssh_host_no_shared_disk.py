@@ -109,11 +109,24 @@ def test_a_host_without_our_disk_runs_a_conversation_end_to_end(
     chat.send("WRITE_FILE name=../outbox/report.txt text=made on a host without our disk")
     sent = chat.expect(r"^  \[file\] .*/sent/[0-9a-f]{12}/report\.txt$")
     assert Path(sent.split("[file] ")[1]).read_text() == "made on a host without our disk"
+    # What a hostile agent leaves in its outbox comes back in podman's tar: a link to a
+    # file (of the container, or a path that is the daemon's on this machine), a FIFO, a
+    # directory's file. Only the regular file goes out.
+    secret = sandbox.tmp_path / "daemon-secret.txt"
+    secret.write_text("the daemon's own")
+    chat.send(
+        f"RUN_BASH cd /outbox && ln -s {secret} secret.txt && ln -s /etc/passwd passwd "
+        "&& mkfifo pipe && mkdir sub && echo deep > sub/deep.txt && echo plain > plain.txt"
+    )
+    plain = chat.expect(r"^  \[file\] .*/sent/[0-9a-f]{12}/plain\.txt$")
+    sent_dir = Path(plain.split("[file] ")[1]).parent
+    assert sorted(p.name for p in sent_dir.iterdir()) == ["plain.txt"]
     chat.send("/diff")
     chat.expect(r"^Uncommitted changes:$")
     chat.expect(r"^ *A notes\.txt$")
     chat.expect(r"^ *\+far away$")
     chat.finish()
+    assert not chat.count(r"\[file\] .*/(secret\.txt|passwd|pipe|deep\.txt)$")
     left = far_host.remote("cp", f"gwb-{context_id}:/outbox", "-").stdout  # a tar of it
     assert "report.txt" not in left, "a file sent is taken from the outbox"
 
