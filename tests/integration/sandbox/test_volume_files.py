@@ -101,3 +101,9 @@ def test_files_in_and_out_through_the_archive_api_never_follow_the_agents_links(
     settings = "/home/agent/.config/tool/settings.json"
     assert _in(context_id, f"test -L {settings} || cat {settings}") == '{"a": 1}'
     assert _in(context_id, "test -d /home/agent/.codex && echo yes") == "yes\n"
+
+    # A collected conversation: its container goes, then its volumes with what they held.
+    podman("rm", "-f", "-t", "0", spec.container_name(context_id))
+    asyncio.run(files.remove())
+    for volume in spec.context_volumes(context_id):
+        assert podman("volume", "exists", volume, check=False).returncode == 1, volume

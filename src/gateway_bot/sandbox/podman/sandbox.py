@@ -23,7 +23,6 @@ import secrets
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from podman.errors import NotFound
 
@@ -56,6 +55,7 @@ from gateway_bot.sandbox.podman.model_relay import ModelRelay, relay_for
 from gateway_bot.sandbox.podman.placed_files import files_for
 from gateway_bot.sandbox.podman.process import start_cli_exec
 from gateway_bot.sandbox.podman.reattach import reattach_host
+from gateway_bot.sandbox.podman.volumes import remove_context
 
 log = logging.getLogger(__name__)
 
@@ -394,17 +394,7 @@ class PodmanSandbox:
         state = self._contexts.pop(context_id, None) or ContextState()
         self._networks.pop(context_id, None)
         async with state.lock:
-            name, network = spec.container_name(context_id), spec.network_name(context_id)
             await host.service.ensure_running()
-
-            await host.calls.remove(name)
-            await host.proxy.disconnect(network)
-
-            def remove_network(client: Any) -> None:
-                with contextlib.suppress(NotFound):
-                    client.networks.get(network).remove()
-
-            await host.service.api(remove_network)
-            await host.proxy.drop_routes(context_id)
+            await remove_context(host, context_id)
             await self._placements.drop(context_id)
-            log.info("discarded container %s and network %s on %s", name, network, host.name)
+            log.info("discarded the container of %s and its network on %s", context_id, host.name)

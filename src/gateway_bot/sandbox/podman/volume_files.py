@@ -109,7 +109,7 @@ class VolumeContextFiles:
 
     async def take_outbox(self, into: Path, skip: frozenset[str]) -> list[Path]:
         outbox = spec.PATHS.outbox
-        saver = _SentFiles(into)
+        saver = SentFiles(into)
 
         def reader(chunks: Iterable[bytes], _stat: dict[str, Any]) -> list[str]:
             taken = read_regular_files(chunks, outbox.lstrip("/"), OUTBOX_LIMITS, saver, skip)
@@ -216,7 +216,7 @@ def _tar_of_staged(source: Path, name: str) -> IO[bytes]:
         return archive.tar_of([(name, handle, size, 0o644)])
 
 
-class _SentFiles:
+class SentFiles:
     """``archive_reader``'s ``save`` into the daemon's ``into`` (sent/<task>): each file
     under its shown name, made exclusive and no-follow relative to ``into``'s descriptor."""
 
