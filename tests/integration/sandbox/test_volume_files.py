@@ -9,13 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from gateway_bot.config.sandbox import PodmanSettings
-from gateway_bot.sandbox.context_files import FileRefused
+from gateway_bot.sandbox.context_files import (
+    DiffBase,
+    FileRefused,
+    GitOrigin,
+    WorkspaceSetupFailed,
+)
 from gateway_bot.sandbox.host_files import HostContextFiles
 from gateway_bot.sandbox.podman import containers as spec
 from gateway_bot.sandbox.podman.service import PodmanService
@@ -23,29 +29,39 @@ from gateway_bot.sandbox.podman.volume_files import VolumeContextFiles
 from tests.support.sandbox_fixtures import SandboxSetup, podman
 
 pytestmark = pytest.mark.slow
+ULIMITS = ["--ulimit", "nofile=1024:20000", "--ulimit", "nproc=4096:4096"]
 
 
 @pytest.fixture
 def context_id(sandbox: SandboxSetup) -> Iterator[str]:
     """A running container ``gwb-<id>`` with the context's five volumes mounted."""
     context = f"vf{secrets.token_hex(4)}"
-    images = podman(
-        "images", "--format", "{{.Repository}}:{{.Tag}}",
-        "--filter", "reference=localhost/gateway-bot/agent",
-    ).stdout.split()  # fmt: skip
     mounts = [f"--volume={n}:{t}" for n, t in spec.context_volumes(context).items()]
     podman(
         "run", "-d", "--runtime", "runc", "--network", "none",
-        "--ulimit", "nofile=1024:20000", "--ulimit", "nproc=4096:4096",
+        *ULIMITS,
         "--label", f"gateway-bot.deployment={sandbox.deployment}",
         "--label", "gateway-bot.role=test",
-        "--name", spec.container_name(context), *mounts, images[0], "sleep", "infinity",
+        "--name", spec.container_name(context), *mounts, _image_with_git(), "sleep", "infinity",
     )  # fmt: skip
     try:
         yield context
     finally:
         podman("rm", "-f", "-t", "0", spec.container_name(context), check=False)
         podman("volume", "rm", "-f", *spec.context_volumes(context), check=False)
+
+
+def _image_with_git() -> str:
+    """An agent image of this session with git (a repo's image may lack it)."""
+    images = podman(
+        "images", "--format", "{{.Repository}}:{{.Tag}}",
+        "--filter", "reference=localhost/gateway-bot/agent",
+    ).stdout.split()  # fmt: skip
+    for image in images:
+        probe = ["run", "--rm", "--runtime", "runc", "--network", "none", *ULIMITS, image]
+        if podman(*probe, "sh", "-c", "command -v git", check=False).returncode == 0:
+            return image
+    raise AssertionError(f"no agent image with git among {images}")
 
 
 def _files(sandbox: SandboxSetup, context: str, tmp_path: Path) -> VolumeContextFiles:
@@ -107,3 +123,51 @@ def test_files_in_and_out_through_the_archive_api_never_follow_the_agents_links(
     asyncio.run(files.remove())
     for volume in spec.context_volumes(context_id):
         assert podman("volume", "exists", volume, check=False).returncode == 1, volume
+
+
+def test_the_workspace_is_cloned_and_compared_by_git_in_the_container(
+    sandbox: SandboxSetup, context_id: str, tmp_path: Path
+) -> None:
+    mirror = tmp_path / "mirror"
+    subprocess.run(
+        ["git", "clone", "--quiet", "--mirror", str(sandbox.repo), str(mirror)], check=True
+    )
+    upstream = subprocess.run(
+        ["git", "-C", str(mirror), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    branch = subprocess.run(
+        ["git", "-C", str(mirror), "symbolic-ref", "--short", "HEAD"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    files = _files(sandbox, context_id, tmp_path)
+    origin = GitOrigin(mirror, "https://git.example/repo.git", None)
+
+    async def clone() -> bool:
+        before = await files.workspace_exists()
+        await files.ensure_workspace(origin)
+        await files.ensure_workspace(origin)  # once: an existing workspace is left alone
+        return before
+
+    assert asyncio.run(clone()) is False
+    assert _in(context_id, "git -C /workspace remote get-url origin") == (
+        "https://git.example/repo.git\n"
+    )
+    _in(
+        context_id,
+        "cd /workspace && echo new > made.txt && git add made.txt "
+        "&& git -c user.name=a -c user.email=a@b commit -qm 'the agent commits' "
+        "&& echo untracked > loose.txt && printf 'ignored\\n' > .git/info/exclude "
+        "&& echo hidden > ignored",
+    )
+    base = DiffBase(branch, upstream, mirror, tmp_path / "scratch")
+    changes = asyncio.run(files.workspace_changes(base))
+    assert f"HEAD is on {branch}." in changes.summary
+    assert f"1 commit(s) not on origin's {branch}:" in changes.summary
+    assert "the agent commits" in changes.summary
+    assert "Uncommitted changes:\n  A loose.txt" in changes.summary
+    assert "ignored" not in changes.summary
+    assert "+new" in changes.patch
+    assert "+untracked" in changes.patch
+    _in(context_id, "rm -rf /workspace/.git")
+    with pytest.raises(WorkspaceSetupFailed, match=r"no \.git any more"):
+        asyncio.run(files.ensure_workspace(origin))
