@@ -3,10 +3,11 @@ directories (decision 0130): its workspace, home, inbox, outbox and storage are 
 there, reached only through that host's Podman API over the daemon's SSH connection.
 
 The host (tests/support/ssh_podman_host.py) runs in a mount namespace of its own in which
-the daemon's ``<state>/conversations`` is an empty tmpfs: a bind mount of any conversation
-directory would fail there. One host serves the whole module (one scenario, as a user
-would go through it): a task, a file out, /diff, a restart that reattaches, a kill mid-task
-answered once, and a file sent in over Slack read by the agent.
+the daemon's ``<state>/conversations`` and gateway-bot's init directory are empty tmpfs: a
+bind mount of any conversation directory, or of the init, would fail there. One host serves
+the whole module (one scenario, as a user would go through it): a task, a file out, /diff,
+a restart that reattaches, a kill mid-task answered once, and a file sent in over Slack
+read by the agent.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from gateway_bot.sandbox.podman.service import INIT_ON_HOST
 from tests.conftest import write_config
 from tests.support.fake_anthropic import FakeAnthropic
 from tests.support.fake_slack import APP_TOKEN, BOT_TOKEN, TEAM, FakeSlack
@@ -35,7 +37,8 @@ def far_host(sandbox: SandboxSetup) -> Iterator[SshPodmanHost]:
     conversations = sandbox.tmp_path / "state" / "conversations"
     conversations.mkdir(parents=True)
     graph_root = podman("info", "--format", "{{.Store.GraphRoot}}").stdout.strip()
-    host = SshPodmanHost(graph_root, hide=conversations)
+    # Nor gateway-bot's init: the host gets it from the daemon, in a read-only volume.
+    host = SshPodmanHost(graph_root, hide=conversations, also_hide=(INIT_ON_HOST.parent,))
     try:
         host.start()
         yield host
@@ -103,6 +106,7 @@ def test_a_host_without_our_disk_runs_a_conversation_end_to_end(
     context_id, container_id = next(iter(on_host.items()))
     volumes = set(far_host.remote("volume", "ls", "--format", "{{.Name}}").stdout.split())
     assert {f"gwb-{context_id}-{d}" for d in DIRECTORIES} <= volumes
+    assert any(v.startswith("gwb-init-") for v in volumes), volumes
     for directory in DIRECTORIES:  # the conversation's files are the host's alone
         assert not (conversations / context_id / directory).exists(), directory
 

@@ -52,6 +52,17 @@ one a stray sweep would have to spare (it used to be a shell loop starting the i
 ``sleep``, which the agent replaced to keep a program of its own alive through every
 sweep). Stray processes are ended from the host (``strays.py``)."""
 
+INIT_VOLUME_DIR = "/run/gateway-bot"
+INIT_IN_VOLUME = f"{INIT_VOLUME_DIR}/init"
+"""PID 1 on a host that does not share the daemon's disk: the same init, from a read-only
+volume of that host (``init_volume.py``) mounted here (a volume is a directory)."""
+
+
+def init_path(in_volumes: bool) -> str:
+    """Where a container's init is: mounted from the host, or from the host's init volume."""
+    return INIT_IN_VOLUME if in_volumes else INIT_IN_CONTAINER
+
+
 NETWORK_SYSCTLS = {
     "net.ipv6.conf.all.disable_ipv6": "1",
     "net.ipv6.conf.default.disable_ipv6": "1",
@@ -72,15 +83,17 @@ def userns_matches(info: dict[str, Any], userns_host_uid: int | None) -> bool:
     return list(mappings.get("UidMap") or []) == wanted
 
 
-def made_with_init(info: dict[str, Any]) -> bool:
-    """Was an existing container made with ``INIT_COMMAND`` as its PID 1? podman's inspect
-    gives the command as ``Path`` and ``Args``: the rest of it, or all of it when it has no
-    arguments (podman 4.3)."""
-    args = list(info.get("Args") or [])
-    return info.get("Path") == INIT_IN_CONTAINER and args in (INIT_COMMAND[1:], INIT_COMMAND)
+def made_with_init(info: dict[str, Any], in_volumes: bool = False) -> bool:
+    """Was an existing container made with ``INIT_COMMAND`` (``INIT_IN_VOLUME`` on a host
+    that does not share the state directory) as its PID 1? podman's inspect gives the
+    command as ``Path`` and ``Args``: the rest of it, or all of it when it has no arguments
+    (podman 4.3). A container made for the other kind of host is recreated (its directories
+    are mounted the other way too)."""
+    path = init_path(in_volumes)
+    return info.get("Path") == path and list(info.get("Args") or []) in ([], [path])
 
 
-def init_as_created(pid: int, userns_host_uid: int | None) -> bool:
+def init_as_created(pid: int, userns_host_uid: int | None, in_volumes: bool = False) -> bool:
     """Does the running process ``pid`` (a container's init) show, in the host's /proc,
     what ``ensure_container`` checks in an inspect: ``INIT_COMMAND`` as its argv (the
     host's read-only init, not an image's program) and the user namespace the
@@ -88,7 +101,7 @@ def init_as_created(pid: int, userns_host_uid: int | None) -> bool:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
             argv = cmdline.read().split(b"\0")[:-1]
-        if argv != [arg.encode() for arg in INIT_COMMAND]:
+        if argv != [init_path(in_volumes).encode()]:
             return False
         if userns_host_uid is None:
             return os.readlink(f"/proc/{pid}/ns/user") == os.readlink("/proc/self/ns/user")
@@ -203,23 +216,26 @@ def create_spec(
     limits: LimitSettings,
     service: PodmanService,
     *,
-    in_volumes: bool = False,
+    init_volume: str | None = None,
 ) -> dict[str, Any]:
-    """Keyword arguments for podman-py's ``containers.create``. With ``in_volumes`` the
-    context's directories are the host's named volumes (``context_volumes``, made first by
-    the caller), ``nosuid,nodev`` as the bind mounts are; otherwise the daemon's
-    directories, bind-mounted."""
+    """Keyword arguments for podman-py's ``containers.create``. With ``init_volume`` (a host
+    that does not share the state directory) the context's directories are the host's named
+    volumes (``context_volumes``, made first by the caller), ``nosuid,nodev`` as the bind
+    mounts are, and init comes from that read-only volume; otherwise the daemon's
+    directories and the host's init, bind-mounted."""
+    in_volumes = init_volume is not None
     mounts: list[Mapping[str, Any]] = [
         {**_bind(ca_certificate, CA_IN_CONTAINER), "read_only": True},
-        {**_bind(INIT_ON_HOST, INIT_IN_CONTAINER), "read_only": True},
     ]
     volumes: dict[str, dict[str, Any]] = {}
-    if in_volumes:
+    if init_volume is not None:
         volumes = {
             name: {"bind": target, "extended_mode": ["nosuid", "nodev"]}
             for name, target in context_volumes(context.id).items()
         }
+        volumes[init_volume] = {"bind": INIT_VOLUME_DIR, "extended_mode": ["ro", "nodev"]}
     else:
+        mounts.append({**_bind(INIT_ON_HOST, INIT_IN_CONTAINER), "read_only": True})
         mounts[:0] = [
             _bind(context.workspace, PATHS.workspace),
             _bind(context.home, PATHS.home),
@@ -234,7 +250,7 @@ def create_spec(
         # ENTRYPOINT, and a repo's Containerfile may set one, which then ran as PID 1 (with
         # this init as its argument), spared by every sweep. Nor the image's stop signal:
         # init ends on SIGTERM only.
-        "entrypoint": INIT_COMMAND,
+        "entrypoint": [init_path(in_volumes)],
         "command": [],
         "stop_signal": int(signal.SIGTERM),  # podman's API takes the number
         "labels": labels(deployment, context.id),
