@@ -58,9 +58,9 @@ INIT_IN_VOLUME = f"{INIT_VOLUME_DIR}/init"
 volume of that host (``init_volume.py``) mounted here (a volume is a directory)."""
 
 
-def init_path(in_volumes: bool) -> str:
-    """Where a container's init is: mounted from the host, or from the host's init volume."""
-    return INIT_IN_VOLUME if in_volumes else INIT_IN_CONTAINER
+def init_command(in_volumes: bool) -> list[str]:
+    """PID 1's argv: the init mounted from the host, or from the host's init volume."""
+    return [INIT_IN_VOLUME] if in_volumes else INIT_COMMAND
 
 
 NETWORK_SYSCTLS = {
@@ -89,8 +89,9 @@ def made_with_init(info: dict[str, Any], in_volumes: bool = False) -> bool:
     command as ``Path`` and ``Args``: the rest of it, or all of it when it has no arguments
     (podman 4.3). A container made for the other kind of host is recreated (its directories
     are mounted the other way too)."""
-    path = init_path(in_volumes)
-    return info.get("Path") == path and list(info.get("Args") or []) in ([], [path])
+    command = init_command(in_volumes)
+    args = list(info.get("Args") or [])
+    return info.get("Path") == command[0] and args in (command[1:], command)
 
 
 def init_as_created(pid: int, userns_host_uid: int | None, in_volumes: bool = False) -> bool:
@@ -101,7 +102,7 @@ def init_as_created(pid: int, userns_host_uid: int | None, in_volumes: bool = Fa
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
             argv = cmdline.read().split(b"\0")[:-1]
-        if argv != [init_path(in_volumes).encode()]:
+        if argv != [arg.encode() for arg in init_command(in_volumes)]:
             return False
         if userns_host_uid is None:
             return os.readlink(f"/proc/{pid}/ns/user") == os.readlink("/proc/self/ns/user")
@@ -250,7 +251,7 @@ def create_spec(
         # ENTRYPOINT, and a repo's Containerfile may set one, which then ran as PID 1 (with
         # this init as its argument), spared by every sweep. Nor the image's stop signal:
         # init ends on SIGTERM only.
-        "entrypoint": [init_path(in_volumes)],
+        "entrypoint": init_command(in_volumes),
         "command": [],
         "stop_signal": int(signal.SIGTERM),  # podman's API takes the number
         "labels": labels(deployment, context.id),
