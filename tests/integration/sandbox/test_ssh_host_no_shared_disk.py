@@ -148,6 +148,10 @@ def test_a_host_without_our_disk_runs_a_conversation_end_to_end(
     third.expect(r"^agent> Echo: CRASH far away$")
     third.send("SHOW_RESULT RUN_BASH cat notes.txt")
     third.expect(r"far away")
+    # Init comes from the host's read-only volume: the agent cannot put its own program
+    # there for the next start to run as PID 1.
+    third.send("SHOW_RESULT RUN_BASH cp /bin/true /run/gateway-bot/init 2>&1 || echo refused")
+    third.expect(r"[Rr]ead-only file system.*refused")
     third.finish()
     assert third.count(r"^agent> Echo: CRASH") == 1, "answered exactly once"
     assert far_host.containers(sandbox.deployment) == on_host, "the same container throughout"
