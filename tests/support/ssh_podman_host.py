@@ -56,9 +56,12 @@ def make_key(path: Path) -> None:
 class SshPodmanHost:
     """sshd + a Podman service in a mount namespace of their own (see the module's text)."""
 
-    def __init__(self, graph_root: str, hide: Path | None = None) -> None:
-        """``hide``: a directory of the daemon's the host must not see either (covered by
-        an empty tmpfs in its namespace): a host that shares no disk with the daemon."""
+    def __init__(
+        self, graph_root: str, hide: Path | None = None, also_hide: tuple[Path, ...] = ()
+    ) -> None:
+        """``hide`` (and ``also_hide``): directories of the daemon's the host must not see
+        either (each covered by an empty tmpfs in its namespace): a host that shares no disk
+        with the daemon."""
         # Podman refuses a run root longer than 50 characters: a short directory of /tmp.
         self.directory = Path(tempfile.mkdtemp(prefix="gwbs-", dir="/tmp"))
         self.remote_dir = self.directory / "remote"
@@ -69,7 +72,8 @@ class SshPodmanHost:
         self.known_hosts = self.directory / "known_hosts"
         self.port = 0
         self.graph_root = graph_root
-        self.hide = hide
+        self.hide = [hide] if hide is not None else []
+        self.hide += list(also_hide)
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -90,7 +94,7 @@ class SshPodmanHost:
         Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
         argv = ["unshare", "--mount", "--propagation", "private", "--"]
         argv += [sys.executable, __file__, "inner", str(self.directory), self.graph_root]
-        argv += [str(self.hide)] if self.hide is not None else []
+        argv += [str(path) for path in self.hide]
         with (self.directory / "sshd.log").open("ab") as log:
             self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
         deadline = time.monotonic() + 60

@@ -49,6 +49,23 @@ class PodmanHostSettings(Section):
         ),
     )
 
+    shares_state_dir: bool | None = Field(
+        default=None,
+        description=(
+            "Does this host see the daemon's state directory at the same path (the same "
+            "machine, or shared storage)? Then a conversation's directories are bind-mounted "
+            "as on the local host. If not, they are Podman volumes on that host, reached only "
+            "through its Podman API (decision 0130). Unset: true for unix://, false for ssh://."
+        ),
+    )
+
+    @property
+    def shares_state(self) -> bool:
+        """``shares_state_dir`` with its default resolved by the URL's scheme."""
+        if self.shares_state_dir is not None:
+            return self.shares_state_dir
+        return self.url.startswith("unix://")
+
     @field_validator("name")
     @classmethod
     def _is_a_name(cls, value: str) -> str:

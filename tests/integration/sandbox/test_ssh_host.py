@@ -3,8 +3,9 @@
 The host (tests/support/ssh_podman_host.py) is Debian's sshd on 127.0.0.1 in a mount
 namespace of its own, with a Podman service whose storage, run root and socket exist only
 there: the daemon reaches its containers only through SSH, with the host key checked.
-The conversation directories are still the daemon's state directory (this host shares
-that disk, as decision 0088 requires until 0130's volumes land).
+The conversation directories are still the daemon's state directory (this host is set to
+share that disk, ``shares_state_dir: true``); test_ssh_host_no_shared_disk.py runs one that
+does not.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ def _ssh_config(sandbox: SandboxSetup, host: SshPodmanHost, known_hosts: Path) -
         "capacity": 2,
         "identity": str(host.client_key),
         "known_hosts": str(known_hosts),
+        "shares_state_dir": True,  # shared storage at the same path: bind mounts
     }
     return sandbox.config(podman={"socket": str(sandbox.podman_socket), "hosts": [entry]})
 
@@ -149,6 +151,7 @@ def test_a_file_in_is_read_by_the_agent_on_the_ssh_host(
         "url": ssh_host.url,
         "identity": str(ssh_host.client_key),
         "known_hosts": str(ssh_host.known_hosts),
+        "shares_state_dir": True,
     }
     slack = {
         "bot_token": BOT_TOKEN,

@@ -22,7 +22,9 @@ from gateway_bot.sandbox.podman import strays
 from gateway_bot.sandbox.podman.hosts import PodmanHost
 from gateway_bot.sandbox.podman.idle_stops import ContextState, KnownContainer
 from gateway_bot.sandbox.podman.images import BuiltImage
+from gateway_bot.sandbox.podman.init_volume import ensure_init_volume
 from gateway_bot.sandbox.podman.proxy import LABEL_DEPLOYMENT
+from gateway_bot.sandbox.podman.volumes import ensure_volumes
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +47,7 @@ async def ensure_container(
     stopped, restarted or recreated behind the daemon's back has another init or none),
     and the image is the one this task needs. Otherwise podman is asked, as always."""
     name = spec.container_name(context.id)
+    in_volumes = not host.shares_state_dir
     known = state.known
     if (
         known is not None
@@ -66,7 +69,7 @@ async def ensure_container(
             "its image changed" if info["Image"] != image.id
             else "it stopped during its last task" if state.broken
             else "its init is not the host's read-only one"
-            if not spec.made_with_init(info)
+            if not spec.made_with_init(info, in_volumes)
             else "its user namespace setting changed"
             if not spec.userns_matches(info, settings.userns_host_uid)
             else None
@@ -77,12 +80,16 @@ async def ensure_container(
             info = None
     state.broken = False
     if info is None:
+        init_volume = None
+        if in_volumes:
+            await ensure_volumes(host.service, deployment, context.id)
+            init_volume = await ensure_init_volume(host.service, deployment, image.tag)
         create = spec.create_spec(
             context, image.tag, network, deployment, host.proxy.ca_certificate,
-            settings.limits, host.service,
+            settings.limits, host.service, init_volume=init_volume,
         )  # fmt: skip
         uid = settings.userns_host_uid
-        if uid is not None:
+        if uid is not None and not in_volumes:
             mounted = [context.workspace, context.home, context.inbox, context.outbox]
             await spec.hand_over([*mounted, context.storage], uid)
         await host.calls.call(lambda c: spec.create_container(c, create, uid), f"create {name}")
@@ -102,15 +109,18 @@ def learn(
     listing), for the next task's ``ensure_container`` and ``after_exit``: only on this
     machine (its init is in this /proc), and only when its init shows there what
     ``ensure_container`` would otherwise check (``containers.init_as_created``)."""
-    state.known = known_from(info, userns_host_uid) if host.service.is_local else None
+    in_volumes = not host.shares_state_dir
+    state.known = known_from(info, userns_host_uid, in_volumes) if host.service.is_local else None
 
 
-def known_from(info: dict[str, Any], userns_host_uid: int | None) -> KnownContainer | None:
+def known_from(
+    info: dict[str, Any], userns_host_uid: int | None, in_volumes: bool = False
+) -> KnownContainer | None:
     """``learn``'s check, a few reads of /proc (blocking, milliseconds)."""
     inspected = info.get("State")
     if isinstance(inspected, dict):  # an inspect
         pid, image_id = inspected.get("Pid"), info.get("Image")
-        made_so = spec.made_with_init(info)
+        made_so = spec.made_with_init(info, in_volumes)
     else:  # a listing's entry
         pid, image_id = info.get("Pid"), info.get("ImageID")
         # The listing has no entrypoint: a container made with init as its entrypoint has
@@ -122,7 +132,7 @@ def known_from(info: dict[str, Any], userns_host_uid: int | None) -> KnownContai
     if not pid or not image_id or not made_so:
         return None
     identity = strays.init_identity(int(pid))
-    if identity is None or not spec.init_as_created(identity.pid, userns_host_uid):
+    if identity is None or not spec.init_as_created(identity.pid, userns_host_uid, in_volumes):
         return None
     if not strays.still_running(identity):  # the PID no longer names the process checked
         return None

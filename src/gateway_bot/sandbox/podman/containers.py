@@ -52,6 +52,17 @@ one a stray sweep would have to spare (it used to be a shell loop starting the i
 ``sleep``, which the agent replaced to keep a program of its own alive through every
 sweep). Stray processes are ended from the host (``strays.py``)."""
 
+INIT_VOLUME_DIR = "/run/gateway-bot"
+INIT_IN_VOLUME = f"{INIT_VOLUME_DIR}/init"
+"""PID 1 on a host that does not share the daemon's disk: the same init, from a read-only
+volume of that host (``init_volume.py``) mounted here (a volume is a directory)."""
+
+
+def init_command(in_volumes: bool) -> list[str]:
+    """PID 1's argv: the init mounted from the host, or from the host's init volume."""
+    return [INIT_IN_VOLUME] if in_volumes else INIT_COMMAND
+
+
 NETWORK_SYSCTLS = {
     "net.ipv6.conf.all.disable_ipv6": "1",
     "net.ipv6.conf.default.disable_ipv6": "1",
@@ -72,15 +83,18 @@ def userns_matches(info: dict[str, Any], userns_host_uid: int | None) -> bool:
     return list(mappings.get("UidMap") or []) == wanted
 
 
-def made_with_init(info: dict[str, Any]) -> bool:
-    """Was an existing container made with ``INIT_COMMAND`` as its PID 1? podman's inspect
-    gives the command as ``Path`` and ``Args``: the rest of it, or all of it when it has no
-    arguments (podman 4.3)."""
+def made_with_init(info: dict[str, Any], in_volumes: bool = False) -> bool:
+    """Was an existing container made with ``INIT_COMMAND`` (``INIT_IN_VOLUME`` on a host
+    that does not share the state directory) as its PID 1? podman's inspect gives the
+    command as ``Path`` and ``Args``: the rest of it, or all of it when it has no arguments
+    (podman 4.3). A container made for the other kind of host is recreated (its directories
+    are mounted the other way too)."""
+    command = init_command(in_volumes)
     args = list(info.get("Args") or [])
-    return info.get("Path") == INIT_IN_CONTAINER and args in (INIT_COMMAND[1:], INIT_COMMAND)
+    return info.get("Path") == command[0] and args in (command[1:], command)
 
 
-def init_as_created(pid: int, userns_host_uid: int | None) -> bool:
+def init_as_created(pid: int, userns_host_uid: int | None, in_volumes: bool = False) -> bool:
     """Does the running process ``pid`` (a container's init) show, in the host's /proc,
     what ``ensure_container`` checks in an inspect: ``INIT_COMMAND`` as its argv (the
     host's read-only init, not an image's program) and the user namespace the
@@ -88,7 +102,7 @@ def init_as_created(pid: int, userns_host_uid: int | None) -> bool:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
             argv = cmdline.read().split(b"\0")[:-1]
-        if argv != [arg.encode() for arg in INIT_COMMAND]:
+        if argv != [arg.encode() for arg in init_command(in_volumes)]:
             return False
         if userns_host_uid is None:
             return os.readlink(f"/proc/{pid}/ns/user") == os.readlink("/proc/self/ns/user")
@@ -179,6 +193,21 @@ def agent_env() -> dict[str, str]:
     }
 
 
+DIRECTORIES = ("workspace", "home", "inbox", "outbox", "storage")
+"""A context's own directories: bind mounts of the daemon's, or a host's named volumes."""
+
+
+def volume_name(context_id: str, directory: str) -> str:
+    """The named volume holding ``directory`` of a context on a host that does not share
+    the daemon's state directory (decision 0130)."""
+    return f"gwb-{context_id}-{directory}"
+
+
+def context_volumes(context_id: str) -> dict[str, str]:
+    """Volume name -> where it is mounted in the container, for the context's directories."""
+    return {volume_name(context_id, d): getattr(PATHS, d) for d in DIRECTORIES}
+
+
 def create_spec(
     context: ExecutionContext,
     image: str,
@@ -187,17 +216,34 @@ def create_spec(
     ca_certificate: Path,
     limits: LimitSettings,
     service: PodmanService,
+    *,
+    init_volume: str | None = None,
 ) -> dict[str, Any]:
-    """Keyword arguments for podman-py's ``containers.create``."""
+    """Keyword arguments for podman-py's ``containers.create``. With ``init_volume`` (a host
+    that does not share the state directory) the context's directories are the host's named
+    volumes (``context_volumes``, made first by the caller), ``nosuid,nodev`` as the bind
+    mounts are, and init comes from that read-only volume; otherwise the daemon's
+    directories and the host's init, bind-mounted."""
+    in_volumes = init_volume is not None
     mounts: list[Mapping[str, Any]] = [
-        _bind(context.workspace, PATHS.workspace),
-        _bind(context.home, PATHS.home),
-        _bind(context.inbox, PATHS.inbox),
-        _bind(context.outbox, PATHS.outbox),
-        _bind(context.storage, PATHS.storage),
         {**_bind(ca_certificate, CA_IN_CONTAINER), "read_only": True},
-        {**_bind(INIT_ON_HOST, INIT_IN_CONTAINER), "read_only": True},
     ]
+    volumes: dict[str, dict[str, Any]] = {}
+    if init_volume is not None:
+        volumes = {
+            name: {"bind": target, "extended_mode": ["nosuid", "nodev"]}
+            for name, target in context_volumes(context.id).items()
+        }
+        volumes[init_volume] = {"bind": INIT_VOLUME_DIR, "extended_mode": ["ro", "nodev"]}
+    else:
+        mounts.append({**_bind(INIT_ON_HOST, INIT_IN_CONTAINER), "read_only": True})
+        mounts[:0] = [
+            _bind(context.workspace, PATHS.workspace),
+            _bind(context.home, PATHS.home),
+            _bind(context.inbox, PATHS.inbox),
+            _bind(context.outbox, PATHS.outbox),
+            _bind(context.storage, PATHS.storage),
+        ]
     return {
         "image": image,
         "name": container_name(context.id),
@@ -205,7 +251,7 @@ def create_spec(
         # ENTRYPOINT, and a repo's Containerfile may set one, which then ran as PID 1 (with
         # this init as its argument), spared by every sweep. Nor the image's stop signal:
         # init ends on SIGTERM only.
-        "entrypoint": INIT_COMMAND,
+        "entrypoint": init_command(in_volumes),
         "command": [],
         "stop_signal": int(signal.SIGTERM),  # podman's API takes the number
         "labels": labels(deployment, context.id),
@@ -213,6 +259,7 @@ def create_spec(
         "working_dir": PATHS.workspace,
         "environment": agent_env(),
         "mounts": mounts,
+        **({"volumes": volumes} if volumes else {}),
         "networks": {network.name: {"static_ips": [network.agent_address]}},
         "dns": ["127.0.0.1"],  # no resolver: names outside /etc/hosts do not resolve
         "extra_hosts": {"proxy": network.proxy_address},

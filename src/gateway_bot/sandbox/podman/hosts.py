@@ -50,6 +50,9 @@ class PodmanHost:
     images: ImageBuilder
     proxy: EgressProxy
     calls: ContainerCalls
+    shares_state_dir: bool = True
+    """Sees the daemon's state directory at the same path: bind mounts and
+    ``HostContextFiles``. Otherwise named volumes reached through its API (decision 0130)."""
 
     @property
     def url(self) -> str:
@@ -78,9 +81,9 @@ def make_hosts(
             ssh_known_hosts=entry.known_hosts,
         )
         capacity = entry.capacity
-        hosts.append(
-            _host(settings, entry.name, capacity, service, directory, deployment, agent_files)
-        )
+        host = _host(settings, entry.name, capacity, service, directory, deployment, agent_files)
+        host.shares_state_dir = entry.shares_state
+        hosts.append(host)
     return hosts
 
 

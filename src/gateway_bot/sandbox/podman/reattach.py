@@ -74,7 +74,10 @@ async def reattach_host(
     await host.calls.kill_strays_in_all(running)
     if host.service.is_local:  # 50 containers' inits read in /proc: off the event loop
         known = await asyncio.to_thread(
-            lambda: [container_lifecycle.known_from(info, userns_host_uid) for info in running]
+            lambda: [
+                container_lifecycle.known_from(info, userns_host_uid, not host.shares_state_dir)
+                for info in running
+            ]
         )
         for info, learned in zip(running, known, strict=True):
             contexts[info["Labels"][LABEL_CONTEXT]].known = learned

@@ -23,7 +23,6 @@ import secrets
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from podman.errors import NotFound
 
@@ -41,8 +40,8 @@ from gateway_bot.sandbox.base import (
     SandboxUnavailable,
 )
 from gateway_bot.sandbox.child import RUN_MARK
+from gateway_bot.sandbox.context_files import ContextFiles
 from gateway_bot.sandbox.egress.held import EgressAsk
-from gateway_bot.sandbox.host_files import HostContextFiles
 from gateway_bot.sandbox.podman import container_lifecycle, strays
 from gateway_bot.sandbox.podman import containers as spec
 from gateway_bot.sandbox.podman.api_exec import ExecReleases, exec_body, start_api_exec
@@ -53,8 +52,10 @@ from gateway_bot.sandbox.podman.host_set import HostSet
 from gateway_bot.sandbox.podman.hosts import PodmanHost, make_hosts
 from gateway_bot.sandbox.podman.idle_stops import ContextState, IdleStops
 from gateway_bot.sandbox.podman.model_relay import ModelRelay, relay_for
+from gateway_bot.sandbox.podman.placed_files import files_for
 from gateway_bot.sandbox.podman.process import start_cli_exec
 from gateway_bot.sandbox.podman.reattach import reattach_host
+from gateway_bot.sandbox.podman.volumes import remove_context
 
 log = logging.getLogger(__name__)
 
@@ -216,10 +217,15 @@ class PodmanSandbox:
     def paths(self, context: ExecutionContext) -> SandboxPaths:
         return spec.PATHS
 
-    def files(self, context: ExecutionContext) -> HostContextFiles:
-        """Bind mounts of host directories: the host implementation. (A remote host's
-        named volumes need one of their own: docs/scale-out.md.)"""
-        return HostContextFiles.of(context)
+    def files(self, context: ExecutionContext) -> ContextFiles:
+        """The daemon's directories (bind mounts), or a host's volumes (``placed_files``)."""
+        return files_for(context, self._hosts, self._busy, self._prepare_for_files)
+
+    async def _prepare_for_files(self, context: ExecutionContext) -> None:
+        state = self._contexts.setdefault(context.id, ContextState())
+        async with state.lock:  # a task's own preparation (its route, its allowlist) wins
+            if not state.busy:
+                await self._prepare(context, state)
 
     # -- tasks ----------------------------------------------------------------------------
 
@@ -388,17 +394,7 @@ class PodmanSandbox:
         state = self._contexts.pop(context_id, None) or ContextState()
         self._networks.pop(context_id, None)
         async with state.lock:
-            name, network = spec.container_name(context_id), spec.network_name(context_id)
             await host.service.ensure_running()
-
-            await host.calls.remove(name)
-            await host.proxy.disconnect(network)
-
-            def remove_network(client: Any) -> None:
-                with contextlib.suppress(NotFound):
-                    client.networks.get(network).remove()
-
-            await host.service.api(remove_network)
-            await host.proxy.drop_routes(context_id)
+            await remove_context(host, context_id)
             await self._placements.drop(context_id)
-            log.info("discarded container %s and network %s on %s", name, network, host.name)
+            log.info("discarded the container of %s and its network on %s", context_id, host.name)

@@ -1,0 +1,172 @@
+"""A conversation on an ``ssh://`` Podman host that does not see the daemon's conversation
+directories (decision 0130): its workspace, home, inbox, outbox and storage are volumes
+there, reached only through that host's Podman API over the daemon's SSH connection.
+
+The host (tests/support/ssh_podman_host.py) runs in a mount namespace of its own in which
+the daemon's ``<state>/conversations`` and gateway-bot's init directory are empty tmpfs: a
+bind mount of any conversation directory, or of the init, would fail there. One host serves
+the whole module (one scenario, as a user would go through it): a task, a file out, /diff,
+a restart that reattaches, a kill mid-task answered once, and a file sent in over Slack
+read by the agent.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway_bot.sandbox.podman.service import INIT_ON_HOST
+from tests.conftest import write_config
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.fake_slack import APP_TOKEN, BOT_TOKEN, TEAM, FakeSlack
+from tests.support.sandbox_fixtures import SandboxSetup, podman
+from tests.support.ssh_podman_host import SshPodmanHost
+
+pytestmark = pytest.mark.slow
+
+ALICE, DM = "U0ALICE", "D0ALICE"
+DIRECTORIES = ("workspace", "home", "inbox", "outbox", "storage")
+
+
+@pytest.fixture
+def far_host(sandbox: SandboxSetup) -> Iterator[SshPodmanHost]:
+    conversations = sandbox.tmp_path / "state" / "conversations"
+    conversations.mkdir(parents=True)
+    graph_root = podman("info", "--format", "{{.Store.GraphRoot}}").stdout.strip()
+    # Nor gateway-bot's init: the host gets it from the daemon, in a read-only volume.
+    host = SshPodmanHost(graph_root, hide=conversations, also_hide=(INIT_ON_HOST.parent,))
+    try:
+        host.start()
+        yield host
+    finally:
+        host.stop()
+    assert not host.namespace_processes(), "nothing of the ssh host is left running"
+
+
+def _config(sandbox: SandboxSetup, host: SshPodmanHost, *, slack: FakeSlack | None) -> Path:
+    entry = {  # no shares_state_dir: an ssh:// host shares nothing unless told
+        "name": "far",
+        "url": host.url,
+        "identity": str(host.client_key),
+        "known_hosts": str(host.known_hosts),
+    }
+    settings = {
+        "kind": "podman",
+        "deployment": sandbox.deployment,
+        "egress_network": sandbox.egress.name,
+        "podman": {"socket": str(sandbox.podman_socket), "hosts": [entry]},
+    }
+    env = {
+        "ANTHROPIC_BASE_URL": sandbox.relay.url,
+        "ANTHROPIC_API_KEY": "test-key",
+        "CLAUDE_CODE_MAX_RETRIES": "0",
+    }
+    channels: dict[str, Any] = {"console": {}}
+    if slack is not None:
+        channels = {
+            "console": None,
+            "slack": {
+                "bot_token": BOT_TOKEN,
+                "app_token": APP_TOKEN,
+                "team_ids": [TEAM],
+                "allowed_users": [ALICE],
+                "api_base_url": slack.base_url,
+            },
+        }
+    return write_config(
+        sandbox.tmp_path,
+        sandbox.repo,
+        sandbox.api,
+        sandbox=settings,
+        agent={"timeout_seconds": 120, "env": env},
+        channels=channels,
+    )
+
+
+def test_a_host_without_our_disk_runs_a_conversation_end_to_end(
+    gateway: Any,
+    sandbox: SandboxSetup,
+    far_host: SshPodmanHost,
+    fake_api: FakeAnthropic,
+    fake_slack: FakeSlack,
+) -> None:
+    conversations = sandbox.tmp_path / "state" / "conversations"
+    assert not far_host.exists_here(str(far_host.socket_path))
+    config = str(_config(sandbox, far_host, slack=None))
+    chat = gateway("chat", "--config", config)
+    chat.send("RUN_BASH printf 'far away\\n' > notes.txt && git log --oneline | wc -l")
+    chat.expect(r"^agent> Echo: ")
+    on_host = far_host.containers(sandbox.deployment)
+    assert len(on_host) == 1, on_host
+    assert sandbox.containers() == {}, "nothing runs on the daemon's own podman"
+    context_id, container_id = next(iter(on_host.items()))
+    volumes = set(far_host.remote("volume", "ls", "--format", "{{.Name}}").stdout.split())
+    assert {f"gwb-{context_id}-{d}" for d in DIRECTORIES} <= volumes
+    assert any(v.startswith("gwb-init-") for v in volumes), volumes
+    for directory in DIRECTORIES:  # the conversation's files are the host's alone
+        assert not (conversations / context_id / directory).exists(), directory
+
+    chat.send("WRITE_FILE name=../outbox/report.txt text=made on a host without our disk")
+    sent = chat.expect(r"^  \[file\] .*/sent/[0-9a-f]{12}/report\.txt$")
+    assert Path(sent.split("[file] ")[1]).read_text() == "made on a host without our disk"
+    # What a hostile agent leaves in its outbox comes back in podman's tar: a link to a
+    # file (of the container, or a path that is the daemon's on this machine), a FIFO, a
+    # directory's file. Only the regular file goes out.
+    secret = sandbox.tmp_path / "daemon-secret.txt"
+    secret.write_text("the daemon's own")
+    chat.send(
+        f"RUN_BASH cd /outbox && ln -s {secret} secret.txt && ln -s /etc/passwd passwd "
+        "&& mkfifo pipe && mkdir sub && echo deep > sub/deep.txt && echo plain > plain.txt"
+    )
+    plain = chat.expect(r"^  \[file\] .*/sent/[0-9a-f]{12}/plain\.txt$")
+    sent_dir = Path(plain.split("[file] ")[1]).parent
+    assert sorted(p.name for p in sent_dir.iterdir()) == ["plain.txt"]
+    chat.send("/diff")
+    chat.expect(r"^Uncommitted changes:$")
+    chat.expect(r"^ *A notes\.txt$")
+    chat.expect(r"^ *\+far away$")
+    chat.finish()
+    assert not chat.count(r"\[file\] .*/(secret\.txt|passwd|pipe|deep\.txt)$")
+    left = far_host.remote("cp", f"gwb-{context_id}:/outbox", "-").stdout  # a tar of it
+    assert "report.txt" not in left, "a file sent is taken from the outbox"
+
+    # A restart reattaches: the same container, not a new one; killed mid-task, the message
+    # is answered once by the next start.
+    second = gateway("chat", "--config", config)
+    second.expect(rf"^gateway-bot console · conversation default \({context_id}\)")
+    fake_api.hold("CRASH")
+    second.send("CRASH far away")
+    assert fake_api.wait_for_held(90), "the agent never reached the model"
+    second.kill()
+    third = gateway("chat", "--config", config)
+    third.expect(rf"^gateway-bot console · conversation default \({context_id}\)")
+    fake_api.release()
+    third.expect(r"^agent> Echo: CRASH far away$")
+    third.send("SHOW_RESULT RUN_BASH cat notes.txt")
+    third.expect(r"far away")
+    # Init comes from the host's read-only volume: the agent cannot put its own program
+    # there for the next start to run as PID 1.
+    third.send("SHOW_RESULT RUN_BASH cp /bin/true /run/gateway-bot/init 2>&1 || echo refused")
+    third.expect(r"[Rr]ead-only file system.*refused")
+    third.finish()
+    assert third.count(r"^agent> Echo: CRASH") == 1, "answered exactly once"
+    assert far_host.containers(sandbox.deployment) == on_host, "the same container throughout"
+    assert container_id
+
+    # A file in: a Slack attachment lands in the inbox volume, and the agent reads it.
+    fake_slack.add_user(ALICE, "Alice")
+    fake_slack.add_channel(DM, im_with=ALICE)
+    daemon = gateway("run", "--config", str(_config(sandbox, far_host, slack=fake_slack)))
+    fake_slack.wait_connected(1)
+    ts = fake_slack.user_says(
+        ALICE, DM, "SHOW_RESULT RUN_BASH cat /inbox/data.csv", files=[("data.csv", b"far,file")]
+    )
+    reply = fake_slack.wait_for_reply(DM, ts, "Echo:")
+    assert "[tool result: far,file]" in reply["text"], reply["text"]
+    assert len(far_host.containers(sandbox.deployment)) == 2
+    daemon.process.send_signal(signal.SIGTERM)
+    assert daemon.wait() == 0, daemon.stderr
