@@ -364,10 +364,26 @@ class PodmanSandbox:
             for c, s in self._contexts.items()
             if c != context.id
         )
-        await self._egress.route(host, context, network, may_recreate=not others_busy)
-        started = await ensure_container(
+        route = self._egress.route(host, context, network, may_recreate=not others_busy)
+        container = ensure_container(
             host, context, state, image, network, self.deployment, self._settings
         )
+        if await asyncio.to_thread(host.proxy.ca_certificate.is_file):
+            # The proxy's route and the container at once (issue 33: a new conversation's
+            # first turn waited for each in turn); nothing runs in the container before the
+            # task's process, which starts once both are done. The proxy's first start makes
+            # the CA the container mounts: then one after the other.
+            both = [asyncio.ensure_future(route), asyncio.ensure_future(container)]
+            try:
+                started = (await asyncio.gather(*both))[1]
+            except BaseException:  # the first failure as it is (not a group); the other ends
+                for step in both:
+                    step.cancel()
+                await asyncio.gather(*both, return_exceptions=True)
+                raise
+        else:
+            await route
+            started = await container
         if started:
             await self._idle.enforce_cap(host, keep=context.id)
         elif state.unswept:
