@@ -24,6 +24,7 @@ from gateway_bot.domain.messages import RawMessage
 from gateway_bot.domain.records import TaskRecord
 from gateway_bot.state.action_approvals_store import SqlActionApprovals
 from gateway_bot.state.database import StateTarget
+from gateway_bot.state.schedules_store import SqlSchedules
 from gateway_bot.state.sql_store import SqlStore
 from tests.core.fakes import BareChannel, FakeAgent, FakeChannel, Sent
 
@@ -61,9 +62,11 @@ class World:
         actions: ActionApprovalSettings | None = None,
         sweep_interval_s: float = 0.05,
         files_wait_s: float = 0.0,
+        schedules: bool = False,
     ) -> None:
         """``state``: where the store lives (default ``<tmp_path>/state.db``).
-        ``sweep_interval_s``: short for tests; the benchmarks use the daemon's."""
+        ``sweep_interval_s``: short for tests; the benchmarks use the daemon's.
+        ``schedules``: the service runs schedules (and so schedule proposals)."""
         self.store = SqlStore(state if state is not None else tmp_path / "state.db")
         self.channel = channel if channel is not None else FakeChannel()
         self.agent = FakeAgent()
@@ -77,6 +80,7 @@ class World:
         self.sweep_interval_s = sweep_interval_s
         self.files_wait_s = files_wait_s
         """How long files sent alone wait for words (``core/intake/lone_files.py``)."""
+        self.schedules = schedules
         self._ids = itertools.count(1)
         self._opened = False
         self.before_start: Callable[[GatewayService], None] | None = None
@@ -101,6 +105,8 @@ class World:
             ),
             action_settings=self.actions,
             files_wait_s=self.files_wait_s,
+            schedules=SqlSchedules(self.store.database) if self.schedules else None,
+            schedule_clock=time.time,
         )
         if self.service.action_approvals is not None:
             self.agent.ask_action = self.service.action_approvals.ask

@@ -8,7 +8,6 @@ tasks) without starting a daemon and an agent CLI per test.
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,13 +20,10 @@ from gateway_bot.config.dashboard import DashboardSettings
 from gateway_bot.core.application import Application
 from gateway_bot.core.feed import ChangeFeed
 from gateway_bot.core.live_state import DaemonLiveState
-from gateway_bot.core.service import GatewayService
 from gateway_bot.dashboard.context import STREAMS
 from gateway_bot.dashboard.server import build_app
 from gateway_bot.dashboard.sessions import load_or_make_key
 from gateway_bot.sandbox.base import SandboxContainer
-from gateway_bot.state.action_approvals_store import SqlActionApprovals
-from gateway_bot.state.schedules_store import SqlSchedules
 from tests.core.conftest import World
 
 TOKEN = "Vq8-decisions-dashboard-token"
@@ -50,31 +46,7 @@ class DecisionWorld(World):
     """The core world with action approvals and schedules (and so schedule proposals)."""
 
     def __init__(self, tmp_path: Path, **kwargs: Any) -> None:
-        super().__init__(tmp_path, actions=ActionApprovalSettings(), **kwargs)
-
-    async def start(self) -> GatewayService:
-        if not self._opened:
-            await self.store.open()
-            self._opened = True
-        self.service = GatewayService(
-            self.store,
-            {self.channel.name: self.channel},  # type: ignore[dict-item]
-            self.agent,
-            access=self.access,
-            timezone="UTC",
-            max_concurrent_tasks=self.max_concurrent,
-            max_pending_per_conversation=self.max_pending,
-            retry_policy=self.policy,
-            sweep_interval_s=self.sweep_interval_s,
-            schedules=SqlSchedules(self.store.database),
-            schedule_clock=time.time,
-            action_records=SqlActionApprovals(self.store.database),
-            action_settings=self.actions,
-        )
-        assert self.service.action_approvals is not None
-        self.agent.ask_action = self.service.action_approvals.ask
-        await self.service.start()
-        return self.service
+        super().__init__(tmp_path, actions=ActionApprovalSettings(), schedules=True, **kwargs)
 
 
 @dataclass
