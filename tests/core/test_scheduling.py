@@ -40,6 +40,21 @@ async def test_a_conversation_runs_its_messages_one_at_a_time_in_order(world: Wo
     assert world.agent.peak == 1
 
 
+async def test_a_message_after_the_reply_is_not_queued_behind_its_last_progress_edit(
+    world: World,
+) -> None:
+    """The sender read the reply and wrote again while the first task's last progress edit
+    ("Done · ...") was still on its way: the new message waits for nothing."""
+    world.channel.hang("done", room="dm")
+    first = await world.say("one")
+    assert (await world.reply(first)).text == "Echo: one"
+    second = await world.say("two")
+    await world.until(lambda: len(world.channel.texts("dm", "ack")) == 2, "two acks")
+    assert world.channel.texts("dm", "ack") == ["Working on it…", "Working on it…"]
+    world.channel.mend()
+    assert (await world.reply(second)).text == "Echo: two"
+
+
 async def test_conversations_run_in_parallel(world: World) -> None:
     a = await world.say("in a hold:a", room="a")
     b = await world.say("in b hold:b", room="b")

@@ -11,9 +11,11 @@ beside a live daemon.
 from __future__ import annotations
 
 import asyncio
+import errno
 import secrets
 import shutil
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -99,11 +101,34 @@ async def _targets(
     bridge = str(own.get("network_interface") or "")
     link_local = link_local_address(bridge) if bridge else None
     if link_local:
-        v6 = CountingListener(socket.AF_INET6, (link_local, 0, 0, socket.if_nametoindex(bridge)))
+        v6 = await _listening_once_usable(
+            (link_local, 0, 0, socket.if_nametoindex(bridge)), TENTATIVE_WAIT_S
+        )
         listeners.append(v6)
         label = "IPv6 link-local, the host's side of the conversation network"
         targets.append((Target(label, f"{link_local}%eth0", v6.port), v6))
     return targets
+
+
+TENTATIVE_WAIT_S = 10.0
+"""A bridge made moments ago holds its IPv6 link-local address as tentative (duplicate
+address detection, a second or two): it cannot be bound until then."""
+
+
+async def _listening_once_usable(
+    address: tuple[str, int, int, int], wait_s: float
+) -> CountingListener:
+    """A listener on ``address`` once the kernel lets it be bound (never bound early with
+    IP_FREEBIND: a tentative address drops what is sent to it, which would pass for the
+    sandbox's confinement)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return CountingListener(socket.AF_INET6, address)
+        except OSError as exc:
+            if exc.errno != errno.EADDRNOTAVAIL or time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(0.1)
 
 
 def _gateway(attrs: dict[str, Any]) -> str | None:

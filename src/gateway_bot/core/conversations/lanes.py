@@ -103,4 +103,8 @@ class ConversationLane:
         """Per task, a job to finish first (its acknowledgement), so people see "Working on
         it" before the progress display; it never decides whether the task runs."""
         self.drainer: asyncio.Task[None] | None = None
+        self.answering: str | None = None
+        """The head task once its agent is done, while its reply is stored and sent: a
+        message that comes now is not queued behind it (its sender may have read that reply
+        already, before the last progress edit)."""
         self.running: RunningTask | None = None

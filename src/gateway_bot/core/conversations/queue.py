@@ -126,6 +126,14 @@ class Scheduler:
         lane = self._lanes.get(conversation_id)
         return len(lane.queue) if lane else 0
 
+    def ahead(self, conversation_id: str) -> int:
+        """Tasks a new message of the conversation waits for: ``depth`` without a task whose
+        agent is done (its reply on its way)."""
+        lane = self._lanes.get(conversation_id)
+        if lane is None or not lane.queue:
+            return 0
+        return len(lane.queue) - (1 if lane.queue[0] == lane.answering else 0)
+
     def is_full(self, conversation_id: str) -> bool:
         """True when another message would exceed the conversation's waiting limit."""
         depth = self.depth(conversation_id)
@@ -147,7 +155,7 @@ class Scheduler:
                 await self._notices.prepare_acknowledgement(task.id, message)
             # (its lane, its notices and a kill's recovery start from here)
             await self._disk.on_disk(task.id)
-        ahead = self.depth(conversation_id)
+        ahead = self.ahead(conversation_id)
         full = self.is_full(conversation_id)
         # The acknowledgement starts before PENDING is written, not after (issue 33): the
         # message is on disk already, PENDING is a relaxed commit that recovery rebuilds,
@@ -249,6 +257,7 @@ class Scheduler:
                 finally:
                     if not waits:
                         queue.popleft()
+                        lane.answering = None
                         self._host_waits.forget(task_id)
         finally:
             lane.drainer = None
@@ -321,6 +330,7 @@ class Scheduler:
         # reply is stored and sent (issue 33: at concurrency 1 the store's commits and the
         # channel's send were run one task after another, with no agent running).
         free_slot()
+        lane.answering = task_id
         record = fenced_record(self.claims, lane.conversation_id, task_id, result.reply)
         await self._replies.store_and_send(
             task_id, message, result.reply, result.reason, reporter.finished(result.reply), record
