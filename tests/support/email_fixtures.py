@@ -153,10 +153,22 @@ class Dovecot:
         at once, as in a real outage (the master alone leaves IMAP processes serving)."""
         if self.process is None:
             return
+        group = self.process.pid
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
+            os.killpg(group, signal.SIGKILL)
         self.process.wait(30)
         self.process = None
+        # Its children die too, but on a busy machine not by the time the master is reaped:
+        # one still holding the LMTP port or a socket makes the next start fail ("Socket
+        # already exists"). Wait until the group is empty.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(group, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.02)
+        raise RuntimeError(f"dovecot's processes outlived SIGKILL for 30 s (group {group})")
 
     def restart(self) -> None:
         self.stop()
