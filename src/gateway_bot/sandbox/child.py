@@ -83,7 +83,9 @@ def _widen_stdout_pipe(process: asyncio.subprocess.Process) -> None:
     pipe = transport.get_pipe_transport(1) if transport is not None else None
     stdout = pipe.get_extra_info("pipe") if pipe is not None else None
     if stdout is not None and hasattr(fcntl, "F_SETPIPE_SZ"):
-        with contextlib.suppress(OSError):
+        # ValueError: the pipe is closed already (a process that wrote little and exited
+        # while it was being started: everything it wrote has been read).
+        with contextlib.suppress(OSError, ValueError):
             fcntl.fcntl(stdout.fileno(), fcntl.F_SETPIPE_SZ, limit)
 
 
