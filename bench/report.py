@@ -135,7 +135,7 @@ def table(sections: list[Section]) -> str:
     for section in sections:
         if section.error:
             lines.append(
-                (f"{section.name}: FAILED TO RUN", section.error[:60], "", "", "", "ERROR")
+                (f"{section.name}: FAILED TO RUN", section.error[:60], "", "", "", "ERROR", "")
             )
         for row in section.rows:
             base = (
