@@ -79,7 +79,7 @@ class EgressWiring:
             asks.timeout_s,
             listen=network.proxy_address,
         )
-        if context.network_log is not None:
+        if context.network_log is not None and host.proxy.volume is None:
             await asyncio.to_thread(_link, context.network_log, host.proxy.log_path(context.id))
 
     async def networks(self, host: PodmanHost) -> dict[str, spec.ContextNetwork]:
