@@ -26,13 +26,19 @@ import pytest
 import yaml
 from aiohttp import ClientSession, CookieJar
 
+from gateway_bot.config.server import load_server_config
+from gateway_bot.runtime.agent_setup import agent_image_files
+from gateway_bot.sandbox.base import ExecutionContext
+from gateway_bot.sandbox.egress.held import HeldRequest
+from gateway_bot.sandbox.egress.rules import EgressRule
+from gateway_bot.sandbox.podman.sandbox import PodmanSandbox
 from gateway_bot.sandbox.podman.service import INIT_ON_HOST
 from tests.conftest import write_config
 from tests.integration.dashboard.test_dashboard_run import TOKEN, dashboard_url
 from tests.integration.dashboard.test_dashboard_security import FROM_THE_DASHBOARD
 from tests.support.fake_anthropic import FakeAnthropic
 from tests.support.fake_slack import APP_TOKEN, BOT_TOKEN, TEAM, FakeSlack
-from tests.support.sandbox_fixtures import SandboxSetup, podman
+from tests.support.sandbox_fixtures import SandboxSetup, per_run, podman
 from tests.support.ssh_podman_host import SshPodmanHost
 
 pytestmark = pytest.mark.slow
@@ -215,3 +221,57 @@ async def _conversation_page(base: str, context_id: str) -> str:
     ) as browser:
         await browser.post(base + "login", data={"token": TOKEN})
         return await (await browser.get(base + f"conversations/{context_id}")).text()
+
+
+def test_a_request_held_on_that_host_is_decided_by_the_daemon(
+    sandbox: SandboxSetup, far_host: SshPodmanHost, tmp_path: Path
+) -> None:
+    """A push (the default ask rule) held by that host's proxy reaches the daemon's seam
+    through the reverse forward of its SSH connection: refused, then let through; and again
+    by the next daemon (the socket the last connection left on the host is replaced)."""
+    config = load_server_config(_config(sandbox, far_host, slack=None))
+    asked: list[HeldRequest] = []
+    answers = [(False, "not now"), (True, "go ahead"), (True, "after a restart")]
+
+    async def owner(held: HeldRequest) -> tuple[bool, str]:
+        asked.append(held)
+        return answers.pop(0)
+
+    relay = sandbox.relay
+    push = (
+        "exec 3<>/dev/tcp/proxy/8080 && printf 'POST "
+        f"http://{relay.host}:{relay.port}/r.git/git-receive-pack HTTP/1.1\\r\\n"
+        f"Host: {relay.host}:{relay.port}\\r\\nContent-Length: 0\\r\\nConnection: close"
+        "\\r\\n\\r\\n' >&3 && timeout 30 cat <&3"
+    )
+    dirs = {d: tmp_path / "ctx" / d for d in DIRECTORIES}
+    for path in dirs.values():
+        path.mkdir(parents=True)
+    context = ExecutionContext(
+        id=per_run("asker"),
+        allowlist=(EgressRule(relay.host, ports=(relay.port,)),),
+        network_log=tmp_path / "ctx" / "network.log",
+        **dirs,
+    )
+
+    async def go(pushes: int) -> list[str]:
+        daemon = PodmanSandbox(config.sandbox, config.state_dir, agent_image_files(config))
+        daemon.set_egress_ask(owner)
+        said = []
+        try:
+            for _ in range(pushes):
+                process = await daemon.start(context, ["bash", "-c", push], {})
+                async with asyncio.timeout(120):
+                    said.append((await process.stdout.read()).decode())
+                    await process.wait()
+        finally:
+            await daemon.close()
+        return said
+
+    refused, allowed = asyncio.run(go(2))
+    assert refused.startswith("HTTP/1.1 403"), refused
+    assert "not now" in refused, refused
+    assert allowed.startswith("HTTP/1.1 404"), allowed  # the fake API's own: let through
+    (again,) = asyncio.run(go(1))
+    assert again.startswith("HTTP/1.1 404"), again
+    assert [(h.method, h.path) for h in asked] == [("POST", "/r.git/git-receive-pack")] * 3

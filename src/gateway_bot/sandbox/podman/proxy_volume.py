@@ -66,6 +66,7 @@ class ProxyVolume:
         self._service = service
         self._deployment = deployment
         self._proxy = proxy
+        self.proxy = proxy
         self._directory = directory
         self.volume = f"gwb-proxy-{deployment}-egress"
         self.logs_volume = f"gwb-proxy-{deployment}-logs"
@@ -116,6 +117,26 @@ class ProxyVolume:
         async with self._helper(labels, None) as helper:
             tar = archive.tar_of([archive.bytes_member("routes.json", routes, 0o600)])
             await archive.write(self._service, helper, _FILL, tar)
+
+    async def mountpoint(self) -> str:
+        """Where the egress volume is on the host (its sshd makes the asks socket there)."""
+        attrs = await self._service.api(lambda c: dict(c.volumes.get(self.volume).attrs))
+        return str(attrs["Mountpoint"])
+
+    async def remove_socket(self, name: str) -> None:
+        """A socket a previous forward left in the volume (sshd does not remove it), by
+        ``rm`` in a one-off container with the volume (the proxy sees it read-only)."""
+        label = f"gateway-bot.deployment={self._deployment}"
+        await self._service.cli(
+            "run", "--rm", *self._service.cli_limit_flags(), "--network=none",
+            "--label", label, "--label", "gateway-bot.role=helper",
+            "--mount", f"type=volume,source={self.volume},target={_FILL}",
+            "--entrypoint", "rm", await self._image(), "-f", f"{_FILL}/{name}",
+            check=False,
+        )  # fmt: skip
+
+    async def _image(self) -> str:
+        return await self._service.api(lambda c: str(c.containers.get(self._proxy).attrs["Image"]))
 
     async def mark_starting(self) -> None:
         """Before a start (the proxy not running): its previous ready mark replaced."""
