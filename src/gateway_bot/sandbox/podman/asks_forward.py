@@ -25,7 +25,7 @@ from pathlib import Path
 from gateway_bot.sandbox.child import kill_group
 from gateway_bot.sandbox.podman import container_archive as archive
 from gateway_bot.sandbox.podman.proxy_volume import MOUNT, ProxyVolume
-from gateway_bot.sandbox.podman.service import PodmanService
+from gateway_bot.sandbox.podman.service import API_ERRORS, PodmanService
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,11 @@ class AsksForward:
             if self._process is not None and self._process.returncode is None:
                 return
             await self._end()
-            mountpoint = await self._volume.mountpoint()
+            try:
+                mountpoint = await self._volume.mountpoint()
+            except API_ERRORS as exc:
+                log.warning("no held requests' forward to %s: %s", self._service.host, exc)
+                return
             await self._volume.remove_socket(SOCKET)
             # ssh connects to the daemon's socket by path: a short link beside the API's
             # forwarded socket (a unix socket's path must fit in 108 bytes).
