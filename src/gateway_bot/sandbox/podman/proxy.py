@@ -16,7 +16,9 @@ holds a placeholder, the proxy sets the real header on requests to the model API
 (routes, credentials, the CA and its key): a compromised proxy cannot rewrite its own
 rules or swap the CA the agents trust. Only ``logs/`` is writable there. The CA is made
 once, before the first start, by mitmproxy's own code in a one-off container
-(``proxy_directory``); ``routes.json`` is read and edited by ``proxy_routes``.
+(``proxy_directory``); ``routes.json`` is read and edited by ``proxy_routes``. On a host
+that does not share the daemon's disk the same files are two volumes there, reached through
+its API (``proxy_volume``, decision 0130).
 """
 
 from __future__ import annotations
