@@ -89,12 +89,24 @@ async def read(
     return await service.api(call)
 
 
+WRITE_ATTEMPTS = 3
+"""Podman 4.3 now and then ends a PUT into a container that is not running with "passing
+bulk input to subprocess: ... broken pipe" (its copier's child gone before reading the
+tar; seen under load, with nothing written): that one refusal is tried again."""
+
+
 async def write(service: PodmanService, container: str, directory: str, tar: IO[bytes]) -> None:
     """Unpack ``tar`` (made here) into ``directory`` of the container."""
 
     def call(client: Any) -> None:
-        response = client.api.put(_path(container), params={"path": directory}, data=tar)
-        if response.status_code != 200:
+        for attempt in range(1, WRITE_ATTEMPTS + 1):
+            tar.seek(0)
+            response = client.api.put(_path(container), params={"path": directory}, data=tar)
+            if response.status_code == 200:
+                return
+            if attempt < WRITE_ATTEMPTS and "broken pipe" in response.text:
+                time.sleep(0.2 * attempt)
+                continue
             raise ArchiveCallFailed(
                 f"podman refused to write into {directory}: {response.text[:300]}"
             )

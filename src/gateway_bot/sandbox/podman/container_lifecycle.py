@@ -22,7 +22,7 @@ from gateway_bot.sandbox.podman import strays
 from gateway_bot.sandbox.podman.hosts import PodmanHost
 from gateway_bot.sandbox.podman.idle_stops import ContextState, KnownContainer
 from gateway_bot.sandbox.podman.images import BuiltImage
-from gateway_bot.sandbox.podman.init_volume import ensure_init_volume
+from gateway_bot.sandbox.podman.init_volume import ensure_init_volume, put_ca
 from gateway_bot.sandbox.podman.proxy import LABEL_DEPLOYMENT
 from gateway_bot.sandbox.podman.volumes import ensure_volumes
 
@@ -93,6 +93,8 @@ async def ensure_container(
             mounted = [context.workspace, context.home, context.inbox, context.outbox]
             await spec.hand_over([*mounted, context.storage], uid)
         await host.calls.call(lambda c: spec.create_container(c, create, uid), f"create {name}")
+        if in_volumes:
+            await put_ca(host.service, name, host.proxy.ca_certificate)
         log.info("created container %s on %s (host %s)", name, image.tag, host.name)
     if info is None or not info["State"]["Running"]:
         await host.calls.start(name)

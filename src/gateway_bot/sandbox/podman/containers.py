@@ -239,9 +239,7 @@ def create_spec(
     mounts are, and init comes from that read-only volume; otherwise the daemon's
     directories and the host's init, bind-mounted."""
     in_volumes = init_volume is not None
-    mounts: list[Mapping[str, Any]] = [
-        {**_bind(ca_certificate, CA_IN_CONTAINER), "read_only": True},
-    ]
+    mounts: list[Mapping[str, Any]] = []
     volumes: dict[str, dict[str, Any]] = {}
     if init_volume is not None:
         volumes = {
@@ -249,7 +247,8 @@ def create_spec(
             for name, target in context_volumes(context.id).items()
         }
         volumes[init_volume] = {"bind": INIT_VOLUME_DIR, "extended_mode": ["ro", "nodev"]}
-    else:
+    else:  # on a host without our disk the CA is put in after the create (``put_ca``)
+        mounts.append({**_bind(ca_certificate, CA_IN_CONTAINER), "read_only": True})
         mounts.append({**_bind(INIT_ON_HOST, INIT_IN_CONTAINER), "read_only": True})
         mounts[:0] = [
             _bind(context.workspace, PATHS.workspace),

@@ -18,6 +18,7 @@ from gateway_bot.sandbox.base import ExecutionContext
 from gateway_bot.sandbox.egress.held import EgressAsk
 from gateway_bot.sandbox.egress.rules import ASK, EgressRule
 from gateway_bot.sandbox.podman import containers as spec
+from gateway_bot.sandbox.podman.asks_forward import AsksForward
 from gateway_bot.sandbox.podman.egress_asks import EgressAskListener
 from gateway_bot.sandbox.podman.hosts import PodmanHost
 from gateway_bot.sandbox.podman.proxy import LABEL_CONTEXT, LABEL_DEPLOYMENT, LABEL_ROLE
@@ -46,6 +47,12 @@ class EgressWiring:
             for host in hosts
         }
         """Each host's proxy asks through a socket in its own shared directory."""
+        self.forwards = {
+            host.name: AsksForward(host.service, host.proxy.volume, self.listeners[host.name].path)
+            for host in hosts
+            if host.proxy.volume is not None
+        }
+        """A host without our disk reaches that socket through a reverse forward."""
 
     def set_ask(self, ask: EgressAsk | None) -> None:
         for listener in self.listeners.values():
@@ -57,6 +64,8 @@ class EgressWiring:
     async def close(self) -> None:
         for listener in self.listeners.values():
             await listener.close()
+        for forward in self.forwards.values():
+            await forward.close()
 
     async def route(
         self,
@@ -71,6 +80,8 @@ class EgressWiring:
         await host.proxy.ensure([(network.name, network.proxy_address)], may_recreate=may_recreate)
         asks = self.listeners[host.name]
         await asks.start()
+        if host.name in self.forwards:
+            await self.forwards[host.name].ensure()
         await host.proxy.set_route(
             network.agent_address,
             context.id,
@@ -79,7 +90,7 @@ class EgressWiring:
             asks.timeout_s,
             listen=network.proxy_address,
         )
-        if context.network_log is not None:
+        if context.network_log is not None and host.proxy.volume is None:
             await asyncio.to_thread(_link, context.network_log, host.proxy.log_path(context.id))
 
     async def networks(self, host: PodmanHost) -> dict[str, spec.ContextNetwork]:

@@ -83,6 +83,8 @@ def make_hosts(
         capacity = entry.capacity
         host = _host(settings, entry.name, capacity, service, directory, deployment, agent_files)
         host.shares_state_dir = entry.shares_state
+        if not entry.shares_state:
+            host.proxy.use_volume()
         hosts.append(host)
     return hosts
 

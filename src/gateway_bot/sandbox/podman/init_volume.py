@@ -18,12 +18,14 @@ import contextlib
 import hashlib
 import logging
 import secrets
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from podman.errors import NotFound
 
 from gateway_bot.sandbox.base import SandboxUnavailable
 from gateway_bot.sandbox.podman import container_archive as archive
+from gateway_bot.sandbox.podman.containers import CA_IN_CONTAINER
 from gateway_bot.sandbox.podman.proxy import LABEL_DEPLOYMENT, LABEL_ROLE
 from gateway_bot.sandbox.podman.service import INIT_ON_HOST, PodmanService
 
@@ -73,3 +75,18 @@ async def ensure_init_volume(service: PodmanService, deployment: str, image: str
     finally:
         await service.api(remove)
     return volume
+
+
+async def put_ca(service: PodmanService, container: str, certificate: Path) -> None:
+    """The egress proxy's CA certificate (this machine's copy of it) into a created agent
+    container, where a host that shares the disk bind-mounts it read-only. The agent can
+    replace it there: that only breaks its own TLS through the proxy."""
+    try:
+        data = await asyncio.to_thread(certificate.read_bytes)
+    except OSError as exc:
+        raise SandboxUnavailable(f"the egress proxy's CA certificate: {exc.strerror}") from exc
+    target = PurePosixPath(CA_IN_CONTAINER)
+    tar = archive.tar_of(
+        [archive.bytes_member(f"{target.parent.name}/{target.name}", data)], [target.parent.name]
+    )
+    await archive.write(service, container, str(target.parent.parent), tar)

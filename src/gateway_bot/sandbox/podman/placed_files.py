@@ -74,7 +74,7 @@ class PlacedContextFiles:
             if info is None or not info["State"]["Running"]:
                 await self._prepare(self._context)
 
-        return VolumeContextFiles(service, context_id, ready, daemon_side)
+        return VolumeContextFiles(service, context_id, ready, daemon_side, host.proxy.volume)
 
     async def ensure_workspace(self, origin: GitOrigin) -> None:
         await (await self._files(place=True)).ensure_workspace(origin)

@@ -16,7 +16,9 @@ holds a placeholder, the proxy sets the real header on requests to the model API
 (routes, credentials, the CA and its key): a compromised proxy cannot rewrite its own
 rules or swap the CA the agents trust. Only ``logs/`` is writable there. The CA is made
 once, before the first start, by mitmproxy's own code in a one-off container
-(``proxy_directory``); ``routes.json`` is read and edited by ``proxy_routes``.
+(``proxy_directory``); ``routes.json`` is read and edited by ``proxy_routes``. On a host
+that does not share the daemon's disk the same files are two volumes there, reached through
+its API (``proxy_volume``, decision 0130).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from gateway_bot.sandbox.egress.rules import ASK, EgressRule, HeaderInjection, r
 from gateway_bot.sandbox.podman import proxy_directory, strays
 from gateway_bot.sandbox.podman.images import ImageBuilder
 from gateway_bot.sandbox.podman.proxy_routes import RoutesFile
+from gateway_bot.sandbox.podman.proxy_volume import ProxyVolume
 from gateway_bot.sandbox.podman.service import API_ERRORS, PodmanService, api_error_text
 from gateway_bot.sandbox.podman.strays import ProcessIdentity
 
@@ -81,6 +84,14 @@ class EgressProxy:
         self._lock = asyncio.Lock()
         self._routes = RoutesFile(self.directory)
         self._known: _KnownProxy | None = None
+        self.volume: ProxyVolume | None = None
+        """Set for a host that does not share the daemon's disk (``use_volume``)."""
+
+    def use_volume(self) -> None:
+        """The host does not see ``directory``: the proxy's files are volumes there
+        (``proxy_volume``); ``directory`` keeps the daemon's locks and copies."""
+        self.volume = ProxyVolume(self._service, self._deployment, self.name, self.directory)
+        self._routes.volume = self.volume
 
     @property
     def ca_certificate(self) -> Path:
@@ -277,7 +288,10 @@ class EgressProxy:
                 del sources[source]
 
         await self._routes.edit(drop)
-        await asyncio.to_thread(self.log_path(context_id).unlink, True)
+        if self.volume is not None:
+            await self.volume.drop_log(context_id)
+        else:
+            await asyncio.to_thread(self.log_path(context_id).unlink, True)
 
     async def _inspect(self) -> dict[str, Any] | None:
         def call(client: Any) -> dict[str, Any] | None:
@@ -289,9 +303,14 @@ class EgressProxy:
         return await self._service.api(call)
 
     async def _create(self, image: str) -> None:
-        upstream_ca = await asyncio.to_thread(proxy_directory.prepare, self.directory)
         labels = {LABEL_DEPLOYMENT: self._deployment, LABEL_ROLE: "proxy"}
-        await proxy_directory.ensure_ca(self._service, labels, self.directory, image)
+        if self.volume is not None:
+            await asyncio.to_thread(self.directory.mkdir, parents=True, exist_ok=True)
+            routes = await self._routes.content()
+            upstream_ca = await self.volume.prepare(labels, image, routes)
+        else:
+            upstream_ca = await asyncio.to_thread(proxy_directory.prepare, self.directory)
+            await proxy_directory.ensure_ca(self._service, labels, self.directory, image)
         await self._ensure_egress_network()
         command = [
             # Loopback only at first; the addon adds a listener per context (``listen``).
@@ -312,15 +331,7 @@ class EgressProxy:
                 command=command,
                 labels={LABEL_DEPLOYMENT: self._deployment, LABEL_ROLE: "proxy"},
                 networks={self._egress_network: {}},
-                mounts=[
-                    {
-                        "type": "bind",
-                        "source": str(self.directory),
-                        "target": _MOUNT,
-                        "read_only": True,
-                    },
-                    {"type": "bind", "source": str(self.directory / "logs"), "target": LOGS},
-                ],
+                **self._mounts(),
                 runtime=self._service.runtime,
                 ulimits=self._service.api_ulimits(),
                 mem_limit="512m",
@@ -338,6 +349,17 @@ class EgressProxy:
                 f"could not create the egress proxy: {api_error_text(exc)}"
             ) from exc
 
+    def _mounts(self) -> dict[str, Any]:
+        if self.volume is not None:
+            return {"volumes": self.volume.volumes()}
+        directory = str(self.directory)
+        return {
+            "mounts": [
+                {"type": "bind", "source": directory, "target": _MOUNT, "read_only": True},
+                {"type": "bind", "source": str(self.directory / "logs"), "target": LOGS},
+            ]
+        }
+
     async def _made_by_another_replica(self) -> bool:
         """After a refused create: is a container of this name there now, labelled as this
         deployment's proxy? Then it is used as found (the next ``ensure`` repairs its image
@@ -351,7 +373,10 @@ class EgressProxy:
 
     async def _start(self) -> None:
         ready = self.directory / "logs" / "ready"
-        ready.unlink(missing_ok=True)
+        if self.volume is not None:
+            await self.volume.mark_starting()
+        else:
+            ready.unlink(missing_ok=True)
         try:
             await self._service.start_container(self.name)
         except API_ERRORS as exc:
@@ -359,7 +384,7 @@ class EgressProxy:
                 f"the egress proxy did not start: {api_error_text(exc)}"
             ) from exc
         deadline = time.monotonic() + 60
-        while not ready.exists():
+        while not (await self.volume.ready() if self.volume else ready.exists()):
             info = await self._inspect()
             if time.monotonic() > deadline or info is None or not info["State"]["Running"]:
                 logs = await self._service.cli("logs", "--tail", "5", self.name, check=False)

@@ -126,6 +126,11 @@ class PodmanService:
         self._answered_at = -ANSWERED_RECENTLY_S
         """When it last answered (``note_answer``, a ping), on the monotonic clock."""
 
+    @property
+    def tunnel(self) -> SshTunnel | None:
+        """The daemon's SSH connection to an ``ssh://`` host (None for any other)."""
+        return self._tunnel
+
     # -- settings as podman wants them ---------------------------------------------------
 
     def api_ulimits(self) -> list[dict[str, Any]]:

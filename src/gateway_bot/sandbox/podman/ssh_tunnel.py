@@ -87,6 +87,14 @@ class SshTunnel:
         return self._directory / "podman.sock"
 
     def argv(self) -> list[str]:
+        return self._ssh(["-L", f"{self.socket}:{self._remote_path}"])
+
+    def reverse_argv(self, remote: str, local: Path) -> list[str]:
+        """A second client forwarding ``remote`` (a socket it makes on the host) back to
+        ``local`` here, with the same checks and key (``asks_forward``)."""
+        return self._ssh(["-R", f"{remote}:{local}"])
+
+    def _ssh(self, forward: list[str]) -> list[str]:
         argv = ["setpriv", "--pdeathsig", "KILL", "--", "ssh", "-N", "-T"]
         options = {
             "BatchMode": "yes",
@@ -109,8 +117,7 @@ class SshTunnel:
             argv += ["-o", f"{key}={value}"]
         if self._port is not None:
             argv += ["-p", str(self._port)]
-        argv += ["-L", f"{self.socket}:{self._remote_path}", "--", self._destination]
-        return argv
+        return [*argv, *forward, "--", self._destination]
 
     def is_up(self) -> bool:
         return self._process is not None and self._process.returncode is None

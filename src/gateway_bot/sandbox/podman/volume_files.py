@@ -49,6 +49,7 @@ from gateway_bot.sandbox.podman.archive_reader import (
     read_regular_files,
 )
 from gateway_bot.sandbox.podman.container_exec import exec_bounded
+from gateway_bot.sandbox.podman.proxy_volume import ProxyVolume
 from gateway_bot.sandbox.podman.service import PodmanService
 from gateway_bot.sandbox.podman.volumes import remove_volumes
 
@@ -71,6 +72,7 @@ class VolumeContextFiles:
         context_id: str,
         ready: Ready,
         daemon_side: HostContextFiles,
+        proxy_volume: ProxyVolume | None = None,
     ) -> None:
         self._service = service
         self._context_id = context_id
@@ -78,6 +80,8 @@ class VolumeContextFiles:
         self._ready = ready
         self._daemon_side = daemon_side
         """The paths of the daemon's own side (the network log, in the proxy's directory)."""
+        self._proxy_volume = proxy_volume
+        """The host's proxy keeps its network logs there (read through the API)."""
 
     async def ensure_workspace(self, origin: GitOrigin) -> None:
         if await self.workspace_exists():
@@ -181,6 +185,8 @@ class VolumeContextFiles:
         await remove_volumes(self._service, self._context_id)
 
     async def network_log_tail(self, limit: int) -> LogTail | None:
+        if self._proxy_volume is not None:
+            return await self._proxy_volume.log_tail(self._context_id, limit)
         return await self._daemon_side.network_log_tail(limit)
 
     async def _ready_if_missing(self) -> None:
