@@ -131,7 +131,9 @@ async def measure(runs: int) -> dict[str, dict[str, list[float]]]:
         with tempfile.TemporaryDirectory(prefix="gwb-bench-") as tmp:
             root = Path(tmp)
             warm = PodmanSandbox(_settings(warm_deployment, egress), root / "warm", files)
-            context = _context(root / "warm", "benchwarm", relay.url)
+            # Container names come from context ids: one of this run's own (a run cut short
+            # leaves its container; the next run must not meet it).
+            context = _context(root / "warm", f"benchwarm{warm_deployment[-6:]}", relay.url)
             await _one_call(warm, context, CLAUDE, env)  # creates everything once: not timed
             for label, argv in (("agent call", CLAUDE), ("no-op", NOOP)):
                 results["warm"][label] = [
@@ -156,7 +158,12 @@ async def measure(runs: int) -> dict[str, dict[str, list[float]]]:
                     state = root / f"cold-{label[0]}{run}"
                     cold = PodmanSandbox(_settings(deployment, egress), state, files)
                     cold_times.append(
-                        await _one_call(cold, _context(state, f"cold{run}", relay.url), argv, env)
+                        await _one_call(
+                            cold,
+                            _context(state, f"cold{deployment[-6:]}{run}", relay.url),
+                            argv,
+                            env,
+                        )
                     )
                     started = time.perf_counter()
                     await _remove(deployment)
