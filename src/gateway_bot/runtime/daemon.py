@@ -4,6 +4,7 @@ config and runs them until a signal (or, for ``chat``, the end of input)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -314,6 +315,10 @@ class Daemon:
             await self._start_control()
             self._garbage_collector = asyncio.create_task(self._collect_garbage_forever())
             self._pruner = asyncio.create_task(self._prune_forever())
+            # What start-up made lives as long as the daemon: out of the collector's way, a
+            # full collection no longer walks it (tens of ms, in a message's path: issue 33's
+            # p99). Unfrozen before the collections at exit (``cli/commands/serve.py``).
+            gc.freeze()
             stop = asyncio.create_task(self.stop_requested.wait())
             eof = asyncio.create_task(self.end_of_input.wait())
             await asyncio.wait({stop, eof}, return_when=asyncio.FIRST_COMPLETED)

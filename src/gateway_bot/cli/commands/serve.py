@@ -103,6 +103,7 @@ def serve(args: argparse.Namespace) -> int:
                 # Process transports kept alive by a cycle (a cancelled task's traceback)
                 # are collected while the loop can still run their close: collected after
                 # it closed, each printed "Exception ignored ... Event loop is closed".
+                gc.unfreeze()  # (what the daemon froze after its start is collected too)
                 gc.collect()
                 runner.get_loop().run_until_complete(asyncio.sleep(0))
     finally:
@@ -179,6 +180,7 @@ async def _end_abandoned_work() -> None:
         task.cancel()
     await asyncio.gather(*others, return_exceptions=True)
     others.clear()  # a cancelled task's traceback holds its process: let it go first
+    gc.unfreeze()  # (what the daemon froze after its start is collected too)
     gc.collect()
     await asyncio.sleep(0)  # the collected transports' close runs now
 
