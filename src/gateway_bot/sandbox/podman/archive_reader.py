@@ -173,31 +173,15 @@ def read_one_file(chunks: Iterable[bytes], name: str, limit: int) -> bytes:
     """The bytes of the single regular file ``name`` that podman's archive of one path
     holds (its first member, named by the path's last part). Raises ArchiveRefused when it
     is anything else, or past ``limit`` bytes."""
-    bound = limit + 4 * MAX_HEADER_BYTES + 1024 * 1024
-    stream = io.BufferedReader(_BoundedStream(chunks, bound))
-    try:
-        with tarfile.open(fileobj=stream, mode="r|", tarinfo=_HeaderBound) as archive:
-            member = archive.next()
-            if member is None or member.name != name:
-                raise ArchiveRefused("the archive does not hold that file")
-            if not member.isreg():
-                raise ArchiveRefused("is not a regular file")
-            if member.size > limit:
-                raise ArchiveRefused(f"has {member.size:,} bytes, more than the {limit:,} allowed")
-            data = archive.extractfile(member)
-            content = data.read(member.size) if data is not None else b""
-    except (tarfile.TarError, EOFError) as exc:
-        raise ArchiveRefused(f"not a readable archive: {exc}") from exc
-    if len(content) != member.size:
-        raise ArchiveRefused("the archive ended inside the file")
+    content, _ = read_tail(chunks, name, limit, limit)
     return content
 
 
 def read_tail(chunks: Iterable[bytes], name: str, limit: int, max_size: int) -> tuple[bytes, bool]:
-    """The last ``limit`` bytes of the single regular file ``name`` (as ``read_one_file``)
-    and whether it held more, read front to back with only the tail kept. Raises
-    ArchiveRefused when it is anything else or larger than ``max_size`` (refused before a
-    byte of it is read)."""
+    """The last ``limit`` bytes of the single regular file ``name`` (its first member,
+    named by the path's last part) and whether it held more, read front to back with only
+    the tail kept. Raises ArchiveRefused when it is anything else or larger than
+    ``max_size`` (refused before a byte of it is read)."""
     bound = max_size + 4 * MAX_HEADER_BYTES + 1024 * 1024
     stream = io.BufferedReader(_BoundedStream(chunks, bound))
     try:
@@ -208,7 +192,9 @@ def read_tail(chunks: Iterable[bytes], name: str, limit: int, max_size: int) -> 
             if not member.isreg():
                 raise ArchiveRefused("is not a regular file")
             if member.size > max_size:
-                raise ArchiveRefused(f"has {member.size:,} bytes, more than {max_size:,}")
+                raise ArchiveRefused(
+                    f"has {member.size:,} bytes, more than the {max_size:,} allowed"
+                )
             data = archive.extractfile(member)
             tail, read = b"", 0
             while data is not None and read < member.size:
