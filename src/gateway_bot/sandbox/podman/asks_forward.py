@@ -22,10 +22,10 @@ import os
 import time
 from pathlib import Path
 
-from gateway_bot.sandbox.child import kill_group
 from gateway_bot.sandbox.podman import container_archive as archive
 from gateway_bot.sandbox.podman.proxy_volume import MOUNT, ProxyVolume
 from gateway_bot.sandbox.podman.service import API_ERRORS, PodmanService
+from gateway_bot.sandbox.podman.ssh_tunnel import end_client
 
 log = logging.getLogger(__name__)
 
@@ -81,13 +81,8 @@ class AsksForward:
         process, self._process = self._process, None
         if process is None:
             return
-        if process.returncode is None:
-            kill_group(process)
-        await process.wait()
-        if process.stderr is not None:
-            words = (await process.stderr.read()).decode(errors="replace").strip()
-            if words:
-                log.warning("held requests' forward ended: %s", words.splitlines()[-1])
+        if words := await end_client(process):
+            log.warning("held requests' forward ended: %s", words)
 
     async def close(self) -> None:
         async with self._lock:

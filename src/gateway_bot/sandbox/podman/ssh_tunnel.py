@@ -155,14 +155,9 @@ class SshTunnel:
         process, self._process = self._process, None
         if process is None:
             return
-        if process.returncode is None:
-            kill_group(process)
-        await process.wait()
-        if process.stderr is not None:
-            words = (await process.stderr.read()).decode(errors="replace").strip()
-            if words:
-                self.last_error = " / ".join(words.splitlines()[-3:])
-                log.warning("ssh to %s ended: %s", self._destination, self.last_error)
+        if words := await end_client(process):
+            self.last_error = words
+            log.warning("ssh to %s ended: %s", self._destination, self.last_error)
 
     async def close(self) -> None:
         async with self._lock:
@@ -187,3 +182,15 @@ def _private_directory(path: Path) -> Path:
         raise OSError(f"{path} is not a directory of this user's: the ssh socket is not put there")
     os.chmod(path, 0o700)
     return path
+
+
+async def end_client(process: asyncio.subprocess.Process) -> str:
+    """End an ssh client (its group, if it still runs), reap it, and return the last lines
+    it wrote to stderr ("" for none): why a connection or a forward ended."""
+    if process.returncode is None:
+        kill_group(process)
+    await process.wait()
+    if process.stderr is None:
+        return ""
+    words = (await process.stderr.read()).decode(errors="replace").strip()
+    return " / ".join(words.splitlines()[-3:])
