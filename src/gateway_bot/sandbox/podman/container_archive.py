@@ -12,12 +12,16 @@ is a tar made here, of names and bytes the daemon chose.
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import json
+import secrets
 import tarfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import IO, Any, TypeVar
+
+from podman.errors import NotFound
 
 from gateway_bot.sandbox.podman.service import PodmanService
 
@@ -138,3 +142,43 @@ def tar_of(
 
 def bytes_member(name: str, data: bytes, mode: int = 0o644) -> tuple[str, IO[bytes], int, int]:
     return name, io.BytesIO(data), len(data), mode
+
+
+FILL_AT = "/fill"
+"""Where ``filling`` mounts the volume it fills."""
+
+
+@contextlib.asynccontextmanager
+async def filling(
+    service: PodmanService,
+    volume: str,
+    labels: dict[str, str],
+    image: Callable[[Any], str],
+    name_prefix: str,
+) -> AsyncIterator[str]:
+    """A container (created, never started, no network) with ``volume`` at ``FILL_AT``
+    read-write, for archive PUTs and GETs into the volume; removed afterwards. ``image``:
+    its image, chosen with the API client (any image of the host will do)."""
+    name = f"{name_prefix}-{secrets.token_hex(4)}"
+
+    def create(client: Any) -> None:
+        client.containers.create(
+            image(client),
+            name=name,
+            entrypoint=["/bin/false"],
+            labels=labels,
+            network_mode="none",
+            volumes={volume: {"bind": FILL_AT, "mode": "rw"}},
+            runtime=service.runtime,
+            ulimits=service.api_ulimits(),
+        )
+
+    def remove(client: Any) -> None:
+        with contextlib.suppress(NotFound):
+            client.containers.get(name).remove(force=True)
+
+    await service.api(create)
+    try:
+        yield name
+    finally:
+        await service.api(remove)

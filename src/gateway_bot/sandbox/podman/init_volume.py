@@ -14,14 +14,10 @@ same way before each agent container's create, so a fill cut short is made good.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
-import secrets
 from pathlib import Path, PurePosixPath
 from typing import Any
-
-from podman.errors import NotFound
 
 from gateway_bot.sandbox.base import SandboxUnavailable
 from gateway_bot.sandbox.podman import container_archive as archive
@@ -30,8 +26,6 @@ from gateway_bot.sandbox.podman.proxy import LABEL_DEPLOYMENT, LABEL_ROLE
 from gateway_bot.sandbox.podman.service import INIT_ON_HOST, PodmanService
 
 log = logging.getLogger(__name__)
-
-_FILL_AT = "/fill"
 
 
 async def ensure_init_volume(service: PodmanService, deployment: str, image: str) -> str:
@@ -45,35 +39,18 @@ async def ensure_init_volume(service: PodmanService, deployment: str, image: str
             "container's PID 1. Build it with scripts/setup.sh."
         ) from exc
     volume = f"gwb-init-{hashlib.sha256(data).hexdigest()[:16]}"
-    helper = f"gwb-init-fill-{secrets.token_hex(4)}"
     labels = {LABEL_DEPLOYMENT: deployment, LABEL_ROLE: "helper"}
 
     def create(client: Any) -> None:
         if not client.volumes.exists(volume):
             client.volumes.create(volume, labels={LABEL_ROLE: "init"})
-        client.containers.create(
-            image,
-            name=helper,
-            entrypoint=["/bin/false"],
-            labels=labels,
-            network_mode="none",
-            volumes={volume: {"bind": _FILL_AT, "mode": "rw"}},
-            runtime=service.runtime,
-            ulimits=service.api_ulimits(),
-        )
-
-    def remove(client: Any) -> None:
-        with contextlib.suppress(NotFound):
-            client.containers.get(helper).remove(force=True)
 
     await service.api(create)
-    try:
-        if not await archive.exists(service, helper, f"{_FILL_AT}/init"):
+    async with archive.filling(service, volume, labels, lambda _: image, "gwb-init-fill") as helper:
+        if not await archive.exists(service, helper, f"{archive.FILL_AT}/init"):
             log.info("filling the init volume %s on %s", volume, service.host)
             tar = archive.tar_of([archive.bytes_member("init", data, 0o555)])
-            await archive.write(service, helper, _FILL_AT, tar)
-    finally:
-        await service.api(remove)
+            await archive.write(service, helper, archive.FILL_AT, tar)
     return volume
 
 

@@ -20,16 +20,12 @@ does) and reads it again at the next request, and each put carries a new modific
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
-import secrets
 import ssl
 import time
 from pathlib import Path
 from typing import Any
-
-from podman.errors import NotFound
 
 from gateway_bot.sandbox.base import SandboxUnavailable
 from gateway_bot.sandbox.context_files import FileRefused, LogTail
@@ -41,7 +37,7 @@ log = logging.getLogger(__name__)
 
 CA_FILES = ("mitmproxy-ca.pem", "mitmproxy-ca-cert.pem", "mitmproxy-dhparam.pem")
 MOUNT = "/egress"
-_FILL = "/fill"
+_FILL = archive.FILL_AT
 _STARTING = b"starting\n"
 """Put as ``logs/ready`` before a start: the addon's own mark (its process id) replaces it."""
 MAX_CERTIFICATE_BYTES = 64 * 1024
@@ -210,34 +206,14 @@ class ProxyVolume:
                 + self._service.explain((result.stdout + result.stderr).strip()[-500:])
             )
 
-    @contextlib.asynccontextmanager
-    async def _helper(self, labels: dict[str, str], image: str | None) -> Any:
-        """A container (created, never started, no network) with the egress volume at
-        ``/fill`` read-write, on the proxy's image; removed afterwards."""
-        name = f"gwb-proxy-fill-{secrets.token_hex(4)}"
+    def _helper(self, labels: dict[str, str], image: str | None) -> Any:
+        """A filling container of the egress volume (``container_archive.filling``), on
+        ``image`` or else the proxy's own."""
 
-        def create(client: Any) -> None:
-            source = image or str(client.containers.get(self._proxy).attrs["Image"])
-            client.containers.create(
-                source,
-                name=name,
-                entrypoint=["/bin/false"],
-                labels=labels,
-                network_mode="none",
-                volumes={self.volume: {"bind": _FILL, "mode": "rw"}},
-                runtime=self._service.runtime,
-                ulimits=self._service.api_ulimits(),
-            )
+        def image_of(client: Any) -> str:
+            return image or str(client.containers.get(self._proxy).attrs["Image"])
 
-        def remove(client: Any) -> None:
-            with contextlib.suppress(NotFound):
-                client.containers.get(name).remove(force=True)
-
-        await self._service.api(create)
-        try:
-            yield name
-        finally:
-            await self._service.api(remove)
+        return archive.filling(self._service, self.volume, labels, image_of, "gwb-proxy-fill")
 
 
 def _upstream_bundle() -> bytes | None:
