@@ -50,7 +50,7 @@ from gateway_bot.sandbox.podman.archive_reader import (
 )
 from gateway_bot.sandbox.podman.container_exec import exec_bounded
 from gateway_bot.sandbox.podman.proxy_volume import ProxyVolume
-from gateway_bot.sandbox.podman.service import PodmanService
+from gateway_bot.sandbox.podman.service import API_ERRORS, PodmanService
 from gateway_bot.sandbox.podman.volumes import remove_volumes
 
 log = logging.getLogger(__name__)
@@ -61,6 +61,10 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEX
 _CHUNK = 1024 * 1024
 
 Ready = Callable[[], Awaitable[None]]
+
+
+DF_ATTEMPTS = 4
+"""Tries of the host's disk usage (``system df``) before a measurement fails."""
 
 
 class VolumeContextFiles:
@@ -162,7 +166,16 @@ class VolumeContextFiles:
                     sizes[directory] = int(volume.get("Size") or 0)
             return sizes
 
-        sizes = await self._service.api(call)
+        for attempt in range(1, DF_ATTEMPTS + 1):
+            try:
+                sizes = await self._service.api(call)
+                break
+            except API_ERRORS as exc:
+                # podman 4.3's df walks every container of the host and fails when one is
+                # removed meanwhile (another conversation's, a helper): asked again.
+                if attempt == DF_ATTEMPTS:
+                    raise OSError(f"the host's disk usage could not be read: {exc}") from exc
+                await asyncio.sleep(0.2 * attempt)
         by_directory = sorted(
             ((d, sizes.get(d, 0)) for d in spec.DIRECTORIES), key=lambda p: p[1], reverse=True
         )
