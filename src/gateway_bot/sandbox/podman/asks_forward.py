@@ -25,7 +25,7 @@ from pathlib import Path
 from gateway_bot.sandbox.podman import container_archive as archive
 from gateway_bot.sandbox.podman.proxy_volume import MOUNT, ProxyVolume
 from gateway_bot.sandbox.podman.service import API_ERRORS, PodmanService
-from gateway_bot.sandbox.podman.ssh_tunnel import end_client
+from gateway_bot.sandbox.podman.ssh_tunnel import end_client, start_client
 
 log = logging.getLogger(__name__)
 
@@ -61,13 +61,7 @@ class AsksForward:
             # forwarded socket (a unix socket's path must fit in 108 bytes).
             link = tunnel.socket.parent / SOCKET
             await asyncio.to_thread(_relink, link, self._local)
-            self._process = await asyncio.create_subprocess_exec(
-                *tunnel.reverse_argv(f"{mountpoint}/{SOCKET}", link),
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.PIPE,
-                start_new_session=True,
-            )
+            self._process = await start_client(tunnel.reverse_argv(f"{mountpoint}/{SOCKET}", link))
             deadline = time.monotonic() + READY_WAIT_S
             while time.monotonic() < deadline and self._process.returncode is None:
                 if await archive.exists(self._service, self._volume.proxy, f"{MOUNT}/{SOCKET}"):

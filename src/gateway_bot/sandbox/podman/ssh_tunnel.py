@@ -28,7 +28,7 @@ import os
 import stat
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -132,13 +132,7 @@ class SshTunnel:
             await self._end()
             with contextlib.suppress(FileNotFoundError):
                 self.socket.unlink()
-            self._process = await asyncio.create_subprocess_exec(
-                *self.argv(),
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.PIPE,
-                start_new_session=True,
-            )
+            self._process = await start_client(self.argv())
             deadline = time.monotonic() + CONNECT_TIMEOUT_S
             while time.monotonic() < deadline:
                 if self._process.returncode is not None:
@@ -182,6 +176,18 @@ def _private_directory(path: Path) -> Path:
         raise OSError(f"{path} is not a directory of this user's: the ssh socket is not put there")
     os.chmod(path, 0o700)
     return path
+
+
+async def start_client(argv: Sequence[str]) -> asyncio.subprocess.Process:
+    """An ssh client in a group of its own (``end_client`` ends the group), its stderr kept
+    for why it ended."""
+    return await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
+    )
 
 
 async def end_client(process: asyncio.subprocess.Process) -> str:
