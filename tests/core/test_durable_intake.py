@@ -6,29 +6,42 @@ not the person (the acknowledgement)."""
 from __future__ import annotations
 
 import asyncio
+import threading
+from pathlib import Path
 
 import pytest
 
 from gateway_bot.domain.lifecycle import TaskState
 from gateway_bot.domain.records import TaskRecord
-from gateway_bot.state.group_flush import GroupFlush
+from gateway_bot.state import sqlite_backend
 from tests.core.conftest import World
 
 
+class HeldDisk:
+    """The real fsync, held back (and failed, when asked, the first time) until the test
+    lets it run: every flush the store makes, the group flush's and the one a message's
+    commit makes in its own trip to SQLite's thread (``SqliteBackend.batch_synced``)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, *, fail_first: bool = False) -> None:
+        self.let_go = threading.Event()
+        self.failed = threading.Event()
+        self._fail_first = fail_first
+        real = sqlite_backend._fsync_file
+
+        def held(path: Path) -> None:
+            if self._fail_first and not self.failed.is_set():
+                self.failed.set()
+                raise OSError(5, "Input/output error")
+            self.let_go.wait(30)
+            real(path)
+
+        monkeypatch.setattr(sqlite_backend, "_fsync_file", held)
+
+
 async def test_a_message_is_parsed_during_its_flush_and_queued_and_acknowledged_after_it(
-    world: World,
+    world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    backend = world.store.database.backend
-    disk = backend.flusher
-    let_go = asyncio.Event()
-
-    async def held_flush() -> None:
-        """The real fsync, held back until the test lets it run."""
-        await let_go.wait()
-        disk.committed()
-        await disk.wait()
-
-    backend.flusher = GroupFlush(held_flush)
+    disk = HeldDisk(monkeypatch)
     states: list[TaskState] = []
 
     def seen(task: TaskRecord, previous: TaskState | None) -> None:
@@ -43,33 +56,21 @@ async def test_a_message_is_parsed_during_its_flush_and_queued_and_acknowledged_
         assert TaskState.PENDING not in states, "queued before it was on disk"
         assert not world.channel.seen("dm", "ack"), "acknowledged before it was on disk"
     finally:
-        let_go.set()  # (a failure must not leave the store's close waiting on the flush)
+        disk.let_go.set()  # (a failure must not leave the store's close waiting on it)
     message_id = await asyncio.wait_for(submitted, 30)
     await world.until(lambda: world.channel.seen("dm", "ack"), "the acknowledgement")
     assert (await world.reply(message_id)).text == "Echo: hello"
 
 
 async def test_a_message_whose_flush_failed_is_answered_once_a_later_flush_succeeds(
-    world: World,
+    world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The disk refuses the message's flush (EIO; on PostgreSQL a connection lost during the
     synchronous commit): the source is not told (submit raises, the channel would deliver it
     again), nobody hears of the message while the next flush is still out, and it is
     answered once that one succeeds, without a restart. It was acknowledged at once with no
     flush behind it, or left mid-authentication until the next start."""
-    backend = world.store.database.backend
-    disk = backend.flusher
-    failed, let_go = asyncio.Event(), asyncio.Event()
-
-    async def failing_then_held_flush() -> None:
-        if not failed.is_set():
-            failed.set()
-            raise OSError(5, "Input/output error")
-        await let_go.wait()
-        disk.committed()
-        await disk.wait()
-
-    backend.flusher = GroupFlush(failing_then_held_flush)
+    disk = HeldDisk(monkeypatch, fail_first=True)
     try:
         with pytest.raises(OSError, match="Input/output error"):
             await world.say("hello")
@@ -77,7 +78,7 @@ async def test_a_message_whose_flush_failed_is_answered_once_a_later_flush_succe
         assert not world.channel.seen("dm", "ack"), "acknowledged after its flush failed"
         assert not world.channel.seen("dm", "reply"), "answered after its flush failed"
     finally:
-        let_go.set()
+        disk.let_go.set()
     await world.until(lambda: world.channel.seen("dm", "ack"), "the acknowledgement")
     await world.until(lambda: world.channel.seen("dm", "reply"), "the answer")
     assert world.channel.texts("dm", "reply") == ["Echo: hello"]

@@ -3,6 +3,8 @@ which task moves are legal, and which prompts are empty."""
 
 from __future__ import annotations
 
+import logging
+
 import aiohttp
 import pytest
 from slack_sdk.errors import SlackApiError
@@ -10,7 +12,7 @@ from slack_sdk.web.slack_response import SlackResponse
 
 from gateway_bot.core.admission.engagement import is_blank
 from gateway_bot.core.channel import AuthenticationError
-from gateway_bot.core.retries import is_transient
+from gateway_bot.core.retries import RetryPolicy, call_channel, is_transient
 from gateway_bot.domain.lifecycle import IllegalTransition, TaskState, check_transition
 
 
@@ -91,3 +93,45 @@ def test_an_undelivered_reply_is_sent_again_never_run_again() -> None:
     for target in (TaskState.EXECUTING, TaskState.PENDING, TaskState.QUEUED):
         with pytest.raises(IllegalTransition):
             check_transition(TaskState.UNDELIVERED, target)
+
+
+async def test_a_call_is_made_once_then_retried_by_the_policy_after_a_transient_failure(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``call_channel`` makes the first attempt itself (tenacity's loop costs ~150 us on a
+    path that sat idle, issue 33); from a transient failure on, the policy is tenacity's:
+    every failure logged with its number, then the last one raised."""
+    policy = RetryPolicy(attempts=3, first_wait_s=0.001, max_wait_s=0.002)
+    calls: list[int] = []
+
+    async def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise ConnectionResetError("the room's server went away")
+        return "sent"
+
+    caplog.set_level(logging.WARNING, logger="gateway_bot.core.retries")
+    assert await call_channel("posting", flaky, policy) == "sent"
+    assert len(calls) == 3
+    assert [r.getMessage() for r in caplog.records] == [
+        "posting failed (attempt 1 of 3): the room's server went away",
+        "posting failed (attempt 2 of 3): the room's server went away",
+    ]
+
+    async def down() -> str:
+        calls.append(1)
+        raise ConnectionResetError("still away")
+
+    calls.clear()
+    with pytest.raises(ConnectionResetError, match="still away"):
+        await call_channel("posting", down, policy)
+    assert len(calls) == 3
+
+    async def refused() -> str:
+        calls.append(1)
+        raise PermissionError("not a transport failure")
+
+    calls.clear()
+    with pytest.raises(PermissionError):
+        await call_channel("posting", refused, policy)
+    assert len(calls) == 1, "a failure that is not transient is not retried"

@@ -8,6 +8,7 @@ they call ``Database``'s methods with portable SQL (``?`` placeholders, ``ON CON
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -95,6 +96,14 @@ class Backend(Protocol):
         found) in the same transaction, in one trip to the engine where it can (SQLite: one
         call on its thread, BEGIN IMMEDIATE to COMMIT); its rows, or none. The caller holds
         the write lock."""
+        ...
+
+    async def batch_synced(
+        self, writes: Sequence[tuple[str, Params]], read: tuple[str, Params] | None = None
+    ) -> tuple[list[Row], asyncio.Future[None] | None]:
+        """``batch``, returning once committed, with the future of a flush the engine
+        began right after the commit (SQLite: the fsync on its thread, in the same trip),
+        or None where ``flusher`` is to flush it (PostgreSQL)."""
         ...
 
     async def has_table(self, name: str) -> bool: ...

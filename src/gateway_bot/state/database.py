@@ -200,6 +200,21 @@ class Database:
         await self._flushed(commit, durable)  # outside the lock: writers share the flush
         return rows
 
+    async def batch_flushed(
+        self, writes: Sequence[tuple[str, Params]], read: tuple[str, Params] | None = None
+    ) -> tuple[list[Row], asyncio.Future[None]]:
+        """``batch``, returning once committed, with a future (the caller's own) that
+        resolves once the commit is on disk, its flush begun before this returns: for a
+        store that starts work between a commit and its flush (``SqlStore.accept_inbound``),
+        so the disk is at it meanwhile. SQLite syncs in the same trip to its thread."""
+        backend = self.backend
+        async with self._lock:
+            rows, synced = await backend.batch_synced(writes, read)
+            commit = backend.flusher.committed()
+        if synced is None:
+            return rows, backend.flusher.begun(commit)
+        return rows, backend.flusher.made(commit, synced)
+
     @asynccontextmanager
     async def transaction(self, *, durable: bool = True) -> AsyncIterator[Transaction]:
         """Several statements that commit together or not at all (rolled back when the
@@ -214,8 +229,7 @@ class Database:
         await self._flushed(commit, durable)  # outside the lock: writers share the flush
 
     async def flush(self) -> None:
-        """Return once every commit made so far is on disk (for a store that acts between
-        a relaxed commit and its flush: ``SqlStore.accept_inbound``)."""
+        """Return once every commit made so far is on disk."""
         await self.backend.flusher.wait()
 
     async def _flushed(self, commit: int, durable: bool) -> None:

@@ -43,10 +43,14 @@ class GroupFlush:
         """The flush in progress: the commits it covers, and its waiters' future."""
         self._next: asyncio.Future[None] | None = None
         """The flush later commits join: it starts when the running one ends."""
-        self._runner: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self.flushes = 0
         """Flushes done (the benchmarks report flushes per task)."""
+
+    @property
+    def commits(self) -> int:
+        """Commits noted so far."""
+        return self._commits
 
     def committed(self) -> int:
         """Note a commit the engine has just made; returns its number (for ``wait``)."""
@@ -58,13 +62,29 @@ class GroupFlush:
         disk: at once if a flush already covered it, with the running flush if that one
         started after it, else with the next. A cancelled waiter leaves the flush running
         for the others."""
+        await self.begun(commit)
+
+    def begun(self, commit: int | None = None) -> asyncio.Future[None]:
+        """``wait`` as a future, its flush started before this returns (not at the caller's
+        next await): a message's flush then runs beside what the caller starts next, its
+        routing (issue 33). The future is the caller's own: cancelling it leaves the flush
+        running for the others."""
         wanted = self._commits if commit is None else commit
         if wanted <= self._on_disk:
-            return
+            done = asyncio.get_running_loop().create_future()
+            done.set_result(None)
+            return done
         if self._running is not None and wanted <= self._running[0]:
-            await asyncio.shield(self._running[1])
-            return
-        await asyncio.shield(self._request())
+            return asyncio.shield(self._running[1])
+        return asyncio.shield(self._request())
+
+    def made(self, commit: int, synced: asyncio.Future[None]) -> asyncio.Future[None]:
+        """A flush the engine made itself right after commit number ``commit`` (SQLite:
+        on the connection's thread, ``synced``): once it is done, every commit up to that
+        one is on disk. Returns the caller's own future of it, as ``begun`` does."""
+        own: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        synced.add_done_callback(lambda done: self._settle(commit, own, done))
+        return own
 
     def soon(self) -> None:
         """Have what was committed flushed by ``RELAXED_FLUSH_S`` at the latest, without
@@ -78,8 +98,8 @@ class GroupFlush:
             self._timer.cancel()
             self._timer = None
             self._request()
-        while self._runner is not None:
-            await asyncio.shield(self._runner)
+        while self._running is not None:  # (a flush that ends starts the next one)
+            await asyncio.wait([self._running[1]])
 
     def _relaxed(self) -> None:
         self._timer = None
@@ -87,41 +107,53 @@ class GroupFlush:
             self._request().add_done_callback(_retrieve)
 
     def _request(self) -> asyncio.Future[None]:
-        if self._next is None:
-            self._next = asyncio.get_running_loop().create_future()
-            if self._runner is None:
-                self._runner = asyncio.create_task(self._run(), name="group-flush")
-        return self._next
+        """The future of the flush that covers every commit so far: the next one, or one
+        begun here when none runs (the disk starts before the loop turns)."""
+        if self._next is not None:
+            return self._next
+        batch = self._next = asyncio.get_running_loop().create_future()
+        if self._running is None:
+            self._begin()
+        return batch
 
-    async def _run(self) -> None:
+    def _begin(self) -> None:
+        """Start the flush the next commits joined; they are running from now on. Its end
+        is a callback, not a task's next step: waiters hear of it a turn of the loop
+        sooner."""
+        batch, self._next = self._next, None
+        assert batch is not None
+        covers = self._commits
+        self._running = (covers, batch)
+        if self._timer is not None:  # this flush covers the relaxed commits too
+            self._timer.cancel()
+            self._timer = None
+        pending: asyncio.Future[None]
         try:
-            while self._next is not None:
-                batch, self._next = self._next, None
-                covers = self._commits
-                self._running = (covers, batch)
-                if self._timer is not None:  # this flush covers the relaxed commits too
-                    self._timer.cancel()
-                    self._timer = None
-                try:
-                    await self._flush()
-                except asyncio.CancelledError:
-                    batch.set_exception(RuntimeError("the state database was closed"))
-                    batch.add_done_callback(_retrieve)
-                    raise
-                except Exception as exc:
-                    batch.set_exception(exc)
-                else:
-                    self._on_disk = max(self._on_disk, covers)
-                    self.flushes += 1
-                    batch.set_result(None)
-                finally:
-                    self._running = None
-        finally:
-            self._runner = None
-            if self._next is not None and not self._next.done():  # cancelled mid-way
-                self._next.set_exception(RuntimeError("the state database was closed"))
-                self._next.add_done_callback(_retrieve)
-                self._next = None
+            pending = asyncio.ensure_future(self._flush())
+        except Exception as exc:  # (it could not even start: its waiters hear why)
+            pending = asyncio.get_running_loop().create_future()
+            pending.set_exception(exc)
+        pending.add_done_callback(lambda done: self._ended(covers, batch, done))
+
+    def _ended(self, covers: int, batch: asyncio.Future[None], done: asyncio.Future[None]) -> None:
+        self._running = None
+        self._settle(covers, batch, done)
+        if self._next is not None:
+            self._begin()
+
+    def _settle(
+        self, covers: int, waiters: asyncio.Future[None], done: asyncio.Future[None]
+    ) -> None:
+        """A flush (``done``) that covers commits up to ``covers`` ended: tell ``waiters``."""
+        if done.cancelled():  # the loop is closing under it
+            waiters.set_exception(RuntimeError("the state database was closed"))
+            waiters.add_done_callback(_retrieve)
+        elif done.exception() is not None:
+            waiters.set_exception(done.exception() or RuntimeError())
+        else:
+            self._on_disk = max(self._on_disk, covers)
+            self.flushes += 1
+            waiters.set_result(None)
 
 
 def _retrieve(future: asyncio.Future[None]) -> None:

@@ -15,6 +15,7 @@ puts every earlier commit (any connection's) on disk. Transactions, serialised b
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -169,6 +170,12 @@ class PostgresBackend:
             for sql, params in writes:
                 await transaction.execute(sql, params)
             return [] if read is None else await transaction.fetch_all(*read)
+
+    async def batch_synced(
+        self, writes: Sequence[tuple[str, Params]], read: tuple[str, Params] | None = None
+    ) -> tuple[list[Row], asyncio.Future[None] | None]:
+        """The group flush's synchronous commit makes it durable (``Database``)."""
+        return await self.batch(writes, read), None
 
     async def has_table(self, name: str) -> bool:
         row = await self.fetch_one(

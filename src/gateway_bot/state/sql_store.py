@@ -16,12 +16,13 @@ by what ``open`` is given (a file's path or a ``postgresql://`` URL).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import logging
 import secrets
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from gateway_bot.domain.lifecycle import CompletionReason, TaskKind, TaskState, check_transition
@@ -34,7 +35,7 @@ from gateway_bot.state.database import Database, SchemaTooNew, StateTarget
 from gateway_bot.state.migrations import MIGRATIONS, OWNER
 from gateway_bot.state.rows import task_from_row as _task_from_row
 from gateway_bot.state.rows import without_payload as _without_payload
-from gateway_bot.state.store import TransitionListener
+from gateway_bot.state.store import OnCommitted, TransitionListener
 from gateway_bot.state.task_lists import SqlTaskLists
 from gateway_bot.state.task_views import SqlTaskViews
 
@@ -133,17 +134,19 @@ class SqlStore(SqlConversations, SqlTaskViews, SqlTaskLists):
     async def accept_inbound(
         self,
         raw: RawMessage,
-        on_committed: Callable[[str, TaskRecord | None], None] | None = None,
+        on_committed: OnCommitted | None = None,
         *,
         taking_in: bool = False,
     ) -> tuple[str, bool]:
         state = TaskState.AUTHENTICATING if taking_in else TaskState.QUEUED
-        task_id, task = await self._insert_inbound(raw, state)
+        task_id, task, on_disk = await self._insert_inbound(raw, state)
         is_new = task is not None
         if on_committed is not None:
-            on_committed(task_id, task)
-        # A duplicate waits too: the first delivery's commit may not be on disk yet.
-        await self._database.flush()
+            on_committed(task_id, task, on_disk)
+        # Shielded: a cancelled accept leaves ``on_disk`` to whoever holds it; and this
+        # return comes a turn after theirs (a person's acknowledgement goes before the ack
+        # at the source).
+        await asyncio.shield(on_disk)
         return task_id, is_new
 
     async def flush(self) -> None:
@@ -151,8 +154,11 @@ class SqlStore(SqlConversations, SqlTaskViews, SqlTaskLists):
 
     async def _insert_inbound(
         self, raw: RawMessage, state: TaskState
-    ) -> tuple[str, TaskRecord | None]:
-        """(task id, the new task as its row reads; None for a duplicate)."""
+    ) -> tuple[str, TaskRecord | None, asyncio.Future[None]]:
+        """(task id, the new task as its row reads or None for a duplicate, its flush).
+        The flush begins as soon as the commit is made: the disk is at it while the task
+        is built and taken in. A duplicate waits for it too: the first delivery's commit
+        may not be on disk yet."""
         task_id = secrets.token_hex(6)
         now = time.time()
         raw_json = json.dumps(raw.to_json())
@@ -160,7 +166,7 @@ class SqlStore(SqlConversations, SqlTaskViews, SqlTaskLists):
         # before; its inbound row only with it (the task's row exists only if it was just
         # added: its id is new); then which task holds the message, ours or the earlier one.
         # Nothing is read first (decision 0098: these come before the flush).
-        found = await self._database.batch(
+        found, on_disk = await self._database.batch_flushed(
             [
                 (
                     "INSERT INTO tasks (id, channel, message_id, state, raw_json, created_at)"
@@ -179,13 +185,13 @@ class SqlStore(SqlConversations, SqlTaskViews, SqlTaskLists):
                 "SELECT task_id FROM inbound_messages WHERE channel = ? AND message_id = ?",
                 (raw.channel, raw.message_id),
             ),
-            durable=False,
         )  # fmt: skip
+        on_disk.add_done_callback(_seen)  # (its failure is raised to our caller)
         if not found:  # pruned between the statements (PostgreSQL)
             raise RuntimeError(f"message {raw.message_id} changed meanwhile: again")
         holder = str(found[0][0])
         if holder != task_id:
-            return holder, None
+            return holder, None, on_disk
         task = TaskRecord(  # the new row, as it reads (without reading it)
             id=task_id, channel=raw.channel, message_id=raw.message_id,
             conversation_id=None, state=state, completion_reason=None,
@@ -193,7 +199,7 @@ class SqlStore(SqlConversations, SqlTaskViews, SqlTaskLists):
             reply_delivered=False, created_at=now, started_at=None, completed_at=None,
             cost_usd=0.0, num_turns=0, error=None, attempts=0,
         )  # fmt: skip
-        return task_id, self._published(task, None)
+        return task_id, self._published(task, None), on_disk
 
     async def get_task(self, task_id: str) -> TaskRecord:
         row = await self._database.fetch_one("SELECT * FROM tasks WHERE id = ?", (task_id,))
@@ -322,3 +328,9 @@ class SqlStore(SqlConversations, SqlTaskViews, SqlTaskLists):
             (usage.cost_usd, usage.num_turns, task_id),
             durable=False,
         )
+
+
+def _seen(done: asyncio.Future[None]) -> None:
+    """A flush's failure is raised to ``accept_inbound``'s caller: not "never retrieved"."""
+    if not done.cancelled():
+        done.exception()

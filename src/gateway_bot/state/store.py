@@ -6,6 +6,7 @@ core noticing: the core imports this Protocol, never the SQLite module.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
@@ -92,6 +93,9 @@ class ContextLineStore(Protocol):
 
 
 TransitionListener = Callable[[TaskRecord, TaskState | None], None]
+
+OnCommitted = Callable[[str, "TaskRecord | None", "asyncio.Future[None]"], None]
+"""``accept_inbound``'s ``on_committed(task id, task, on_disk)``."""
 """Told of every committed task state change: the task as it is now, and the state it left
 (None for a task just accepted). Called synchronously: it must not block (``core/feed``)."""
 
@@ -167,7 +171,7 @@ class Store(Protocol):
     async def accept_inbound(
         self,
         raw: RawMessage,
-        on_committed: Callable[[str, TaskRecord | None], None] | None = None,
+        on_committed: OnCommitted | None = None,
         *,
         taking_in: bool = False,
     ) -> tuple[str, bool]:
@@ -179,11 +183,12 @@ class Store(Protocol):
         A message id already seen on that channel is a duplicate delivery: its existing
         task id comes back with is_new False and nothing is written.
 
-        ``on_committed(task id, task)`` is called once the message is committed (safe
-        from the process's death) and before it is on disk, so that taking it in can
-        start during the flush; nothing may reach a person or the source before this
-        call returns (decision 0098). ``task`` is the new task as its row reads (routing
-        starts from it without reading it back), None for a duplicate.
+        ``on_committed(task id, task, on_disk)`` is called once the message is committed
+        (safe from the process's death) and its flush has begun, so that taking it in
+        runs beside the flush; nothing may reach a person before ``on_disk`` resolves,
+        nor the source before this call returns (decision 0098). ``task`` is the new task
+        as its row reads (routing starts from it without reading it back), None for a
+        duplicate. ``on_disk`` is the caller's own: it fails when the flush does.
         """
         ...
 

@@ -19,7 +19,15 @@ from gateway_bot.config.channels import SlackChannelSettings
 from gateway_bot.core.retries import is_transient
 from gateway_bot.domain.messages import ChannelHealth, RawMessage
 from gateway_bot.state.database import Database
-from tests.support.fake_slack import APP_TOKEN, BOT_TOKEN, BOT_USER, SIGNING_SECRET, TEAM, FakeSlack
+from tests.support.fake_slack import (
+    APP_TOKEN,
+    BOT_ID,
+    BOT_TOKEN,
+    BOT_USER,
+    SIGNING_SECRET,
+    TEAM,
+    FakeSlack,
+)
 
 MENTION = f"<@{BOT_USER}>"
 
@@ -200,3 +208,57 @@ async def test_an_event_whose_files_are_not_objects_is_a_parse_error_not_a_retry
     with pytest.raises(AttributeError) as caught:
         await slack.adapter.authenticate_and_parse(raw)
     assert not is_transient(caught.value)
+
+
+async def test_the_bots_own_posts_are_not_taken_in_but_its_joining_is(slack: Listening) -> None:
+    """Events over Socket Mode skip Bolt's dispatch (decision 0132), so its rule for the
+    bot's own events is ours there: a post of the bot's (its user, or only its bot id)
+    is acked and dropped, its joining a channel is taken in."""
+    await slack.adapter.listener.start(slack.submit)
+    await slack.until(lambda: slack.health is ChannelHealth.CONNECTED, "connected")
+    own = [
+        message_event(user=BOT_USER, text=f"{MENTION} Working on it…"),  # (no bot id)
+        message_event(user=None, bot_id=BOT_ID, subtype="bot_message", ts="1700000000.000200"),
+    ]
+    for number, event in enumerate(own):
+        payload = {"type": "event_callback", "team_id": TEAM, "event": event}
+        slack.fake.send_raw(envelope(f"own-{number}", payload))
+    joined = {
+        "type": "member_joined_channel",
+        "user": BOT_USER,
+        "channel": "C0GENERAL",
+        "inviter": "U0ALICE",
+        "event_ts": "1700000000.000300",
+    }
+    slack.fake.send_raw(
+        envelope("joined", {"type": "event_callback", "team_id": TEAM, "event": joined})
+    )
+    await slack.until(lambda: "joined" in slack.fake.acks, "the join acknowledged")
+    await slack.until(lambda: all(f"own-{n}" in slack.fake.acks for n in range(2)), "acks")
+    assert [raw.payload["kind"] for raw in slack.submitted] == ["joined"]
+
+
+async def test_an_event_the_core_could_not_store_is_left_for_slack_to_deliver_again(
+    slack: Listening,
+) -> None:
+    """A submit that fails (the state store is down) leaves the envelope unacked: Slack
+    delivers it again (here: on the next connection) and it is taken in then."""
+    failing, tried = [True], []
+
+    async def submit(raw: RawMessage) -> bool:
+        tried.append(raw.message_id)
+        if failing[0]:
+            raise OSError(5, "the state store is down")
+        return await slack.submit(raw)
+
+    await slack.adapter.listener.start(submit)
+    await slack.until(lambda: slack.health is ChannelHealth.CONNECTED, "connected")
+    slack.fake.user_says("U0ALICE", "C0GENERAL", f"{MENTION} after it")
+    await slack.until(lambda: len(tried) >= 1, "the message tried")
+    await asyncio.sleep(0.3)  # past the ack's deferral (``ACK_DEFER_S``): nothing acked
+    assert slack.fake.acks == [] and slack.submitted == []
+    failing[0] = False
+    slack.fake.send_raw({"type": "disconnect", "reason": "refresh_requested"})
+    await slack.until(lambda: f"{MENTION} after it" in slack.texts(), "the message again")
+    await slack.until(lambda: not slack.fake.pending, "every envelope of it acked at last")
+    assert slack.fake.hellos == 2

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from gateway_bot.state.group_flush import RELAXED_FLUSH_S, GroupFlush
 
 
@@ -71,3 +73,54 @@ async def test_closing_flushes_what_is_pending() -> None:
     group.soon()
     await group.close()
     assert disk.started == 1
+
+
+async def test_a_flush_asked_for_has_begun_before_the_asker_awaits_anything() -> None:
+    """``begun`` starts the flush in the call (a message's flush then runs while its
+    routing does, issue 33), and cancelling one asker's future leaves the others'."""
+    started: list[int] = []
+    release = asyncio.get_running_loop().create_future()
+
+    def flush() -> asyncio.Future[None]:  # (what run_in_executor returns: already going)
+        started.append(1)
+        return release
+
+    group = GroupFlush(flush)
+    first = group.begun(group.committed())
+    assert started == [1], "the flush began inside the call"
+    second = group.begun()  # covered by the running flush: no second one
+    first.cancel()
+    release.set_result(None)
+    await asyncio.wait_for(second, 10)
+    assert started == [1] and group.flushes == 1
+
+
+async def test_a_flush_the_engine_made_itself_releases_its_commit_and_those_before() -> None:
+    """``made``: SQLite syncs a message's commit on its own thread right after it; once
+    that is done, an earlier relaxed commit counts as on disk too, with no flush of ours."""
+    disk = Disk()
+    group = GroupFlush(disk.flush)
+    relaxed = group.committed()
+    synced: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    on_disk = group.made(group.committed(), synced)
+    await asyncio.sleep(0.01)
+    assert not on_disk.done(), "released before the engine's sync ended"
+    synced.set_result(None)
+    await asyncio.wait_for(on_disk, 10)
+    await asyncio.wait_for(group.wait(relaxed), 10)
+    assert disk.started == 0 and group.flushes == 1
+
+
+async def test_a_sync_the_engine_failed_fails_its_waiter_and_a_later_flush_covers_it() -> None:
+    disk = Disk()
+    group = GroupFlush(disk.flush)
+    synced: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    commit = group.committed()
+    on_disk = group.made(commit, synced)
+    synced.set_exception(OSError(5, "Input/output error"))
+    with pytest.raises(OSError, match="Input/output error"):
+        await asyncio.wait_for(on_disk, 10)
+    waiting = asyncio.create_task(group.wait(commit))
+    await asyncio.wait_for(disk.began.wait(), 10)  # not taken as on disk: flushed again
+    disk.release.set()
+    await asyncio.wait_for(waiting, 10)

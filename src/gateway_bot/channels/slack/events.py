@@ -28,6 +28,20 @@ _HUMAN_SUBTYPES = frozenset({None, "file_share", "thread_broadcast"})
 _MESSAGE_TYPES = frozenset({"message", "app_mention"})
 
 
+_KEPT_FROM_SELF = frozenset({"member_joined_channel", "member_left_channel"})
+
+
+def is_own(event: JsonDict, bot_user_id: str, bot_id: str) -> bool:
+    """An event the bot caused itself (its own posts), which Bolt's ``IgnoringSelfEvents``
+    drops, joins and leaves excepted: the same rule for events that skip Bolt (Socket
+    Mode, ``listener._on_event_callback``)."""
+    user = event.get("user")
+    return (
+        (bool(bot_user_id) and user == bot_user_id)
+        or (bool(bot_id) and event.get("bot_id") == bot_id)
+    ) and event.get("type") not in _KEPT_FROM_SELF
+
+
 def is_person_talking(event: JsonDict) -> bool:
     """A message a person typed (or a file they shared), not an edit, deletion or bot post."""
     return (

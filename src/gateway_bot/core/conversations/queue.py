@@ -146,12 +146,29 @@ class Scheduler:
         a task killed before it is on disk is at most being routed (decision 0098)."""
         self._disk.hold(task_id, on_disk)
 
-    async def queue(self, task: TaskRecord, message: InboundMessage, conversation_id: str) -> None:
+    def preparing(self, task_id: str, message: InboundMessage) -> asyncio.Future[None] | None:
+        """The acknowledgement's preparation (the channel's record of the post to come),
+        started now, for routing to run beside its own reads; None once the message is on
+        disk (the post then writes its record itself). It never fails (logged)."""
+        if not self._disk.held(task_id):
+            return None
+        return asyncio.ensure_future(self._notices.prepare_acknowledgement(task_id, message))
+
+    async def queue(
+        self,
+        task: TaskRecord,
+        message: InboundMessage,
+        conversation_id: str,
+        prepared: asyncio.Future[None] | None = None,
+    ) -> None:
         """Take a routed message: PENDING and queued, then acknowledged; or refused when the
         conversation already has ``max_pending`` waiting. The acknowledgement (or refusal) is a
-        job of its own, retried, and never decides whether the task runs."""
+        job of its own, retried, and never decides whether the task runs. ``prepared``: the
+        acknowledgement's preparation, begun during routing (``preparing``)."""
+        if prepared is not None:  # (awaited even once on disk: the post must find it done)
+            await prepared
         if self._disk.held(task.id):
-            if not self.is_full(conversation_id):
+            if prepared is None and not self.is_full(conversation_id):
                 await self._notices.prepare_acknowledgement(task.id, message)
             # (its lane, its notices and a kill's recovery start from here)
             await self._disk.on_disk(task.id)

@@ -24,7 +24,7 @@ from gateway_bot.core.channel import ChannelAdapter
 from gateway_bot.core.conversations.queue import Scheduler
 from gateway_bot.core.fault_points import reached
 from gateway_bot.core.jobs import Jobs
-from gateway_bot.core.retries import RetryPolicy, is_transient, retrying
+from gateway_bot.core.retries import RetryPolicy, call_channel, is_transient
 from gateway_bot.domain.lifecycle import TaskState
 from gateway_bot.domain.messages import RawMessage
 from gateway_bot.domain.records import TaskRecord
@@ -72,22 +72,13 @@ class Intake:
         if raw.channel not in self._adapters:
             raise ValueError(f"message from unknown channel {raw.channel!r}")
         reached("received")
-        on_disk: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
-        def committed(task_id: str, task: TaskRecord | None) -> None:
+        def committed(task_id: str, task: TaskRecord | None, on_disk: asyncio.Future[None]) -> None:
             if task is not None and self.accepting:
                 self._scheduler.hold_notices(task_id, on_disk)
                 self.take_in(task_id, raw.channel, task)
 
-        try:
-            task_id, is_new = await self._store.accept_inbound(
-                raw, committed, taking_in=self.accepting
-            )
-        except BaseException:
-            on_disk.set_exception(RuntimeError("the message did not reach the disk"))
-            on_disk.add_done_callback(lambda done: done.exception())
-            raise
-        on_disk.set_result(None)
+        task_id, is_new = await self._store.accept_inbound(raw, committed, taking_in=self.accepting)
         reached("stored")
         if not is_new:
             log.info(
@@ -143,14 +134,17 @@ class Intake:
         if channel is None:
             channel = (await self._store.get_task(task_id)).channel
         lock = self._locks[channel]
+
+        async def attempt() -> None:
+            nonlocal known
+            first, known = known, None  # a later attempt reads the task as it is
+            async with lock:
+                after_lock = await self._route(task_id, first)
+            if after_lock is not None:
+                await after_lock()
+
         try:
-            async for attempt in retrying(f"{channel}: taking in task {task_id}", self._policy):
-                with attempt:
-                    first, known = known, None  # a later attempt reads the task as it is
-                    async with lock:
-                        after_lock = await self._route(task_id, first)
-                    if after_lock is not None:
-                        await after_lock()
+            await call_channel(f"{channel}: taking in task {task_id}", attempt, self._policy)
         except Exception as exc:
             if not is_transient(exc):
                 raise

@@ -203,6 +203,9 @@ class Router:
             await self._answer_command(task, message, conversation, command)
             return None
         room = self._access.room_settings(message.channel, message.room)
+        # Beside the read below (two trips to the store's thread at once, not one after
+        # the other: issue 33); unused, the channel's record posts nothing.
+        prepared = self._scheduler.preparing(task.id, message) if trusted else None
         started = await self._store.active_conversation(message.channel, message.conversation_key)
         if trusted and started is not None and self.action_approvals is not None:
             answered = await self.action_approvals.answer_reply(started.id, message)
@@ -240,7 +243,7 @@ class Router:
         gathered = self._lone_files.gather(task.id, message)
         if gathered.message is None:
             return None  # only files: they wait (AUTHENTICATING) for the words about them
-        await self._queue_engaging(task, gathered.message, started)
+        await self._queue_engaging(task, gathered.message, started, prepared)
         for joined in gathered.joined:
             await self._store.transition(
                 joined,
@@ -281,17 +284,26 @@ class Router:
         task: TaskRecord,
         message: InboundMessage,
         active: ConversationRecord | _Unread | None = UNREAD,
+        prepared: asyncio.Future[None] | None = None,
     ) -> None:
         """An admitted message that engages the bot: it takes the context kept since the
         last one (only admitted senders' words are kept) and joins its conversation.
         ``active``: the conversation key's active conversation as routing read it, under
-        the channel's lock (not read again on the acknowledgement's way)."""
-        context = await self._store.context_lines.take(message.channel, message.conversation_key)
+        the channel's lock (not read again on the acknowledgement's way); ``prepared``:
+        its acknowledgement's preparation, under way (``Scheduler.preparing``)."""
+        # Only a room that keeps what did not engage has lines to hand over: elsewhere no
+        # read (a trip to the store on the way to the acknowledgement, issue 33).
+        room = self._access.room_settings(message.channel, message.room)
+        context = (
+            await self._store.context_lines.take(message.channel, message.conversation_key)
+            if room.ignored is IgnoredMessages.ACCUMULATE
+            else []
+        )
         if context:
             message = dataclasses.replace(
                 message, context=tuple(f"{c.sender_name}: {c.body}" for c in context)
             )
-        await self._queue_message(task, message, active)
+        await self._queue_message(task, message, active, prepared)
 
     async def _apply_decision(self, task: TaskRecord, decision: Decision) -> None:
         parsed = parse_approval_action(decision.action_id)
@@ -343,9 +355,10 @@ class Router:
         task: TaskRecord,
         message: InboundMessage,
         active: ConversationRecord | _Unread | None = UNREAD,
+        prepared: asyncio.Future[None] | None = None,
     ) -> None:
         conversation = await self._conversation_for(message, active)
-        await self._scheduler.queue(task, message, conversation.id)
+        await self._scheduler.queue(task, message, conversation.id, prepared)
 
     async def _conversation_for(
         self, message: InboundMessage, active: ConversationRecord | _Unread | None = UNREAD

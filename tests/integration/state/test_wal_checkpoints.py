@@ -1,0 +1,48 @@
+"""WAL checkpoints run beside the work (``state/wal_checkpoints``): a commit no longer
+copies the WAL back into the database file itself (SQLite did so inside the commit that
+crossed 1,000 pages, a message's p99, issue 33); a connection of its own does, every
+``EVERY_COMMITS`` commits, right after a flush."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from gateway_bot.state.database import Database
+from gateway_bot.state.sqlite_backend import SqliteBackend
+from gateway_bot.state.wal_checkpoints import BACKSTOP_PAGES, EVERY_COMMITS
+
+ROW = "x" * 48_000
+"""A row of about 12 pages: fewer than ``EVERY_COMMITS`` of them pass SQLite's default
+checkpoint threshold (1,000 pages)."""
+
+
+async def test_commits_leave_the_wal_alone_and_the_checkpointer_copies_it_back(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "state.db"
+    database = Database()
+    await database.open(path)
+    try:
+        backend = database.backend
+        assert isinstance(backend, SqliteBackend)
+        pragma = await database.fetch_one("PRAGMA wal_autocheckpoint")
+        assert pragma is not None and pragma[0] == BACKSTOP_PAGES
+        await database.write("CREATE TABLE notes (body TEXT)")
+        before = path.stat().st_size
+        while database.backend.flusher.commits < EVERY_COMMITS - 5:
+            await database.write("INSERT INTO notes (body) VALUES (?)", (ROW,))
+        wal = Path(f"{path}-wal").stat().st_size
+        assert wal > 1_000 * 4096, "the rows passed SQLite's own threshold"
+        assert path.stat().st_size == before, "a commit copied the WAL back itself"
+        for _ in range(10):
+            await database.write("INSERT INTO notes (body) VALUES (?)", (ROW,))
+        deadline = time.monotonic() + 10
+        while path.stat().st_size < 90 * len(ROW):
+            assert time.monotonic() < deadline, "no checkpoint copied the WAL back"
+            await asyncio.sleep(0.01)
+        count = await database.fetch_one("SELECT count(*) FROM notes")
+        assert count is not None and count[0] == database.backend.flusher.commits - 1
+    finally:
+        await database.close()
