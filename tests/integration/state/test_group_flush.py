@@ -92,7 +92,8 @@ async def test_a_flush_asked_for_has_begun_before_the_asker_awaits_anything() ->
     first.cancel()
     release.set_result(None)
     await asyncio.wait_for(second, 10)
-    assert started == [1] and group.flushes == 1
+    assert started == [1]
+    assert group.flushes == 1
 
 
 async def test_a_flush_the_engine_made_itself_releases_its_commit_and_those_before() -> None:
@@ -108,7 +109,8 @@ async def test_a_flush_the_engine_made_itself_releases_its_commit_and_those_befo
     synced.set_result(None)
     await asyncio.wait_for(on_disk, 10)
     await asyncio.wait_for(group.wait(relaxed), 10)
-    assert disk.started == 0 and group.flushes == 1
+    assert disk.started == 0
+    assert group.flushes == 1
 
 
 async def test_a_sync_the_engine_failed_fails_its_waiter_and_a_later_flush_covers_it() -> None:

@@ -18,6 +18,10 @@ ROW = "x" * 48_000
 checkpoint threshold (1,000 pages)."""
 
 
+async def size(path: Path) -> int:
+    return (await asyncio.to_thread(path.stat)).st_size
+
+
 async def test_commits_leave_the_wal_alone_and_the_checkpointer_copies_it_back(
     tmp_path: Path,
 ) -> None:
@@ -28,21 +32,23 @@ async def test_commits_leave_the_wal_alone_and_the_checkpointer_copies_it_back(
         backend = database.backend
         assert isinstance(backend, SqliteBackend)
         pragma = await database.fetch_one("PRAGMA wal_autocheckpoint")
-        assert pragma is not None and pragma[0] == BACKSTOP_PAGES
+        assert pragma is not None
+        assert pragma[0] == BACKSTOP_PAGES
         await database.write("CREATE TABLE notes (body TEXT)")
-        before = path.stat().st_size
+        before = await size(path)
         while database.backend.flusher.commits < EVERY_COMMITS - 5:
             await database.write("INSERT INTO notes (body) VALUES (?)", (ROW,))
-        wal = Path(f"{path}-wal").stat().st_size
+        wal = await size(Path(f"{path}-wal"))
         assert wal > 1_000 * 4096, "the rows passed SQLite's own threshold"
-        assert path.stat().st_size == before, "a commit copied the WAL back itself"
+        assert await size(path) == before, "a commit copied the WAL back itself"
         for _ in range(10):
             await database.write("INSERT INTO notes (body) VALUES (?)", (ROW,))
         deadline = time.monotonic() + 10
-        while path.stat().st_size < 90 * len(ROW):
+        while await size(path) < 90 * len(ROW):
             assert time.monotonic() < deadline, "no checkpoint copied the WAL back"
             await asyncio.sleep(0.01)
         count = await database.fetch_one("SELECT count(*) FROM notes")
-        assert count is not None and count[0] == database.backend.flusher.commits - 1
+        assert count is not None
+        assert count[0] == database.backend.flusher.commits - 1
     finally:
         await database.close()

@@ -6,9 +6,11 @@ Slack, so the Socket Mode ack (or the HTTP 200) goes out only after ``submit`` c
 the message to SQLite. If storing fails the handler raises, Bolt answers 500, nothing is
 acked, and Slack delivers the event again. Events over Socket Mode skip Bolt's dispatch
 (decision 0132: a third of the way to the acknowledgement), with the same outcome: Bolt's
-``authorize`` and self-event rule are applied here, a failure leaves the envelope unacked. Retried deliveries and the two events Slack
-sends for one post (``message`` and ``app_mention``) share one message id (team, channel,
-ts), so the core runs the message once.
+``authorize`` and self-event rule are applied here, a failure leaves the envelope unacked.
+
+Retried deliveries and the two events Slack sends for one post (``message`` and
+``app_mention``) share one message id (team, channel, ts), so the core runs the message
+once.
 
 Identity (``auth.test``: the bot's user id) is learnt once at start and handed to Bolt
 through ``authorize``, which also lets Bolt drop the bot's own posts before they reach us.
