@@ -91,3 +91,17 @@ async def test_a_batch_whose_answer_never_starts_holds_the_poll_only_briefly() -
     gate.set()
     await answer
     assert await asyncio.wait_for(waiting, 5) is True
+
+
+async def test_the_grace_is_owed_after_an_acknowledgement_not_after_a_commands_answer() -> None:
+    """After ``/new``'s answer the person's next message comes next, and the grace would
+    hold exactly it up (decision 0133); after a task's acknowledgement it is owed."""
+    sends = SendsInFlight()
+    mark = sends.mark()
+    async with sends.sending():  # "Started a new conversation."
+        pass
+    assert not sends.acknowledged_since(mark)
+    async with sends.sending(acknowledgement=True):  # "Working on it…"
+        pass
+    assert sends.acknowledged_since(mark)
+    assert not sends.acknowledged_since(sends.mark())

@@ -79,12 +79,16 @@ class MatrixAdapter:
     def listener(self) -> MatrixListener:
         return self._listener
 
-    async def _send(self, room_id: str, content: JsonDict, txn_id: str) -> str:
+    async def _send(
+        self, room_id: str, content: JsonDict, txn_id: str, *, acknowledgement: bool = False
+    ) -> str:
         """Every message the bot sends goes out here, mentioning nobody: its text is the
         agent's or people's, and must not ping members by name or ``@room``."""
         session, silenced = self._session, without_mentions(content)
         return await session.when_ready(
-            lambda: session.send_event(room_id, "m.room.message", silenced, txn_id)
+            lambda: session.send_event(
+                room_id, "m.room.message", silenced, txn_id, acknowledgement=acknowledgement
+            )
         )
 
     # -- inbound -------------------------------------------------------------------------
@@ -112,7 +116,7 @@ class MatrixAdapter:
         room_id = str(context["room_id"])
         content = message_content(text, html.escape(text), "m.notice")
         placed = in_conversation(content, context.get("thread_root"), context.get("event_id"))
-        event_id = await self._send(room_id, placed, f"gwb-{task_id}-ack")
+        event_id = await self._send(room_id, placed, f"gwb-{task_id}-ack", acknowledgement=True)
         await self._session.store.save_progress_message(task_id, room_id, event_id)
         self._typing.start(room_id, task_id)
 

@@ -64,7 +64,8 @@ ANSWER_STARTS_S = 0.15
 """... and not even that long when no answer has started by then (chatter in a group room
 that engages nobody): an acknowledgement starts within tens of ms of the batch."""
 ECHO_GRACE_S = 0.1
-"""Then this long again, while people's clients fetch those answers (sends.py)."""
+"""Then, when one of those answers acknowledged a task, this long again, while people's
+clients fetch it (sends.py)."""
 
 ENCRYPTED_NOTICE = (
     "I cannot read end-to-end encrypted rooms here (encryption is turned off in my "
@@ -164,9 +165,11 @@ class MatrixListener:
                 await self._encrypted.retry_kept()
                 if self._handed_on:
                     self._handed_on = False  # poll once their answers are out (sends.py)
-                    if await self._session.sends.settled_since(
+                    sends = self._session.sends
+                    settled = await sends.settled_since(
                         sent_before, ANSWER_STARTS_S, ANSWERS_WAIT_S
-                    ):
+                    )
+                    if settled and sends.acknowledged_since(sent_before):
                         await asyncio.sleep(ECHO_GRACE_S)
             except LoginRefused as exc:
                 self.members.lost()

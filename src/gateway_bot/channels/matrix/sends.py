@@ -1,7 +1,7 @@
 """The bot's own room sends in flight, so the sync can wait for the answers a batch causes.
 
-Why (decision 0113): a long poll parked at the homeserver is woken by every event in the bot's
-rooms, its own included. With the next /sync already waiting while an acknowledgement went
+Why (decisions 0113, 0133): a long poll parked at the homeserver is woken by every event in
+the bot's rooms, its own included. With the next /sync already waiting while an acknowledgement went
 out, the homeserver answered the bot's sync (and the bot handled that echo) at the very
 moment it woke the person's clients to show them the acknowledgement, and they saw it later:
 measured on a 2-core host, the acknowledgement reached the person's other device 15-50 ms
@@ -9,9 +9,12 @@ later than a minimal bot's, more than the whole store commit. Polling again only
 sends were out did not help (the echo then came back at once, still in that moment); waiting
 about 0.1 s more, or 0.25 s, did (the same as the minimal bot, or better). So after a batch
 that handed messages on, the listener waits until their answers are sent (at most
-``ANSWERS_WAIT_S``), then ``ECHO_GRACE_S``, before it polls again. Nothing is missed
-meanwhile: the next poll starts from the batch's token, so a message sent in that window is
-in its answer at once; it is only picked up that much later.
+``ANSWERS_WAIT_S``), then, when one of them acknowledged a task, ``ECHO_GRACE_S``, before it
+polls again. Nothing is missed meanwhile: the next poll starts from the batch's token, so a
+message sent in that window is in its answer at once; it is only picked up that much later.
+Not after a command's answer (decision 0133): the person's next message is what comes next
+there (after ``/new``, the first of the new conversation), where after an acknowledgement
+it is the agent's work, which no poll holds up.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ class SendsMark:
 
     started: int
     finished: int
+    acknowledged: int
 
 
 class SendsInFlight:
@@ -38,16 +42,23 @@ class SendsInFlight:
         self._running = 0
         self._started = 0
         self._finished = 0
+        self._acknowledged = 0
         self._changed = asyncio.Event()
 
     def mark(self) -> SendsMark:
-        return SendsMark(self._started, self._finished)
+        return SendsMark(self._started, self._finished, self._acknowledged)
+
+    def acknowledged_since(self, mark: SendsMark) -> bool:
+        """An acknowledgement of a task went out (or was tried) after ``mark``."""
+        return self._acknowledged > mark.acknowledged
 
     @contextlib.asynccontextmanager
-    async def sending(self) -> AsyncIterator[None]:
-        """Around one send (success or failure: either way it is no longer in flight)."""
+    async def sending(self, *, acknowledgement: bool = False) -> AsyncIterator[None]:
+        """Around one send (success or failure: either way it is no longer in flight).
+        ``acknowledgement``: a task's acknowledgement, which the listener's grace is for."""
         self._running += 1
         self._started += 1
+        self._acknowledged += acknowledgement
         self._wake()
         try:
             yield

@@ -201,17 +201,24 @@ class MatrixSession:
         return device_id
 
     async def send_event(
-        self, room_id: str, event_type: str, content: JsonDict, txn_id: str
+        self,
+        room_id: str,
+        event_type: str,
+        content: JsonDict,
+        txn_id: str,
+        *,
+        acknowledgement: bool = False,
     ) -> str:
         """Send into a room, encrypted when the room is. A room nio does not know yet (just
         joined, not synced) is asked of the homeserver: an encrypted one waits for the
-        sync (a transient error, retried), never gets plaintext."""
+        sync (a transient error, retried), never gets plaintext. ``acknowledgement``: a
+        task's (``sends.py``: the listener's grace follows those)."""
         encrypted = self.e2ee.room_encrypted(room_id) if self.e2ee.available else False
         if encrypted is None:
             if await self.api.state_event(room_id, "m.room.encryption"):
                 raise MatrixError(0, "M_ROOM_UNKNOWN", f"{room_id} is not synced yet")
             encrypted = False
-        async with self.sends.sending():
+        async with self.sends.sending(acknowledgement=acknowledgement):
             if encrypted:
                 return await self.e2ee.send(room_id, event_type, content, txn_id)
             return await self.api.send_raw(room_id, event_type, content, txn_id)
