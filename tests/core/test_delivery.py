@@ -5,6 +5,7 @@ sends never hold up another room."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 from gateway_bot.domain.lifecycle import CompletionReason, TaskState
@@ -140,3 +141,20 @@ async def test_a_command_answer_being_retried_does_not_delay_another_room(
     await world.until(lambda: fault.hits >= 1, "room a's answer failing")
     b = await world.say("in b", room="b")
     assert (await world.reply(b)).text == "Echo: in b"
+
+
+async def test_a_task_runs_beside_its_acknowledgement_and_shows_nothing_before_it(
+    world: World,
+) -> None:
+    """The run starts while the acknowledgement is on its way (a Matrix send, 15-20 ms
+    before every turn, issue 33); its progress and its reply wait for it, so the person
+    never sees them ahead of "Working on it…"."""
+    hang = world.channel.hang("ack", room="dm")
+    message = await world.say("step hello")
+    await world.until(lambda: world.agent.prompts, "the agent running, the ack still out")
+    await asyncio.sleep(0.2)  # room for a reply that would not wait
+    assert not world.channel.seen("dm"), "shown before the acknowledgement"
+    hang.release()
+    assert (await world.reply(message)).text == "Echo: step hello"
+    kinds = [sent.kind for sent in world.channel.seen("dm")]
+    assert kinds[0] == "ack", kinds

@@ -26,7 +26,7 @@ POINTS: dict[str, str] = {
     "received": "a channel handed the message to submit; nothing is stored yet",
     "stored": "the message is committed to the store; the channel has not acked it",
     "routed": "authenticated and queued (PENDING); no acknowledgement sent",
-    "acknowledged": "the acknowledgement went out; the task has not started",
+    "acknowledged": "the acknowledgement went out; the task may be starting beside it",
     "executing": "the task is EXECUTING; the workspace is not prepared",
     "sandbox_starting": "the workspace is ready; the agent's sandbox is being started",
     "agent_running": "the agent is running (its first event arrived)",

@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable, Mapping
 import structlog
 
 from gateway_bot.agents.base import ToolUseEvent
-from gateway_bot.core.channel import ChannelAdapter, ProgressDisplay, attachment_downloads
+from gateway_bot.core.channel import ChannelAdapter, attachment_downloads
 from gateway_bot.core.conversations.delivery import ReplyDelivery
 from gateway_bot.core.conversations.executor import TaskResult
 from gateway_bot.core.conversations.host_waits import HostWaits
@@ -45,8 +45,8 @@ from gateway_bot.core.conversations.lanes import (
     RunningTask,
     fenced_record,
 )
-from gateway_bot.core.conversations.progress import ProgressReporter
 from gateway_bot.core.conversations.queue_notices import QueueNotices
+from gateway_bot.core.conversations.task_gates import Acknowledged, Slot, reporter_for
 from gateway_bot.core.fault_points import reached
 from gateway_bot.core.intake.flush_holds import DiskHolds
 from gateway_bot.core.jobs import Jobs
@@ -59,10 +59,6 @@ from gateway_bot.sandbox.base import HostUnreachable, SandboxUnavailable
 from gateway_bot.state.store import Store
 
 log = logging.getLogger(__name__)
-
-ACK_WAIT_S = 10.0
-"""How long a task waits for its acknowledgement to go out before running without it."""
-
 
 OnScheduleRequest = Callable[[str, InboundMessage, RequestFile], Awaitable[None]]
 
@@ -205,8 +201,8 @@ class Scheduler:
     def enqueue(
         self, conversation_id: str, task_id: str, *, after: asyncio.Task[None] | None = None
     ) -> None:
-        """Queue a PENDING task; ``after`` (its acknowledgement) is awaited before it runs
-        (at most ``ACK_WAIT_S``), its outcome ignored. A replica of several queues only
+        """Queue a PENDING task; ``after`` (its acknowledgement) is awaited before what it
+        shows the person (``task_gates.Acknowledged``). A replica of several queues only
         conversations it claims."""
         if self.claims is not None and not self.claims.holds(conversation_id):
             self.claims.wanted(conversation_id)
@@ -253,14 +249,11 @@ class Scheduler:
                 task_id = queue[0]
                 waits = False
                 try:
-                    before = lane.before.pop(task_id, None)
-                    if before is not None:
-                        await asyncio.wait([before], timeout=ACK_WAIT_S)
-                        reached("acknowledged")
-                    slot = _Slot(self._slots)
+                    acknowledged = Acknowledged(lane.before.pop(task_id, None))
+                    slot = Slot(self._slots)
                     try:
                         await slot.take()
-                        waits = await self._execute(lane, task_id, slot.give_back)
+                        waits = await self._execute(lane, task_id, slot.give_back, acknowledged)
                     finally:
                         slot.give_back()
                     if waits and await self._host_waits.stopped_during_pause(
@@ -282,19 +275,29 @@ class Scheduler:
                 self.claims.drained(lane.conversation_id)
 
     async def _execute(
-        self, lane: ConversationLane, task_id: str, free_slot: Callable[[], None]
+        self,
+        lane: ConversationLane,
+        task_id: str,
+        free_slot: Callable[[], None],
+        acknowledged: Acknowledged,
     ) -> bool:
         """Runs the task; True when it waits for its sandbox host (back to PENDING).
-        ``free_slot``: called once the agent is done, before the reply is stored and sent."""
+        ``free_slot``: called once the agent is done, before the reply is stored and sent;
+        ``acknowledged``: the acknowledgement on its way, which everything the task shows
+        the person waits for (not its run: issue 33, a Matrix send is 15-20 ms)."""
         # Every line logged while the task runs (here, in the executor's job, in the agent
         # runner) carries the ids; the binding ends with this call.
         with structlog.contextvars.bound_contextvars(
             task_id=task_id, conversation_id=lane.conversation_id
         ):
-            return await self._run_task(lane, task_id, free_slot)
+            return await self._run_task(lane, task_id, free_slot, acknowledged)
 
     async def _run_task(
-        self, lane: ConversationLane, task_id: str, free_slot: Callable[[], None]
+        self,
+        lane: ConversationLane,
+        task_id: str,
+        free_slot: Callable[[], None],
+        acknowledged: Acknowledged,
     ) -> bool:
         if self.claims is not None and not self.claims.holds(lane.conversation_id):
             log.warning("task %s: its conversation's claim was lost: not run here", task_id)
@@ -310,7 +313,7 @@ class Scheduler:
         log.info("task %s running (%s, from %s)", task_id, task.channel, message.sender_id)
         adapter = self._adapters[task.channel]
         conversation = await self._store.get_conversation(lane.conversation_id)
-        reporter = _reporter(task_id, adapter, message)
+        reporter = reporter_for(task_id, adapter, message, acknowledged)
         downloads = attachment_downloads(adapter)
         job = asyncio.create_task(
             self._executor.execute(task_id, conversation, message, downloads, reporter.on_event)
@@ -326,6 +329,7 @@ class Scheduler:
                 raise  # the daemon is shutting down: the task stays EXECUTING, re-run later
             result = TaskResult(Reply(text=STOPPED_TEXT, stopped=True), CompletionReason.CANCELLED)
         except HostUnreachable as exc:
+            await acknowledged.out()
             await self._host_waits.wait(task_id, adapter, message, exc)
             return True  # (``finally`` below closes the reporter and clears the lane)
         except SandboxUnavailable as exc:
@@ -348,6 +352,7 @@ class Scheduler:
         # channel's send were run one task after another, with no agent running).
         free_slot()
         lane.answering = task_id
+        await acknowledged.out()
         record = fenced_record(self.claims, lane.conversation_id, task_id, result.reply)
         await self._replies.store_and_send(
             task_id, message, result.reply, result.reason, reporter.finished(result.reply), record
@@ -359,34 +364,3 @@ class Scheduler:
             except Exception:
                 log.exception("task %s: the agent's schedule request failed", task_id)
         return False
-
-
-class _Slot:
-    """One of ``max_concurrent_tasks``: taken before a task starts, given back once its
-    agent is done (not after its delivery), exactly once."""
-
-    def __init__(self, slots: asyncio.Semaphore) -> None:
-        self._slots = slots
-        self._held = False
-
-    async def take(self) -> None:
-        await self._slots.acquire()
-        self._held = True
-
-    def give_back(self) -> None:
-        if self._held:
-            self._held = False
-            self._slots.release()
-
-
-def _reporter(task_id: str, adapter: ChannelAdapter, message: InboundMessage) -> ProgressReporter:
-    """The task's progress: shown live where the channel has a display, else only kept
-    (for /status)."""
-    if not isinstance(adapter, ProgressDisplay):
-        return ProgressReporter(task_id, None, 0.0)
-    display, context = adapter, message.channel_context
-    return ProgressReporter(
-        task_id,
-        lambda progress: display.send_progress(context, progress),
-        display.progress_interval_s,
-    )

@@ -54,9 +54,9 @@ class QueueNotices:
         sent: Callable[[], Awaitable[None]] | None = None,
     ) -> asyncio.Task[None]:
         """A best-effort send in a job of its own: retried by the policy, then given up
-        (logged). People may miss a notice; a task waits for it at most ``ACK_WAIT_S``
-        (``core/scheduler``). ``sent``: a record of its own once it went out (a failure of
-        it is logged, never a reason to send again)."""
+        (logged). People may miss a notice; what a task shows waits for it at most
+        ``ACK_WAIT_S`` (``task_gates``). ``sent``: a record of its own once it went out (a
+        failure of it is logged, never a reason to send again)."""
 
         async def attempt() -> None:
             try:
