@@ -363,3 +363,18 @@ async def test_a_command_of_the_wrong_kind_decides_nothing(approvals: Callable[.
     _, qcode = await world.card("The agent asks a question")
     await world.command(f"!deny {qcode} no idea")
     assert "[denied: Alice declined to answer: no idea]" in (await world.reply(question)).text
+
+
+async def test_a_card_waits_for_the_tasks_acknowledgement(approvals: Callable[..., Any]) -> None:
+    """The run starts beside its acknowledgement's send (issue 33), so an agent that asks at
+    once could card the person before "Working on it…" arrived: the card waits for it."""
+    world: ApprovalWorld = await approvals()
+    hang = world.channel.hang("ack", room="dm")
+    await world.say("ask:git_push_origin_main")
+    await world.until(lambda: hang.hits >= 1 and world.agent.prompts, "the agent asking")
+    await asyncio.sleep(0.2)  # room for a card that would not wait
+    assert not world.channel.texts("dm", "card"), "carded before the acknowledgement"
+    hang.release()
+    await world.card("The agent asks to run: git push origin main")
+    kinds = [sent.kind for sent in world.channel.seen("dm")]
+    assert kinds.index("ack") < kinds.index("card"), kinds

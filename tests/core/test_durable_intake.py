@@ -13,7 +13,7 @@ import pytest
 
 from gateway_bot.domain.lifecycle import TaskState
 from gateway_bot.domain.records import TaskRecord
-from gateway_bot.state import sqlite_backend
+from gateway_bot.state import wal_sync
 from tests.core.conftest import World
 
 
@@ -26,7 +26,7 @@ class HeldDisk:
         self.let_go = threading.Event()
         self.failed = threading.Event()
         self._fail_first = fail_first
-        real = sqlite_backend._fsync_file
+        real = wal_sync.fsync_file
 
         def held(path: Path) -> None:
             if self._fail_first and not self.failed.is_set():
@@ -35,7 +35,7 @@ class HeldDisk:
             self.let_go.wait(30)
             real(path)
 
-        monkeypatch.setattr(sqlite_backend, "_fsync_file", held)
+        monkeypatch.setattr(wal_sync, "fsync_file", held)
 
 
 async def test_a_message_is_parsed_during_its_flush_and_queued_and_acknowledged_after_it(

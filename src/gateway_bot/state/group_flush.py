@@ -144,15 +144,19 @@ class GroupFlush:
     def _settle(
         self, covers: int, waiters: asyncio.Future[None], done: asyncio.Future[None]
     ) -> None:
-        """A flush (``done``) that covers commits up to ``covers`` ended: tell ``waiters``."""
+        """A flush (``done``) that covers commits up to ``covers`` ended: tell ``waiters``
+        (unless they were cancelled meanwhile)."""
+        if not done.cancelled() and done.exception() is None:
+            self._on_disk = max(self._on_disk, covers)
+            self.flushes += 1
+        if waiters.done():
+            return
         if done.cancelled():  # the loop is closing under it
             waiters.set_exception(RuntimeError("the state database was closed"))
             waiters.add_done_callback(_retrieve)
         elif done.exception() is not None:
             waiters.set_exception(done.exception() or RuntimeError())
         else:
-            self._on_disk = max(self._on_disk, covers)
-            self.flushes += 1
             waiters.set_result(None)
 
 

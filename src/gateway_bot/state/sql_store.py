@@ -141,9 +141,9 @@ class SqlStore(SqlConversations, SqlTaskViews, SqlTaskLists):
         state = TaskState.AUTHENTICATING if taking_in else TaskState.QUEUED
         task_id, task, on_disk = await self._insert_inbound(raw, state)
         is_new = task is not None
-        if on_committed is not None:
-            on_committed(task_id, task, on_disk)
-        # Shielded: a cancelled accept leaves ``on_disk`` to whoever holds it; and this
+        if on_committed is not None:  # (a future of its own: cancelling it cancels no other)
+            on_committed(task_id, task, asyncio.shield(on_disk))
+        # Shielded: a cancelled accept leaves the flush to whoever holds it; and this
         # return comes a turn after theirs (a person's acknowledgement goes before the ack
         # at the source).
         await asyncio.shield(on_disk)

@@ -18,7 +18,7 @@ commit on this one.
 from __future__ import annotations
 
 import asyncio
-import os
+import functools
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -27,6 +27,7 @@ from typing import Any, cast
 
 import aiosqlite
 
+from gateway_bot.state import wal_sync
 from gateway_bot.state.backend import Dialects, Migration, Params, Row
 from gateway_bot.state.group_flush import GroupFlush
 from gateway_bot.state.wal_checkpoints import BACKSTOP_PAGES, WalCheckpoints
@@ -143,34 +144,6 @@ def _run_batch(
     return rows
 
 
-def _batch_then_sync(
-    connection: aiosqlite.Connection,
-    statements: Sequence[tuple[str, tuple[Any, ...]]],
-    read: object,
-    committed: asyncio.Future[list[Any]],
-    wal: Path,
-) -> None:
-    """On aiosqlite's thread: ``_run_batch``, its outcome handed to the loop at once
-    (``committed``), then, once committed, the WAL's fsync (this call's own outcome)."""
-    loop = committed.get_loop()
-    try:
-        rows = _run_batch(connection, statements, read is not None)
-    except BaseException as exc:
-        loop.call_soon_threadsafe(_settle, committed, None, exc)
-        return
-    loop.call_soon_threadsafe(_settle, committed, rows, None)
-    _fsync_file(wal)
-
-
-def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
-    if future.done():  # (its awaiter was cancelled)
-        return
-    if error is None:
-        future.set_result(result)
-    else:
-        future.set_exception(error)
-
-
 def _fetch_one(connection: aiosqlite.Connection, sql: str, params: tuple[Any, ...]) -> Any:
     cursor = connection._conn.execute(sql, params)
     try:
@@ -213,11 +186,13 @@ class SqliteBackend:
     def _flush(self) -> asyncio.Future[None]:
         """run_in_executor hands the fsync to its thread at the call (to_thread would at
         the coroutine's first step, a turn of the loop later)."""
-        flushing = asyncio.get_running_loop().run_in_executor(None, _fsync_file, self._wal)
+        flushing = asyncio.get_running_loop().run_in_executor(None, wal_sync.fsync_file, self._wal)
         flushing.add_done_callback(self._flushed)
         return flushing
 
-    def _flushed(self, _: object) -> None:
+    def _flushed(self, done: asyncio.Future[None]) -> None:
+        if not done.cancelled():
+            done.exception()  # (raised to whoever waits for the flush: retrieved here)
         if self._checkpoints is not None:
             self._checkpoints.flushed(self.flusher.commits)
 
@@ -341,11 +316,16 @@ class SqliteBackend:
         for attempt in range(_BUSY_ATTEMPTS):
             committed: asyncio.Future[list[Row]] = loop.create_future()
             synced = asyncio.ensure_future(
-                on_thread(_batch_then_sync, self.connection, plain, read, committed, self._wal)
+                on_thread(
+                    wal_sync.batch_then_sync,
+                    functools.partial(_run_batch, self.connection, plain, read is not None),
+                    committed,
+                    self._wal,
+                )
             )
             synced.add_done_callback(self._flushed)
             try:
-                rows = await committed
+                rows = await wal_sync.committed_or_failed(committed, synced)
             except _NotBegun as exc:
                 if "locked" not in str(exc) or attempt == _BUSY_ATTEMPTS - 1:
                     raise exc.__cause__ or exc from None
@@ -398,17 +378,3 @@ class SqliteBackend:
         """The core's version as kept before per-owner versions (``PRAGMA user_version``)."""
         row = await self.fetch_one("PRAGMA user_version", ())
         return int(row[0]) if row else 0
-
-
-def _fsync_file(path: Path) -> None:
-    """fsync a file by name (Linux flushes the inode's data whichever descriptor wrote
-    it). No WAL file yet, or none any more (the last connection's close checkpointed and
-    removed it, syncing the database file): nothing to flush."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

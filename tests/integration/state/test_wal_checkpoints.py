@@ -9,6 +9,8 @@ import asyncio
 import time
 from pathlib import Path
 
+import pytest
+
 from gateway_bot.state.database import Database
 from gateway_bot.state.sqlite_backend import SqliteBackend
 from gateway_bot.state.wal_checkpoints import BACKSTOP_PAGES, EVERY_COMMITS
@@ -52,3 +54,17 @@ async def test_commits_leave_the_wal_alone_and_the_checkpointer_copies_it_back(
         assert count[0] == database.backend.flusher.commits - 1
     finally:
         await database.close()
+
+
+async def test_a_message_committed_on_a_closed_connection_fails_at_once(tmp_path: Path) -> None:
+    """The commit and its fsync are one call on SQLite's thread; a connection that is gone
+    refuses that call before it queues anything, and the store says so at once (it waited
+    for ever for a commit that never came, holding the write lock)."""
+    database = Database()
+    await database.open(tmp_path / "state.db")
+    await database.write("CREATE TABLE notes (body TEXT)")
+    await database.connection.close()
+    with pytest.raises(ValueError, match="Connection closed"):
+        await asyncio.wait_for(
+            database.batch_flushed([("INSERT INTO notes (body) VALUES (?)", ("x",))]), 10
+        )

@@ -201,7 +201,7 @@ async def _stop_acking(
     """The socket is ending: the acks still waiting go out first while it is open (a
     reconnect Slack asked for); those it cannot carry (closed, or failing) Slack delivers
     again."""
-    if not acks.empty() and not ws.closed and not acking.done():
+    if not ws.closed and not acking.done():  # (one taken but not yet sent counts too)
         drained = asyncio.ensure_future(acks.join())
         await asyncio.wait({drained, acking}, timeout=ACK_DRAIN_S, return_when="FIRST_COMPLETED")
         drained.cancel()

@@ -84,6 +84,9 @@ class RunningTask:
         """What the run waits for a person to allow (action approvals), shown by /status."""
         self.host_down: str | None = None
         """Not a run: the pause of a task whose sandbox host (named) is unreachable."""
+        self.acknowledged: Callable[[], Awaitable[None]] | None = None
+        """Returns once the task's acknowledgement is out (``task_gates.Acknowledged``):
+        what the run shows the person (a card) comes after it."""
 
     def request_stop(self) -> None:
         """Cancel the agent's run; the scheduler answers "Stopped." and moves on."""

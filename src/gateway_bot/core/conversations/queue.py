@@ -222,6 +222,8 @@ class Scheduler:
         for running in self._running.values():
             if running.task_id != task_id:
                 continue
+            if what is not None and running.acknowledged is not None:
+                await running.acknowledged()  # (the card goes after "Working on it…")
             running.waiting_for = what
             if what is not None and running.progress is not None:
                 await running.progress.on_event(
@@ -320,6 +322,7 @@ class Scheduler:
         )
         running = RunningTask(task_id, message.body, job)
         running.progress = reporter
+        running.acknowledged = acknowledged.out
         lane.running = self._running[lane.conversation_id] = running
         try:
             result = await asyncio.shield(job)

@@ -204,8 +204,10 @@ class Router:
             return None
         room = self._access.room_settings(message.channel, message.room)
         # Beside the read below (two trips to the store's thread at once, not one after
-        # the other: issue 33); unused, the channel's record posts nothing.
-        prepared = self._scheduler.preparing(task.id, message) if trusted else None
+        # the other: issue 33), for a message that engages whatever that read finds (a
+        # DM, a mention): chatter leaves no record. Unused, the record posts nothing.
+        sure = trusted and engages(message, room, False) and not is_blank(message.body)
+        prepared = self._scheduler.preparing(task.id, message) if sure else None
         started = await self._store.active_conversation(message.channel, message.conversation_key)
         if trusted and started is not None and self.action_approvals is not None:
             answered = await self.action_approvals.answer_reply(started.id, message)
