@@ -23,7 +23,7 @@ import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import aiosqlite
 
@@ -32,6 +32,7 @@ from gateway_bot.state.backend import Dialects, Migration, Params, Row
 from gateway_bot.state.group_flush import GroupFlush
 from gateway_bot.state.wal_checkpoints import BACKSTOP_PAGES, WalCheckpoints
 
+_T = TypeVar("_T")
 _BUSY_ATTEMPTS = 25
 """About 10 s of retries (backing off to 0.5 s) before "database is locked" is raised."""
 
@@ -89,26 +90,35 @@ class _OpeningTransaction(SqliteTransaction):
     async def _first(self, statement: Any, sql: str, params: Params) -> Any:
         if self.begun:
             return await self._on_thread(statement, self._connection, sql, tuple(params))
-        for attempt in range(_BUSY_ATTEMPTS):
-            try:
-                result = await self._on_thread(
+        try:
+            result = await _until_begun(
+                lambda: self._on_thread(
                     _begin_then, self._connection, statement, sql, tuple(params)
                 )
-            except _NotBegun as exc:
-                if "locked" not in str(exc) or attempt == _BUSY_ATTEMPTS - 1:
-                    raise exc.__cause__ or exc from None
-                await asyncio.sleep(min(0.5, 0.005 * 2**attempt))
-                continue
-            except BaseException:
-                self.begun = self._connection.in_transaction
-                raise
-            self.begun = True
-            return result
-        raise AssertionError("unreachable")
+            )
+        except BaseException:
+            self.begun = self._connection.in_transaction
+            raise
+        self.begun = True
+        return result
 
 
 class _NotBegun(Exception):
     """BEGIN IMMEDIATE failed: nothing was written."""
+
+
+async def _until_begun(trip: Callable[[], Awaitable[_T]]) -> _T:
+    """``trip`` (a call that starts with BEGIN IMMEDIATE) made again while another process
+    holds the write lock (``_NotBegun``: nothing was written), about 10 s in all, backing
+    off to 0.5 s; then, or for any other refusal, the engine's error."""
+    for attempt in range(_BUSY_ATTEMPTS):
+        try:
+            return await trip()
+        except _NotBegun as exc:
+            if "locked" not in str(exc) or attempt == _BUSY_ATTEMPTS - 1:
+                raise exc.__cause__ or exc from None
+            await asyncio.sleep(min(0.5, 0.005 * 2**attempt))
+    raise AssertionError("unreachable")
 
 
 def _begin_then(
@@ -286,19 +296,10 @@ class SqliteBackend:
         plain = [(sql, tuple(params)) for sql, params in writes]
         if read is not None:
             plain.append((read[0], tuple(read[1])))
-        on_thread = cast(Callable[..., Awaitable[Any]], self.connection._execute)
-        for attempt in range(_BUSY_ATTEMPTS):
-            try:
-                rows: list[Row] = await on_thread(
-                    _run_batch, self.connection, plain, read is not None
-                )
-            except _NotBegun as exc:
-                if "locked" not in str(exc) or attempt == _BUSY_ATTEMPTS - 1:
-                    raise exc.__cause__ or exc from None
-                await asyncio.sleep(min(0.5, 0.005 * 2**attempt))
-                continue
-            return rows
-        raise AssertionError("unreachable")
+        on_thread = cast(Callable[..., Awaitable[list[Row]]], self.connection._execute)
+        return await _until_begun(
+            lambda: on_thread(_run_batch, self.connection, plain, read is not None)
+        )
 
     async def batch_synced(
         self, writes: Sequence[tuple[str, Params]], read: tuple[str, Params] | None = None
@@ -312,27 +313,17 @@ class SqliteBackend:
         if read is not None:
             plain.append((read[0], tuple(read[1])))
         on_thread = cast(Callable[..., Awaitable[None]], self.connection._execute)
-        loop = asyncio.get_running_loop()
-        for attempt in range(_BUSY_ATTEMPTS):
-            committed: asyncio.Future[list[Row]] = loop.create_future()
+        run = functools.partial(_run_batch, self.connection, plain, read is not None)
+
+        async def trip() -> tuple[list[Row], asyncio.Future[None] | None]:
+            committed: asyncio.Future[list[Row]] = asyncio.get_running_loop().create_future()
             synced = asyncio.ensure_future(
-                on_thread(
-                    wal_sync.batch_then_sync,
-                    functools.partial(_run_batch, self.connection, plain, read is not None),
-                    committed,
-                    self._wal,
-                )
+                on_thread(wal_sync.batch_then_sync, run, committed, self._wal)
             )
             synced.add_done_callback(self._flushed)
-            try:
-                rows = await wal_sync.committed_or_failed(committed, synced)
-            except _NotBegun as exc:
-                if "locked" not in str(exc) or attempt == _BUSY_ATTEMPTS - 1:
-                    raise exc.__cause__ or exc from None
-                await asyncio.sleep(min(0.5, 0.005 * 2**attempt))
-                continue
-            return rows, synced
-        raise AssertionError("unreachable")
+            return await wal_sync.committed_or_failed(committed, synced), synced
+
+        return await _until_begun(trip)
 
     async def has_table(self, name: str) -> bool:
         row = await self.fetch_one(
