@@ -149,6 +149,15 @@ class LeaseStore:
             (replica, host, pid, now, now, now + lease_s),
         )
 
+    async def rejoin(self, replica: str, host: str, pid: int, now: float, lease_s: float) -> None:
+        """A replica declared dead while alive joins again: the claims the database still
+        gives it (taken back before it knew) become free, as its burial made the others."""
+        db = await self._db()
+        await db.write(
+            "UPDATE ha_conversation_claims SET replica = NULL WHERE replica = ?", (replica,)
+        )
+        await self.register(replica, host, pid, now, lease_s)
+
     async def heartbeat(self, replica: str, now: float, lease_s: float) -> bool:
         """False when the row is gone: another replica declared this one dead."""
         db = await self._db()

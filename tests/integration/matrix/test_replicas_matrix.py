@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import re
 import signal
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,8 @@ from typing import Any
 import psycopg
 import pytest
 
+from gateway_bot.state.database import Database
+from gateway_bot.state.leases_store import LeaseStore
 from tests.support.fake_anthropic import FakeAnthropic
 from tests.support.replica_fixtures import Deployment, tasks_run, wait_for
 from tests.support.synapse_fixtures import (
@@ -111,11 +114,41 @@ async def seen_in(deployment: MatrixDeployment, room: str) -> tuple[list[str], i
     return answered, acknowledged
 
 
+async def what_the_bot_said(deployment: MatrixDeployment, room: str) -> list[tuple[str, str]]:
+    """For a failure's message: the bot's posts in the room (msgtype, body), edits too."""
+    return [
+        (str(event["content"].get("msgtype")), str(event["content"].get("body"))[:80])
+        for event in await deployment.alice.history(room)
+        if event.get("sender") == deployment.bot.user_id and event.get("type") == "m.room.message"
+    ]
+
+
 def leases(url: str) -> dict[str, tuple[str, int]]:
     """Each lease's holder and fencing token, as the shared database has them."""
     with psycopg.connect(url) as connection:
         rows = connection.execute("SELECT name, holder, token FROM ha_leases").fetchall()
     return {name: (holder, token) for name, holder, token in rows}
+
+
+async def bury(url: str, replica: str) -> None:
+    """What another replica does to one whose heartbeat expired (``LeaseStore.bury``: its
+    row gone, its claims free), done now: a live replica declared dead, as one whose
+    heartbeat came late on a loaded machine is."""
+    database = Database()
+    await database.open(url)
+    try:
+        assert await LeaseStore(database).bury(replica, time.time() + 3600)
+    finally:
+        await database.close()
+
+
+def notice_answering(bot: str, event_id: str) -> Any:
+    """The bot's notice (an acknowledgement) in reply to the message ``event_id``."""
+    notice = bot_message(bot, "m.notice")
+    return lambda event: (
+        notice(event)
+        and (relation_of(event).get("m.in_reply_to") or {}).get("event_id") == event_id
+    )
 
 
 def replica_id(replica: Any) -> str:
@@ -148,7 +181,9 @@ async def test_two_replicas_answer_once_each_in_order_and_survive_kill_9_of_the_
     for number, room in enumerate(rooms):
         expected = [f"msg-{number}-{turn}" for turn in range(3)]
         assert await seen_in(deployment, room) == (expected, 3), (
-            "each answered once, in the order asked; one acknowledgement a message"
+            "each answered once, in the order asked; one acknowledgement a message",
+            await what_the_bot_said(deployment, room),
+            await asyncio.to_thread(deployment.tasks_of, room),
         )
     runs = deployment.runs_of()
     for number in range(ROOMS):
@@ -230,3 +265,49 @@ async def test_two_replicas_answer_once_each_in_order_and_survive_kill_9_of_the_
     assert listener_holders([third]) == [third]
     held = await asyncio.to_thread(leases, postgres_url)
     assert held["listener:matrix"] == (replica_id(third), 3), "taken over from the paused one"
+
+
+async def test_a_live_replica_declared_dead_lets_its_claims_go_and_answers_each_once_in_order(
+    deployment: MatrixDeployment, postgres_url: str
+) -> None:
+    """The listener's replica is declared dead while its runs are under way and a message
+    waits behind each (its heartbeat was late: CI at load, 2026-11-29). It learns so, lets
+    every claim go (its queued tasks leave their lanes, its runs stop unanswered, and a
+    claim it took back before it knew is freed), joins again and claims them anew: every
+    message is answered once and in the order asked, none left to nobody."""
+    alice, bot = deployment.alice, deployment.bot
+    first = await start_replica(deployment)
+    await asyncio.to_thread(
+        wait_for, lambda: listener_holders([first]), "the Matrix listener's lease", first
+    )
+    second = await start_replica(deployment)
+    rooms = await rooms_joined(deployment, 3)
+    for number, room in enumerate(rooms):
+        await alice.say(room, f"SLOW msg-{number}-0")
+    await asyncio.to_thread(wait_for, deployment.started.exists, "a slow run to start", first)
+    for number, room in enumerate(rooms):
+        said = await alice.say(room, f"please echo msg-{number}-1")
+        await alice.wait_for(room, notice_answering(bot.user_id, said), 60)  # queued there
+
+    await bury(postgres_url, replica_id(first))
+    await asyncio.to_thread(
+        wait_for, lambda: "was declared dead" in first.stderr, "it learns it was", first
+    )
+    deployment.gate.touch()
+    for number, room in enumerate(rooms):
+        await alice.say(room, f"please echo msg-{number}-2")
+    for number, room in enumerate(rooms):
+        await alice.wait_for(room, bot_text(bot.user_id, rf"Echo: msg-{number}-2\b"), 120)
+    for number, room in enumerate(rooms):
+        expected = [f"msg-{number}-{turn}" for turn in range(3)]
+        assert await seen_in(deployment, room) == (expected, 3), (
+            "each answered once, in the order asked; one acknowledgement a message",
+            await what_the_bot_said(deployment, room),
+        )
+        ran = [word for word in deployment.runs_of() if word.startswith(f"msg-{number}-")]
+        assert [w for i, w in enumerate(ran) if i == 0 or ran[i - 1] != w] == expected, (
+            "run in order (a stopped run again, right after)"
+        )
+    assert tasks_run(second, "matrix") == 0, "Matrix conversations stay with the listener"
+    held = await asyncio.to_thread(leases, postgres_url)
+    assert held["listener:matrix"] == (replica_id(first), 1), "the listener never moved"

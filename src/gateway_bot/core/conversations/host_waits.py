@@ -80,6 +80,7 @@ class HostWaits:
         /stop (the dashboard offers its button for executing tasks only): a stop ends the
         task with the answer a stopped run gets, instead of leaving its sender waiting for
         a host that may never come back."""
+        claim = claims.claim_token(lane.conversation_id) if claims is not None else None
         task = await self._store.get_task(task_id)
         message = task.parsed
         assert message is not None
@@ -104,6 +105,6 @@ class HostWaits:
             stopped,
             CompletionReason.CANCELLED,
             None,
-            fenced_record(claims, lane.conversation_id, task_id, stopped),
+            fenced_record(claims, lane.conversation_id, task_id, stopped, claim),
         )
         return True

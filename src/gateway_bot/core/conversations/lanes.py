@@ -54,19 +54,39 @@ class ConversationClaims(Protocol):
         """The conversation's queue here is empty: release its claim."""
         ...
 
-    async def record_reply(self, conversation_id: str, task_id: str, reply: Reply) -> bool:
-        """Store the reply only if the claim is still this replica's (fenced)."""
+    def claim_token(self, conversation_id: str) -> int | None:
+        """The token of this replica's claim on the conversation now; None when it holds
+        none. A task takes it when it starts and records its reply under it."""
+        ...
+
+    async def record_reply(
+        self, conversation_id: str, task_id: str, reply: Reply, token: int
+    ) -> bool:
+        """Store the reply only if the claim is still this replica's, with ``token``
+        (fenced): a run begun under a claim this replica lost, then took again, is refused
+        too (the new claim's take-up re-runs the task)."""
         ...
 
 
 def fenced_record(
-    claims: ConversationClaims | None, conversation_id: str, task_id: str, reply: Reply
+    claims: ConversationClaims | None,
+    conversation_id: str,
+    task_id: str,
+    reply: Reply,
+    token: int | None,
 ) -> Callable[[], Awaitable[bool]] | None:
     """How a task's reply is stored (``ReplyDelivery.store_and_send``'s ``record``): by
-    the claims, fenced, on a replica of several; None (the store's own) otherwise."""
+    the claims, fenced by the claim's ``token`` when the task started, on a replica of
+    several; None (the store's own) otherwise."""
     if claims is None:
         return None
-    return lambda: claims.record_reply(conversation_id, task_id, reply)
+    if token is None:
+        return _refused
+    return lambda: claims.record_reply(conversation_id, task_id, reply, token)
+
+
+async def _refused() -> bool:
+    return False
 
 
 class RunningTask:

@@ -235,6 +235,33 @@ class Scheduler:
         lane = self._lanes.get(conversation_id)
         return lane is not None and task_id in lane.queue
 
+    def abandon(self, conversation_id: str) -> None:
+        """This replica lost the conversation's claim (it was declared dead): its queued
+        tasks leave the lane (they are pending in the store; the next holder queues them in
+        order) and its run stops, unanswered (the reply's record is fenced), so no task of
+        it runs here beside the new holder's."""
+        lane = self._lanes.get(conversation_id)
+        if lane is None:
+            return
+        while len(lane.queue) > 1:
+            lane.before.pop(lane.queue.pop(), None)
+        running = lane.running
+        if running is None:
+            return
+        if running.host_down is not None:
+            running.job.cancel()  # the pause only: the lane then finds the claim gone
+        else:
+            running.request_stop()
+
+    async def settled(self, conversation_id: str, timeout_s: float) -> bool:
+        """Wait, at most ``timeout_s``, until nothing of the conversation is in progress
+        here; whether that came."""
+        lane = self._lanes.get(conversation_id)
+        if lane is None or lane.drainer is None:
+            return True
+        done, _ = await asyncio.wait([lane.drainer], timeout=timeout_s)
+        return bool(done)
+
     def stop(self, conversation_id: str) -> RunningTask | None:
         """/stop: cancel the conversation's running task; None when nothing runs."""
         running = self._running.get(conversation_id)
@@ -304,6 +331,7 @@ class Scheduler:
         if self.claims is not None and not self.claims.holds(lane.conversation_id):
             log.warning("task %s: its conversation's claim was lost: not run here", task_id)
             return False
+        claim = self.claims.claim_token(lane.conversation_id) if self.claims else None
         task = await self._store.get_task(task_id)
         if task.state is not TaskState.PENDING:
             log.warning("task %s is %s, not pending: not run", task_id, task.state.value)
@@ -356,7 +384,7 @@ class Scheduler:
         free_slot()
         lane.answering = task_id
         await acknowledged.out()
-        record = fenced_record(self.claims, lane.conversation_id, task_id, result.reply)
+        record = fenced_record(self.claims, lane.conversation_id, task_id, result.reply, claim)
         await self._replies.store_and_send(
             task_id, message, result.reply, result.reason, reporter.finished(result.reply), record
         )

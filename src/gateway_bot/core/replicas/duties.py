@@ -4,6 +4,8 @@ What one replica does (``ha.enabled``; a single daemon has none of this and poll
 
 * heartbeats its row in ``ha_replicas`` every ``lease/3``; a row whose time ran out is a
   dead replica: whoever notices first buries it, and its conversation claims become free;
+  one buried while alive (late, under load) lets every claim go before it claims again
+  (decision 0134);
 * runs each channel listener (not the console, which is per process) only while it holds
   that channel's lease (``core/replicas/lease_keeper.py``); on taking one it first takes up the
   messages the previous holder stored but had not routed;
@@ -51,6 +53,8 @@ from gateway_bot.state.leases_store import LeaseStore
 log = logging.getLogger(__name__)
 
 SWEEP_LEASE = "sweep"
+SETTLE_S = 30.0
+"""How long taking up a conversation waits for the run this replica stopped there."""
 
 
 def listener_lease_name(channel: str) -> str:
@@ -99,6 +103,9 @@ class Replicas:
         self._era = 0
         """Goes up whenever this replica forgets all its claims (it left, or was declared
         dead): a hand-back that fails after that keeps nothing."""
+        self._buried = False
+        """Declared dead by another replica while alive (a heartbeat late, under load):
+        until the dispatch loop has let go of every claim, it holds none."""
         self._wake = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         self._leased = frozenset(leased_channels)
@@ -158,12 +165,21 @@ class Replicas:
     # -- ConversationClaims ----------------------------------------------------------------
 
     def holds(self, conversation_id: str) -> bool:
-        return conversation_id in self._held and conversation_id not in self._taking_up
+        return (
+            conversation_id in self._held
+            and conversation_id not in self._taking_up
+            and not self._buried
+        )
+
+    def claim_token(self, conversation_id: str) -> int | None:
+        return self._held.get(conversation_id) if self.holds(conversation_id) else None
 
     def wanted(self, conversation_id: str) -> None:
         self._wake.set()
 
     def drained(self, conversation_id: str) -> None:
+        if conversation_id in self._taking_up:
+            return  # a lane abandoned before its claim was taken again: ``_take_up`` decides
         self._hand_back_failed.discard(conversation_id)
         token = self._held.pop(conversation_id, None)
         if token is None:
@@ -172,9 +188,10 @@ class Replicas:
             self._unclaim(conversation_id, token, self._era), name=f"unclaim-{conversation_id}"
         )
 
-    async def record_reply(self, conversation_id: str, task_id: str, reply: Reply) -> bool:
-        token = self._held.get(conversation_id)
-        if token is None:
+    async def record_reply(
+        self, conversation_id: str, task_id: str, reply: Reply, token: int
+    ) -> bool:
+        if self._held.get(conversation_id) != token or self._buried:
             return False
         return await self._leases.record_reply_fenced(
             task_id, reply, conversation_id, self.id, token
@@ -227,18 +244,9 @@ class Replicas:
             except Exception as exc:
                 log.warning("replica %s: heartbeat failed (%r)", self.id, exc)
                 continue
-            if not alive:
-                log.error(
-                    "replica %s was declared dead by another replica (no heartbeat in time); "
-                    "its conversations were taken over; joining again",
-                    self.id,
-                )
-                self._held.clear()
-                self._hand_back_failed.clear()
-                self._era += 1
-                await self._leases.register(
-                    self.id, socket.gethostname(), os.getpid(), self._clock(), self._lease_s
-                )
+            if not alive and not self._buried:
+                self._buried = True
+                self._wake.set()  # the dispatch loop lets go of the claims, then rejoins
 
     async def _dispatch(self) -> None:
         while True:
@@ -256,7 +264,11 @@ class Replicas:
 
     async def _dispatch_once(self) -> None:
         now = self._clock()
-        for replica in await self._leases.replicas():
+        replicas = await self._leases.replicas()
+        if self._buried or all(replica.id != self.id for replica in replicas):
+            await self._rejoin()
+            return
+        for replica in replicas:
             dead = replica.id != self.id and replica.expires_at < now
             if dead and await self._leases.bury(replica.id, now):
                 log.warning(
@@ -279,11 +291,38 @@ class Replicas:
             self._taking_up.add(conversation_id)
             self._service.spawn(self._take_up(conversation_id), name=f"take-up-{conversation_id}")
 
+    async def _rejoin(self) -> None:
+        """Declared dead while alive: every claim is let go here (the lanes' queued tasks
+        leave them, their runs stop unanswered) and in the database, where a claim this
+        replica took back before it knew would otherwise be nobody's for ever; then it
+        joins again, and claims what it has room for, in order, like any replica."""
+        log.error(
+            "replica %s was declared dead by another replica (no heartbeat in time); its "
+            "conversations were taken over; letting its claims go and joining again",
+            self.id,
+        )
+        self._buried = True
+        for conversation_id in self._held:
+            self._scheduler.abandon(conversation_id)
+        self._held.clear()
+        self._hand_back_failed.clear()
+        self._era += 1
+        await self._leases.rejoin(
+            self.id, socket.gethostname(), os.getpid(), self._clock(), self._lease_s
+        )
+        self._buried = False
+        self._wake.set()
+
     async def _queue_pending(self, only: str | None = None) -> None:
         """Queue, oldest first, the pending tasks of the conversations this replica holds
         that are not queued here yet: routed by another replica's intake, or left by the
-        previous holder."""
-        for conversation_id, task_id in await self._leases.pending_of(self.id):
+        previous holder. ``only``: the conversation being taken up, which is held from the
+        moment the store has answered (no await between), so a message its intake queues
+        meanwhile cannot go ahead of the older ones read here."""
+        pending = await self._leases.pending_of(self.id)
+        if only is not None:
+            self._taking_up.discard(only)
+        for conversation_id, task_id in pending:
             if only is not None and conversation_id != only:
                 continue
             if self.holds(conversation_id) and not self._scheduler.in_lane(
@@ -293,10 +332,19 @@ class Replicas:
 
     async def _take_up(self, conversation_id: str) -> None:
         try:
+            # A lane this replica abandoned (declared dead) ends its stopped run first: the
+            # recovery below must not find that run's task executing and queue it again
+            # behind tasks still in the lane.
+            if not await self._scheduler.settled(conversation_id, SETTLE_S):
+                log.warning(
+                    "conversation %s: the run this replica stopped has not ended after "
+                    "%.0f s; taking it up anyway",
+                    conversation_id,
+                    SETTLE_S,
+                )
             if self._service.action_approvals is not None:
                 await self._service.action_approvals.abandon_in(conversation_id)
             await self._service.recover_conversation(conversation_id)
-            self._taking_up.discard(conversation_id)
             await self._queue_pending(conversation_id)
         finally:
             self._taking_up.discard(conversation_id)
