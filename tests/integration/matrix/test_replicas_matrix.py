@@ -123,6 +123,24 @@ async def what_the_bot_said(deployment: MatrixDeployment, room: str) -> list[tup
     ]
 
 
+async def answered_once_in_order(
+    deployment: MatrixDeployment, rooms: list[str], turns: int
+) -> None:
+    """Once the last turn's answer is in every room: room N shows msg-N-0 .. msg-N-(turns-1)
+    answered once each, in order, and one acknowledgement a message."""
+    alice, bot = deployment.alice, deployment.bot
+    last = turns - 1
+    for number, room in enumerate(rooms):
+        await alice.wait_for(room, bot_text(bot.user_id, rf"Echo: msg-{number}-{last}\b"), 120)
+    for number, room in enumerate(rooms):
+        expected = [f"msg-{number}-{turn}" for turn in range(turns)]
+        assert await seen_in(deployment, room) == (expected, turns), (
+            "each answered once, in the order asked; one acknowledgement a message",
+            await what_the_bot_said(deployment, room),
+            await asyncio.to_thread(deployment.tasks_of, room),
+        )
+
+
 def leases(url: str) -> dict[str, tuple[str, int]]:
     """Each lease's holder and fencing token, as the shared database has them."""
     with psycopg.connect(url) as connection:
@@ -176,15 +194,7 @@ async def test_two_replicas_answer_once_each_in_order_and_survive_kill_9_of_the_
     for turn in range(3):
         for number, room in enumerate(rooms):
             await alice.say(room, f"please echo msg-{number}-{turn}")
-    for number, room in enumerate(rooms):
-        await alice.wait_for(room, bot_text(bot.user_id, rf"Echo: msg-{number}-2\b"), 120)
-    for number, room in enumerate(rooms):
-        expected = [f"msg-{number}-{turn}" for turn in range(3)]
-        assert await seen_in(deployment, room) == (expected, 3), (
-            "each answered once, in the order asked; one acknowledgement a message",
-            await what_the_bot_said(deployment, room),
-            await asyncio.to_thread(deployment.tasks_of, room),
-        )
+    await answered_once_in_order(deployment, rooms, 3)
     runs = deployment.runs_of()
     for number in range(ROOMS):
         ran = [word for word in runs if word.startswith(f"msg-{number}-")]
@@ -296,14 +306,9 @@ async def test_a_live_replica_declared_dead_lets_its_claims_go_and_answers_each_
     deployment.gate.touch()
     for number, room in enumerate(rooms):
         await alice.say(room, f"please echo msg-{number}-2")
-    for number, room in enumerate(rooms):
-        await alice.wait_for(room, bot_text(bot.user_id, rf"Echo: msg-{number}-2\b"), 120)
-    for number, room in enumerate(rooms):
+    await answered_once_in_order(deployment, rooms, 3)
+    for number in range(len(rooms)):
         expected = [f"msg-{number}-{turn}" for turn in range(3)]
-        assert await seen_in(deployment, room) == (expected, 3), (
-            "each answered once, in the order asked; one acknowledgement a message",
-            await what_the_bot_said(deployment, room),
-        )
         ran = [word for word in deployment.runs_of() if word.startswith(f"msg-{number}-")]
         assert [w for i, w in enumerate(ran) if i == 0 or ran[i - 1] != w] == expected, (
             "run in order (a stopped run again, right after)"
