@@ -37,6 +37,10 @@ from tests.support.synapse_fixtures import (
 )
 
 ROOMS = 10
+FAILOVER_LEASE_S = 6.0
+"""Long enough that the thirty messages' replica is not declared dead by a heartbeat late
+under CI's load (with 3 s, a 2 s stall did it: its runs stopped and ran again, which the
+test's counts of runs would then see), short enough for its two take-overs."""
 
 
 class MatrixDeployment(Deployment):
@@ -66,7 +70,7 @@ async def deployment(
     }
     made = MatrixDeployment(
         gateway, tmp_path, target_repo, fake_api, {"matrix": matrix}, postgres_url,
-        max_concurrent_tasks=ROOMS,
+        max_concurrent_tasks=ROOMS, lease_seconds=FAILOVER_LEASE_S,
     )  # fmt: skip
     made.bot, made.alice = bot, alice
     yield made
