@@ -18,12 +18,15 @@ import pytest
 
 from gateway_bot.config.access import AccessSettings
 from gateway_bot.config.action_rules import ActionApprovalSettings
+from gateway_bot.config.ha import HaSettings
+from gateway_bot.core.replicas.duties import Replicas
 from gateway_bot.core.retries import RetryPolicy
 from gateway_bot.core.service import GatewayService
 from gateway_bot.domain.messages import RawMessage
 from gateway_bot.domain.records import TaskRecord
 from gateway_bot.state.action_approvals_store import SqlActionApprovals
 from gateway_bot.state.database import StateTarget
+from gateway_bot.state.leases_store import LeaseStore
 from gateway_bot.state.schedules_store import SqlSchedules
 from gateway_bot.state.sql_store import SqlStore
 from tests.core.fakes import BareChannel, FakeAgent, FakeChannel, Sent
@@ -243,3 +246,22 @@ async def make_world(tmp_path: Path) -> AsyncIterator[Callable[..., World]]:
     yield make
     for each in made:
         await each.close()
+
+
+async def start_replica(world: World, leases: LeaseStore) -> Replicas:
+    """``world`` started as one replica ("replica-a", a 30 s lease, polling every 0.05 s)
+    on ``leases``, its group duties running."""
+    made: list[Replicas] = []
+
+    def attach(service: GatewayService) -> None:
+        settings = HaSettings(enabled=True, lease_seconds=30.0, poll_seconds=0.05)
+        channels = {world.channel.name: world.channel}
+        made.append(
+            Replicas(leases, service, channels, [], settings, 4, replica_id="replica-a")  # type: ignore[arg-type]
+        )
+
+    world.before_start = attach
+    await world.start()
+    [replicas] = made
+    await replicas.start()
+    return replicas

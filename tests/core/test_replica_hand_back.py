@@ -13,12 +13,9 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
-from gateway_bot.config.ha import HaSettings
-from gateway_bot.core.replicas.duties import Replicas
-from gateway_bot.core.service import GatewayService
 from gateway_bot.state.database import Database
 from gateway_bot.state.leases_store import LeaseStore
-from tests.core.conftest import DEADLINE_S, World
+from tests.core.conftest import DEADLINE_S, World, start_replica
 
 
 class RefusingHandBacks(LeaseStore):
@@ -44,19 +41,7 @@ async def test_a_conversation_whose_hand_back_failed_is_still_answered_and_then_
 ) -> None:
     world = World(tmp_path)
     leases = RefusingHandBacks(world.store.database)
-    made: list[Replicas] = []
-
-    def attach(service: GatewayService) -> None:
-        settings = HaSettings(enabled=True, lease_seconds=30.0, poll_seconds=0.05)
-        channels = {world.channel.name: world.channel}
-        made.append(
-            Replicas(leases, service, channels, [], settings, 4, replica_id="replica-a")  # type: ignore[arg-type]
-        )
-
-    world.before_start = attach
-    await world.start()
-    [replicas] = made
-    await replicas.start()
+    replicas = await start_replica(world, leases)
     try:
         first = await world.say("first question")
         assert (await world.reply(first)).text == "Echo: first question"

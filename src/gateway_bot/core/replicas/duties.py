@@ -106,6 +106,9 @@ class Replicas:
         self._buried = False
         """Declared dead by another replica while alive (a heartbeat late, under load):
         until the dispatch loop has let go of every claim, it holds none."""
+        self._joined = 0
+        """Goes up each time it joined again: a heartbeat sent before that, answered after,
+        says nothing of the row it has now."""
         self._wake = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         self._leased = frozenset(leased_channels)
@@ -239,12 +242,15 @@ class Replicas:
     async def _heartbeat(self) -> None:
         while True:
             await asyncio.sleep(self._lease_s / 3)
+            if self._buried:
+                continue  # joining again, which writes the row anew
+            joined = self._joined
             try:
                 alive = await self._leases.heartbeat(self.id, self._clock(), self._lease_s)
             except Exception as exc:
                 log.warning("replica %s: heartbeat failed (%r)", self.id, exc)
                 continue
-            if not alive and not self._buried:
+            if not alive and not self._buried and joined == self._joined:
                 self._buried = True
                 self._wake.set()  # the dispatch loop lets go of the claims, then rejoins
 
@@ -283,13 +289,19 @@ class Replicas:
             return
         elsewhere = [channel for channel in self._bound if not self.leads(channel)]
         for conversation_id in await self._leases.claimable(room, elsewhere):
+            if self._buried:
+                return  # the next round lets go first
+            if conversation_id in self._taking_up:
+                continue  # the take-up of a claim let go at a rejoin is still ending
             token = await self._leases.claim(conversation_id, self.id, self._clock())
             if token is None:
                 continue  # another replica was quicker
             self._held[conversation_id] = token
             self._hand_back_failed.discard(conversation_id)
             self._taking_up.add(conversation_id)
-            self._service.spawn(self._take_up(conversation_id), name=f"take-up-{conversation_id}")
+            self._service.spawn(
+                self._take_up(conversation_id, token), name=f"take-up-{conversation_id}"
+            )
 
     async def _rejoin(self) -> None:
         """Declared dead while alive: every claim is let go here (the lanes' queued tasks
@@ -310,6 +322,7 @@ class Replicas:
         await self._leases.rejoin(
             self.id, socket.gethostname(), os.getpid(), self._clock(), self._lease_s
         )
+        self._joined += 1
         self._buried = False
         self._wake.set()
 
@@ -330,25 +343,34 @@ class Replicas:
             ):
                 self._scheduler.enqueue(conversation_id, task_id)
 
-    async def _take_up(self, conversation_id: str) -> None:
+    async def _take_up(self, conversation_id: str, token: int) -> None:
+        """Finish what the previous holder left, then queue the pending tasks. Each step
+        first asks whether the claim is still this one (a rejoin lets it go meanwhile):
+        a take-up of a claim let go acts on nothing and hands back nothing."""
+
+        def ours() -> bool:
+            return self._held.get(conversation_id) == token and not self._buried
+
         try:
             # A lane this replica abandoned (declared dead) ends its stopped run first: the
             # recovery below must not find that run's task executing and queue it again
             # behind tasks still in the lane.
-            if not await self._scheduler.settled(conversation_id, SETTLE_S):
+            while not await self._scheduler.settled(conversation_id, SETTLE_S) and ours():
                 log.warning(
                     "conversation %s: the run this replica stopped has not ended after "
-                    "%.0f s; taking it up anyway",
+                    "%.0f s; still waiting before taking it up",
                     conversation_id,
                     SETTLE_S,
                 )
-            if self._service.action_approvals is not None:
+            if ours() and self._service.action_approvals is not None:
                 await self._service.action_approvals.abandon_in(conversation_id)
-            await self._service.recover_conversation(conversation_id)
-            await self._queue_pending(conversation_id)
+            if ours():
+                await self._service.recover_conversation(conversation_id)
+            if ours():
+                await self._queue_pending(conversation_id)
         finally:
             self._taking_up.discard(conversation_id)
-            if self._scheduler.depth(conversation_id) == 0:
+            if ours() and self._scheduler.depth(conversation_id) == 0:
                 self.drained(conversation_id)
 
     def _hand_back_idle(self) -> None:
