@@ -12,20 +12,15 @@ What one replica does (``ha.enabled``; a single daemon has none of this and poll
 * runs the service's shared sweep (approval cards, parked replies) only under the "sweep"
   lease;
 * runs a conversation's tasks only while it claims the conversation (of a channel that
-  ``SendsWhereItListens``, only while it holds that channel's listener): it claims free
-  conversations with unfinished tasks while it has room (``execution.max_concurrent_tasks``
-  conversations), recovers what a dead holder left (a stored reply delivered, an
-  interrupted run re-run), queues their pending tasks oldest first, and releases the claim
-  once its queue there is empty (when that write fails, it keeps the claim and tries again
-  while the conversation is idle: forgetting it would leave it to nobody). One claim per
-  conversation keeps its tasks in order whichever replica runs them, and never two at once;
+  ``SendsWhereItListens``, only while it holds that channel's listener), claiming free ones
+  while it has room (``execution.max_concurrent_tasks`` conversations): ``claims.py``;
 * fires the scheduled runs of the channels whose listener it holds (the run's intake and
   notices belong with the listener; a run is claimed once in the database anyway);
 * lets a task waiting for an action approval see a decision another replica recorded (the
   press reaches the listener's replica): ``ActionApprovals.watch_shared``;
-* stores a reply only while its claim's token is still its own (``record_reply``: the
-  check and the write are one transaction), so a replica that was declared dead and wakes up
-  cannot answer a task the others already took over.
+* stores a reply only while its claim's token is still the one its run started with
+  (``claims.py``), so a replica that was declared dead and wakes up cannot answer a task the
+  others already took over.
 
 Intake stays where the listener is: the listener's replica authenticates, routes and
 acknowledges; the task may then run on any replica. ``/stop`` stops a task only on the
@@ -45,16 +40,14 @@ from collections.abc import Callable, Iterable, Mapping
 
 from gateway_bot.config.ha import HaSettings
 from gateway_bot.core.channel import ChannelAdapter, SendsWhereItListens
+from gateway_bot.core.replicas.claims import Claims
 from gateway_bot.core.replicas.lease_keeper import LeaseKeeper
 from gateway_bot.core.service import GatewayService
-from gateway_bot.domain.messages import Reply
 from gateway_bot.state.leases_store import LeaseStore
 
 log = logging.getLogger(__name__)
 
 SWEEP_LEASE = "sweep"
-SETTLE_S = 30.0
-"""How long taking up a conversation waits for the run this replica stopped there."""
 
 
 def listener_lease_name(channel: str) -> str:
@@ -67,8 +60,9 @@ def new_replica_id() -> str:
 
 
 class Replicas:
-    """This replica's part in the group; also the scheduler's ``ConversationClaims`` and
-    the service's ``ReplicaDuties`` (set on them here, so before the service starts)."""
+    """This replica's part in the group; also the service's ``ReplicaDuties``, and its
+    ``claims`` the scheduler's ``ConversationClaims`` (set on them here, so before the
+    service starts)."""
 
     def __init__(
         self,
@@ -90,26 +84,11 @@ class Replicas:
         self._poll_s = settings.poll_seconds
         self._max_conversations = max_conversations
         self._clock = clock
-        self._held: dict[str, int] = {}
-        """Conversation id -> the token of this replica's claim on it."""
-        self._taking_up: set[str] = set()
-        """Claimed conversations whose previous holder's leftovers are being finished: none
-        of their tasks is queued here before that is done (their order)."""
-        self._hand_back_failed: set[str] = set()
-        """Held conversations whose hand-back (the unclaim's write) failed: the database
-        still names this replica their holder, so it keeps them (its pending tasks are
-        queued here) and the dispatch loop hands them back again while their lane is empty.
-        Forgetting them instead would strand them: nobody else may claim them."""
-        self._era = 0
-        """Goes up whenever this replica forgets all its claims (it left, or was declared
-        dead): a hand-back that fails after that keeps nothing."""
-        self._buried = False
-        """Declared dead by another replica while alive (a heartbeat late, under load):
-        until the dispatch loop has let go of every claim, it holds none."""
+        self._wake = asyncio.Event()
+        self.claims = Claims(leases, service, self.id, self._wake, clock)
         self._joined = 0
         """Goes up each time it joined again: a heartbeat sent before that, answered after,
         says nothing of the row it has now."""
-        self._wake = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         self._leased = frozenset(leased_channels)
         self._bound = sorted(
@@ -120,7 +99,7 @@ class Replicas:
         for channel in sorted(self._leased):
             self._keepers[channel] = self._listener_keeper(channel, adapters[channel])
         service.replicas = self
-        self._scheduler.claims = self
+        self._scheduler.claims = self.claims
         if service.action_approvals is not None:
             # A card's press is heard by the listener's replica; the task may wait here.
             service.action_approvals.watch_shared(self._poll_s)
@@ -165,41 +144,6 @@ class Replicas:
         keeper = self._keepers.get(duty)
         return keeper.held if keeper is not None else duty not in self._leased
 
-    # -- ConversationClaims ----------------------------------------------------------------
-
-    def holds(self, conversation_id: str) -> bool:
-        return (
-            conversation_id in self._held
-            and conversation_id not in self._taking_up
-            and not self._buried
-        )
-
-    def claim_token(self, conversation_id: str) -> int | None:
-        return self._held.get(conversation_id) if self.holds(conversation_id) else None
-
-    def wanted(self, conversation_id: str) -> None:
-        self._wake.set()
-
-    def drained(self, conversation_id: str) -> None:
-        if conversation_id in self._taking_up:
-            return  # a lane abandoned before its claim was taken again: ``_take_up`` decides
-        self._hand_back_failed.discard(conversation_id)
-        token = self._held.pop(conversation_id, None)
-        if token is None:
-            return
-        self._service.spawn(
-            self._unclaim(conversation_id, token, self._era), name=f"unclaim-{conversation_id}"
-        )
-
-    async def record_reply(
-        self, conversation_id: str, task_id: str, reply: Reply, token: int
-    ) -> bool:
-        if self._held.get(conversation_id) != token or self._buried:
-            return False
-        return await self._leases.record_reply_fenced(
-            task_id, reply, conversation_id, self.id, token
-        )
-
     # -- lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -229,9 +173,7 @@ class Replicas:
     async def leave(self) -> None:
         """After the service's shutdown: this replica's claims free at once, its row gone,
         so the others take over what it left without waiting for its heartbeat to expire."""
-        self._held.clear()
-        self._hand_back_failed.clear()
-        self._era += 1
+        self.claims.let_go(abandon=False)
         try:
             await self._leases.leave(self.id)
         except Exception as exc:
@@ -242,7 +184,7 @@ class Replicas:
     async def _heartbeat(self) -> None:
         while True:
             await asyncio.sleep(self._lease_s / 3)
-            if self._buried:
+            if self.claims.buried:
                 continue  # joining again, which writes the row anew
             joined = self._joined
             try:
@@ -250,8 +192,8 @@ class Replicas:
             except Exception as exc:
                 log.warning("replica %s: heartbeat failed (%r)", self.id, exc)
                 continue
-            if not alive and not self._buried and joined == self._joined:
-                self._buried = True
+            if not alive and not self.claims.buried and joined == self._joined:
+                self.claims.buried = True
                 self._wake.set()  # the dispatch loop lets go of the claims, then rejoins
 
     async def _dispatch(self) -> None:
@@ -271,7 +213,7 @@ class Replicas:
     async def _dispatch_once(self) -> None:
         now = self._clock()
         replicas = await self._leases.replicas()
-        if self._buried or all(replica.id != self.id for replica in replicas):
+        if self.claims.buried or all(replica.id != self.id for replica in replicas):
             await self._rejoin()
             return
         for replica in replicas:
@@ -282,26 +224,12 @@ class Replicas:
                     replica.id,
                     now - replica.heartbeat_at,
                 )
-        await self._queue_pending()
-        self._hand_back_idle()
-        room = self._max_conversations - len(self._held)
-        if room <= 0:
-            return
-        elsewhere = [channel for channel in self._bound if not self.leads(channel)]
-        for conversation_id in await self._leases.claimable(room, elsewhere):
-            if self._buried:
-                return  # the next round lets go first
-            if conversation_id in self._taking_up:
-                continue  # the take-up of a claim let go at a rejoin is still ending
-            token = await self._leases.claim(conversation_id, self.id, self._clock())
-            if token is None:
-                continue  # another replica was quicker
-            self._held[conversation_id] = token
-            self._hand_back_failed.discard(conversation_id)
-            self._taking_up.add(conversation_id)
-            self._service.spawn(
-                self._take_up(conversation_id, token), name=f"take-up-{conversation_id}"
-            )
+        await self.claims.queue_pending()
+        self.claims.hand_back_idle()
+        room = self._max_conversations - self.claims.count
+        if room > 0:
+            elsewhere = [channel for channel in self._bound if not self.leads(channel)]
+            await self.claims.claim_free(room, elsewhere)
 
     async def _rejoin(self) -> None:
         """Declared dead while alive: every claim is let go here (the lanes' queued tasks
@@ -313,98 +241,14 @@ class Replicas:
             "conversations were taken over; letting its claims go and joining again",
             self.id,
         )
-        self._buried = True
-        for conversation_id in self._held:
-            self._scheduler.abandon(conversation_id)
-        self._held.clear()
-        self._hand_back_failed.clear()
-        self._era += 1
+        self.claims.buried = True
+        self.claims.let_go(abandon=True)
         await self._leases.rejoin(
             self.id, socket.gethostname(), os.getpid(), self._clock(), self._lease_s
         )
         self._joined += 1
-        self._buried = False
+        self.claims.buried = False
         self._wake.set()
-
-    async def _queue_pending(self, only: str | None = None) -> None:
-        """Queue, oldest first, the pending tasks of the conversations this replica holds
-        that are not queued here yet: routed by another replica's intake, or left by the
-        previous holder. ``only``: the conversation being taken up, which is held from the
-        moment the store has answered (no await between), so a message its intake queues
-        meanwhile cannot go ahead of the older ones read here."""
-        pending = await self._leases.pending_of(self.id)
-        if only is not None:
-            self._taking_up.discard(only)
-        for conversation_id, task_id in pending:
-            if only is not None and conversation_id != only:
-                continue
-            if self.holds(conversation_id) and not self._scheduler.in_lane(
-                conversation_id, task_id
-            ):
-                self._scheduler.enqueue(conversation_id, task_id)
-
-    async def _take_up(self, conversation_id: str, token: int) -> None:
-        """Finish what the previous holder left, then queue the pending tasks. Each step
-        first asks whether the claim is still this one (a rejoin lets it go meanwhile):
-        a take-up of a claim let go acts on nothing and hands back nothing."""
-
-        def ours() -> bool:
-            return self._held.get(conversation_id) == token and not self._buried
-
-        try:
-            # A lane this replica abandoned (declared dead) ends its stopped run first: the
-            # recovery below must not find that run's task executing and queue it again
-            # behind tasks still in the lane.
-            while not await self._scheduler.settled(conversation_id, SETTLE_S) and ours():
-                log.warning(
-                    "conversation %s: the run this replica stopped has not ended after "
-                    "%.0f s; still waiting before taking it up",
-                    conversation_id,
-                    SETTLE_S,
-                )
-            if ours() and self._service.action_approvals is not None:
-                await self._service.action_approvals.abandon_in(conversation_id)
-            if ours():
-                await self._service.recover_conversation(conversation_id)
-            if ours():
-                await self._queue_pending(conversation_id)
-        finally:
-            self._taking_up.discard(conversation_id)
-            if ours() and self._scheduler.depth(conversation_id) == 0:
-                self.drained(conversation_id)
-
-    def _hand_back_idle(self) -> None:
-        """Try again to hand back the conversations whose hand-back failed, once nothing of
-        theirs is queued or running here (a task queued meanwhile hands it back when done)."""
-        for conversation_id in sorted(self._hand_back_failed):
-            if conversation_id not in self._held:
-                self._hand_back_failed.discard(conversation_id)
-            elif (
-                conversation_id not in self._taking_up
-                and self._scheduler.depth(conversation_id) == 0
-            ):
-                self.drained(conversation_id)
-
-    async def _unclaim(self, conversation_id: str, token: int, era: int) -> None:
-        try:
-            await self._leases.unclaim(conversation_id, self.id, token)
-        except Exception as exc:
-            # The database may still name this replica the holder: keep the claim (its
-            # pending tasks run here) and hand it back on a later dispatch round. Unless it
-            # was claimed again meanwhile (the write did commit: that token is the live one)
-            # or this replica forgot its claims meanwhile (declared dead: it holds none).
-            if conversation_id not in self._held and era == self._era:
-                self._held[conversation_id] = token
-                self._hand_back_failed.add(conversation_id)
-            log.warning(
-                "replica %s: could not hand conversation %s back (%r); keeping it, trying "
-                "again when it is idle",
-                self.id,
-                conversation_id,
-                exc,
-            )
-            return
-        self._wake.set()  # it may have work again already (another replica's intake)
 
 
 async def _nothing() -> None:
