@@ -8,6 +8,7 @@ Tests talk as people do (``world.say``) and assert what people see in a room
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
 from collections.abc import AsyncIterator, Callable
@@ -248,9 +249,10 @@ async def make_world(tmp_path: Path) -> AsyncIterator[Callable[..., World]]:
         await each.close()
 
 
-async def start_replica(world: World, leases: LeaseStore) -> Replicas:
+@contextlib.asynccontextmanager
+async def running_replica(world: World, leases: LeaseStore) -> AsyncIterator[Replicas]:
     """``world`` started as one replica ("replica-a", a 30 s lease, polling every 0.05 s)
-    on ``leases``, its group duties running."""
+    on ``leases``, its group duties running; stopped, left and closed in that order."""
     made: list[Replicas] = []
 
     def attach(service: GatewayService) -> None:
@@ -264,4 +266,10 @@ async def start_replica(world: World, leases: LeaseStore) -> Replicas:
     await world.start()
     [replicas] = made
     await replicas.start()
-    return replicas
+    try:
+        yield replicas
+    finally:
+        await replicas.stop_listening()
+        await world.stop()
+        await replicas.leave()
+        await world.close()

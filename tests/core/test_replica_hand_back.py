@@ -15,7 +15,7 @@ from pathlib import Path
 
 from gateway_bot.state.database import Database
 from gateway_bot.state.leases_store import LeaseStore
-from tests.core.conftest import DEADLINE_S, World, start_replica
+from tests.core.conftest import DEADLINE_S, World, running_replica
 
 
 class RefusingHandBacks(LeaseStore):
@@ -41,8 +41,7 @@ async def test_a_conversation_whose_hand_back_failed_is_still_answered_and_then_
 ) -> None:
     world = World(tmp_path)
     leases = RefusingHandBacks(world.store.database)
-    replicas = await start_replica(world, leases)
-    try:
+    async with running_replica(world, leases):
         first = await world.say("first question")
         assert (await world.reply(first)).text == "Echo: first question"
         async with asyncio.timeout(DEADLINE_S):
@@ -72,8 +71,3 @@ async def test_a_conversation_whose_hand_back_failed_is_still_answered_and_then_
                 if await holder() is None:
                     break
                 await asyncio.sleep(0.01)
-    finally:
-        await replicas.stop_listening()
-        await world.stop()
-        await replicas.leave()
-        await world.close()

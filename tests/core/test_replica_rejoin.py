@@ -16,7 +16,7 @@ from pathlib import Path
 
 from gateway_bot.state.database import Database
 from gateway_bot.state.leases_store import LeaseStore, ReplicaRow
-from tests.core.conftest import DEADLINE_S, World, start_replica
+from tests.core.conftest import DEADLINE_S, World, running_replica
 
 
 class SlowTakeUps(LeaseStore):
@@ -59,8 +59,7 @@ async def test_a_take_up_under_way_at_a_rejoin_ends_before_the_conversation_is_c
 ) -> None:
     world = World(tmp_path)
     leases = SlowTakeUps(world.store.database)
-    replicas = await start_replica(world, leases)
-    try:
+    async with running_replica(world, leases):
         first = await world.say("first question")
         async with asyncio.timeout(DEADLINE_S):
             await leases.waiting.wait()  # its take-up waits for the database
@@ -87,8 +86,3 @@ async def test_a_take_up_under_way_at_a_rejoin_ends_before_the_conversation_is_c
             "Echo: first question",
             "Echo: second question",
         ], "each answered once"
-    finally:
-        await replicas.stop_listening()
-        await world.stop()
-        await replicas.leave()
-        await world.close()
